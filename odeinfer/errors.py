@@ -1,0 +1,61 @@
+"""Exception and warning hierarchy of odeinfer.
+
+Every error raised at the public boundary derives from :class:`OdeinferError`
+and says which argument was wrong, what was received, what was expected and
+how to fix it.
+"""
+
+__all__ = [
+    "OdeinferError",
+    "ModelDefinitionError",
+    "TracingError",
+    "EquationParseError",
+    "DataError",
+    "SolverError",
+    "StiffnessError",
+    "StudyError",
+    "OdeinferWarning",
+]
+
+
+class OdeinferError(Exception):
+    """Base class of every error odeinfer raises on purpose."""
+
+
+class ModelDefinitionError(OdeinferError, ValueError):
+    """The model specification is invalid (names, sizes, returned derivatives)."""
+
+
+class TracingError(ModelDefinitionError):
+    """The right-hand side used an operation that cannot be traced symbolically
+    (``np.exp``, ``math.exp``, ``if`` on a traced value, ...)."""
+
+
+class EquationParseError(ModelDefinitionError):
+    """An equation string uses a name, function or syntax outside the whitelist."""
+
+
+class DataError(OdeinferError, ValueError):
+    """Times, observations or their names are invalid."""
+
+
+class SolverError(OdeinferError, RuntimeError):
+    """The ODE solver failed; ``t_reached`` says how far it got, ``status`` why."""
+
+    def __init__(self, message, *, status=None, t_reached=None):
+        super().__init__(message)
+        self.status = status
+        self.t_reached = t_reached
+
+
+class StiffnessError(SolverError):
+    """The explicit solver detected stiffness or ran out of steps; use ``method="rodas"``."""
+
+
+class StudyError(OdeinferError, ValueError):
+    """A Monte Carlo study was set up wrongly (replications, estimators, seeds,
+    functions that cannot be sent to worker processes) or its simulator failed."""
+
+
+class OdeinferWarning(UserWarning):
+    """Base class of odeinfer's warnings."""

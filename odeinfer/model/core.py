@@ -1,0 +1,312 @@
+"""The model specification (:class:`Model`) and its compiled kernels (:class:`CompiledModel`)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+import sympy as sp
+
+from odeinfer.errors import ModelDefinitionError
+from odeinfer.model.derivatives import Derivatives
+from odeinfer.model.trace import T_SYMBOL, symbols_for, trace_function, validate_names
+
+__all__ = ["Model", "Observation", "CompiledModel", "model"]
+
+_NOISE = ("additive", "log")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Which states are observed and how the noise enters.
+
+    Parameters
+    ----------
+    observed : tuple of str or None
+        Names of the observed states; None (default) means all states.
+    noise : {"additive", "log"}
+        ``"additive"``: y = x + e on the natural scale; ``"log"``: log y = log x + e
+        (multiplicative noise, positive data). Default ``"additive"``.
+    """
+
+    observed: tuple[str, ...] | None = None
+    noise: str = "additive"
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """An ODE model ``dy/dt = f(t, y, p)``: names, symbolic right-hand side, observation model.
+
+    Build it with :func:`odeinfer.model` on a plain Python function or with
+    :meth:`Model.from_equations`. It is immutable; :meth:`compile` returns the
+    numba kernels (cached on disk).
+
+    Attributes
+    ----------
+    name : str
+    states : tuple of str, length ``n_states``
+    params : tuple of str, length ``n_params``
+    exprs : tuple of sympy expressions, length ``n_states``
+        The derivatives in terms of real symbols named after the states, the
+        parameters and ``t``.
+    observation : Observation
+    """
+
+    name: str
+    states: tuple[str, ...]
+    params: tuple[str, ...]
+    exprs: tuple
+    observation: Observation = field(default_factory=Observation)
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.observation.noise not in _NOISE:
+            raise ModelDefinitionError(
+                f"noise: expected one of {list(_NOISE)}, got {self.observation.noise!r}"
+            )
+        if self.observation.observed is not None:
+            unknown = [s for s in self.observation.observed if s not in self.states]
+            if unknown:
+                raise ModelDefinitionError(
+                    f"observed: {unknown} are not states of model {self.name!r} (states: {list(self.states)})"
+                )
+            if not self.observation.observed:
+                raise ModelDefinitionError("observed: at least one state must be observed")
+
+    # sizes and symbols ----------------------------------------------------
+    @property
+    def n_states(self) -> int:
+        return len(self.states)
+
+    @property
+    def n_params(self) -> int:
+        return len(self.params)
+
+    @property
+    def observed(self) -> tuple[str, ...]:
+        """Observed state names (all states unless the observation model says otherwise)."""
+        return self.observation.observed if self.observation.observed is not None else self.states
+
+    @property
+    def t_symbol(self):
+        return T_SYMBOL
+
+    @cached_property
+    def state_symbols(self):
+        return symbols_for(self.states)
+
+    @cached_property
+    def param_symbols(self):
+        return symbols_for(self.params)
+
+    @cached_property
+    def derivatives(self) -> Derivatives:
+        """Exact symbolic first and second derivatives (computed on first use)."""
+        return Derivatives(T_SYMBOL, self.state_symbols, self.param_symbols, self.exprs)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash of the names and expressions: equal for models with the same equations."""
+        text = repr((self.states, self.params, tuple(sp.srepr(e) for e in self.exprs)))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    # variants ---------------------------------------------------------------
+    def with_observation(self, observed=None, noise="additive") -> "Model":
+        """A copy with another observation model (which states are observed, noise scale)."""
+        obs = None if observed is None else validate_names("observed", observed)
+        return replace(self, observation=Observation(obs, noise))
+
+    # numbers ----------------------------------------------------------------
+    def compile(self) -> "CompiledModel":
+        """Numba kernels for this model (generated and compiled once, cached on disk)."""
+        return _compile(self)
+
+    def lambdify(self, what="f", modules="numpy"):
+        """A plain numpy function ``g(t, y, p)`` of ``what`` in {"f", "jac_y", "jac_p"}.
+
+        It accepts complex inputs (for complex-step checks) and is slow: it is
+        meant for tests and plotting, not for fitting.
+        """
+        d = self.derivatives
+        target = {"f": d.f, "jac_y": d.jac_y, "jac_p": d.jac_p}[what]
+        g = sp.lambdify((T_SYMBOL, self.state_symbols, self.param_symbols), target, modules=modules)
+        if what == "f":
+            return lambda t, y, p: np.asarray(g(t, y, p)).reshape(self.n_states)
+        return lambda t, y, p: np.asarray(g(t, y, p))
+
+    # display ------------------------------------------------------------------
+    def equations(self) -> dict[str, str]:
+        """The right-hand sides as text, ``{state: "expression"}``."""
+        return {s: str(e) for s, e in zip(self.states, self.exprs)}
+
+    def equations_latex(self) -> list[str]:
+        """One LaTeX line per state, ``\\frac{d x}{dt} = ...``."""
+        return [
+            rf"\frac{{d {sp.latex(sym)}}}{{dt}} = {sp.latex(e)}"
+            for sym, e in zip(self.state_symbols, self.exprs)
+        ]
+
+    def __repr__(self):
+        eqs = "; ".join(f"d{s}/dt = {e}" for s, e in zip(self.states, self.exprs))
+        return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}, "
+                f"observed={list(self.observed)}, noise={self.observation.noise!r}: {eqs})")
+
+    def _repr_latex_(self):
+        body = r" \\ ".join(line.replace(" = ", " &= ", 1) for line in self.equations_latex())
+        return rf"$\begin{{aligned}}{body}\end{{aligned}}$"
+
+    # construction ----------------------------------------------------------------
+    @classmethod
+    def from_equations(cls, equations, params, *, name="model", observed=None, noise="additive"):
+        """A model from equation strings, parsed safely (no ``eval``).
+
+        Parameters
+        ----------
+        equations : dict of str to str
+            ``{state: "right-hand side"}``; the keys, in order, are the states.
+        params : list of str
+            Parameter names.
+        name : str, default "model"
+        observed : list of str, optional
+            Observed states (default all).
+        noise : {"additive", "log"}, default "additive"
+
+        Examples
+        --------
+        >>> m = Model.from_equations({"x": "-k*x"}, params=["k"])
+        >>> m.states, m.params
+        (('x',), ('k',))
+        """
+        from odeinfer.model.equations import parse_equations
+
+        if not isinstance(equations, dict) or not equations:
+            raise ModelDefinitionError(
+                f"equations: expected a non-empty dict {{state: 'expression'}}, got {type(equations).__name__}"
+            )
+        states = validate_names("states", list(equations))
+        params = validate_names("params", params)
+        _check_overlap(states, params)
+        exprs = parse_equations(equations, states, params)
+        obs = Observation(None if observed is None else validate_names("observed", observed), noise)
+        return cls(name, states, params, exprs, obs)
+
+
+def _check_overlap(states, params):
+    both = sorted(set(states) & set(params))
+    if both:
+        raise ModelDefinitionError(
+            f"names {both} are used both as states and as params; each name must be unique"
+        )
+
+
+def model(states, params, *, name=None, observed=None, noise="additive"):
+    """Decorator: turn ``def rhs(t, y, p)`` into a :class:`Model`.
+
+    The function is called once with symbols (``y.<state>``, ``p.<param>``,
+    ``t``) and must return a dict ``{state: derivative}`` or a list in the order
+    of ``states``. Use :mod:`odeinfer.math` for functions (``om.exp``,
+    ``om.where``); ``np.exp``, ``math.exp`` and ``if`` on symbols raise a
+    :class:`~odeinfer.errors.TracingError` naming the line.
+
+    Parameters
+    ----------
+    states, params : list of str
+        Names of the states and parameters (identifiers, unique, not ``t``).
+    name : str, optional
+        Default: the function's name.
+    observed : list of str, optional
+        Observed states (default all).
+    noise : {"additive", "log"}, default "additive"
+
+    Examples
+    --------
+    >>> import odeinfer as oi
+    >>> @oi.model(states=["x"], params=["k"])
+    ... def decay(t, y, p):
+    ...     return {"x": -p.k * y.x}
+    >>> decay.n_states, decay.n_params
+    (1, 1)
+    """
+    states_t = validate_names("states", states)
+    params_t = validate_names("params", params)
+    _check_overlap(states_t, params_t)
+    if not states_t:
+        raise ModelDefinitionError("states: a model needs at least one state")
+    obs = Observation(None if observed is None else validate_names("observed", observed), noise)
+
+    def decorate(fn):
+        if not callable(fn):
+            raise ModelDefinitionError(f"@model must decorate a function rhs(t, y, p), got {type(fn).__name__}")
+        exprs = trace_function(fn, states_t, params_t)
+        return Model(name or fn.__name__, states_t, params_t, exprs, obs, doc=fn.__doc__ or "")
+
+    return decorate
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledModel:
+    """A model's numba kernels: the generated module (model + solver kernels).
+
+    Attributes
+    ----------
+    model : Model
+    module : module
+        Holds ``model_f``, ``model_jac_y``, ``model_jac_p``, ... and the solver
+        kernels of :mod:`odeinfer.solve.kernels`.
+    """
+
+    model: Model
+    module: object
+
+    @property
+    def n_states(self):
+        return self.model.n_states
+
+    @property
+    def n_params(self):
+        return self.model.n_params
+
+    @property
+    def states(self):
+        return self.model.states
+
+    @property
+    def params(self):
+        return self.model.params
+
+    def f(self, t, y, params):
+        """f(t, y, p) as a new float64 array (convenience; kernels use out-buffers)."""
+        out = np.empty(self.n_states)
+        self.module.model_f(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
+        return out
+
+    def jac_y(self, t, y, params):
+        out = np.empty((self.n_states, self.n_states))
+        self.module.model_jac_y(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
+        return out
+
+    def jac_p(self, t, y, params):
+        out = np.empty((self.n_states, self.n_params))
+        self.module.model_jac_p(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
+        return out
+
+
+_COMPILED: dict[str, CompiledModel] = {}
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compile(m: Model) -> CompiledModel:
+    from odeinfer.model.cache import build_module
+    from odeinfer.model.codegen import model_source
+
+    with _COMPILE_LOCK:
+        hit = _COMPILED.get(m.fingerprint)
+        if hit is None:
+            module = build_module(model_source(m.derivatives), title=f"model {m.name}")
+            hit = _COMPILED[m.fingerprint] = CompiledModel(m, module)
+        elif hit.model is not m:
+            hit = CompiledModel(m, hit.module)
+        return hit
