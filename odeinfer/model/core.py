@@ -108,6 +108,24 @@ class Model:
         return Derivatives(T_SYMBOL, self.state_symbols, self.param_symbols, self.exprs)
 
     @cached_property
+    def switching_params(self) -> tuple[str, ...]:
+        """Parameters that move a jump of the right-hand side (a sharp step or ``where``).
+
+        The forward sensitivity equations miss the jump term of such a
+        parameter, so solvers refuse sensitivities with respect to it; use a
+        smooth step (``om.heaviside(x, width=...)``) to fit it by trajectory matching.
+        """
+        found = set()
+        for e in self.exprs:
+            for node in sp.preorder_traversal(e):
+                if isinstance(node, (sp.Heaviside, sp.sign)):
+                    found |= node.args[0].free_symbols
+                elif isinstance(node, sp.Piecewise):
+                    for _, cond in node.args:
+                        found |= cond.free_symbols
+        return tuple(p for p, s in zip(self.params, self.param_symbols) if s in found)
+
+    @cached_property
     def fingerprint(self) -> str:
         """Hash of the names and expressions: equal for models with the same equations."""
         text = repr((self.states, self.params, tuple(sp.srepr(e) for e in self.exprs)))

@@ -100,8 +100,11 @@ class _Evaluator(ast.NodeVisitor):
 
     def visit_Call(self, node):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            what = node.func.id if isinstance(node.func, ast.Name) else "a computed function"
-            self.fail(node, f"the call of {what!r}")
+            if isinstance(node.func, ast.Name):
+                self.fail(node, f"the call of {node.func.id!r}")
+            if isinstance(node.func, ast.Attribute):
+                self.fail(node, f"the attribute access .{node.func.attr}")
+            self.fail(node, "the call of a computed function")
         if node.keywords and not (node.func.id == "heaviside" and [k.arg for k in node.keywords] == ["width"]):
             self.fail(node, "keyword arguments")
         args = [self.visit(a) for a in node.args]
