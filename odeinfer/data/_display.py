@@ -88,7 +88,7 @@ def experiments_text(experiments):
     widths = [max(len(_EXP_HEAD[j]), *(len(r[j]) for r in cells)) for j in range(len(_EXP_HEAD))]
     lines = [_experiments_header(experiments), "  ".join(h.ljust(w) for h, w in zip(_EXP_HEAD, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def experiments_html(experiments):

@@ -306,10 +306,17 @@ class Data:
         """
         if isinstance(model_states, str):
             model_states = (model_states,)
-        model_states = tuple(model_states)
+        try:
+            model_states = tuple(model_states)
+        except TypeError:
+            raise DataError(
+                f"`model_states` must be a sequence of the model's state names (str); received "
+                f"{type(model_states).__name__}. Pass e.g. data.check_states(['prey', 'pred'])."
+            ) from None
         unknown = [s for s in self._states if s not in model_states]
         if unknown:
-            hints = "".join(close_matches(s, model_states) for s in unknown)
+            free = [m for m in model_states if m not in self._states]
+            hints = "".join(close_matches(s, free) for s in unknown)
             raise DataError(
                 f"the data observe state(s) {unknown} that the model does not have; the model's "
                 f"states are {list(model_states)}.{hints} Rename the data's states with "

@@ -1,0 +1,255 @@
+"""Monte Carlo replication studies of estimators: :func:`monte_carlo`."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import sys
+import warnings
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OdeinferWarning, StudyError
+from ._worker import describe, run_chunk
+from .result import COLUMNS, StudyResult
+
+__all__ = ["monte_carlo", "EstimatorLike", "ResultLike"]
+
+
+@runtime_checkable
+class ResultLike(Protocol):
+    """What an estimator returns, as far as :func:`monte_carlo` is concerned.
+
+    Attributes
+    ----------
+    params : mapping or pandas.Series
+        Parameter name -> estimate (scalars).
+    bse : mapping or pandas.Series or None
+        Parameter name -> standard error; NaN or None when not available.
+    converged : bool
+        Whether the estimator reports success.
+    """
+
+    params: Any
+    bse: Any
+    converged: bool
+
+
+class EstimatorLike(Protocol):
+    """A callable ``estimator(data) -> ResultLike`` (duck typed; see :class:`ResultLike`).
+
+    Typically a closure or ``functools.partial`` around ``Estimator(...).fit``
+    with the model and start values fixed.
+    """
+
+    def __call__(self, data: Any) -> ResultLike: ...
+
+
+def _root_seed(rng):
+    """A SeedSequence from ``rng`` without modifying the caller's object."""
+    if isinstance(rng, np.random.SeedSequence):
+        return np.random.SeedSequence(rng.entropy, spawn_key=rng.spawn_key, pool_size=rng.pool_size)
+    if isinstance(rng, np.random.Generator):
+        entropy = int(rng.integers(0, 2**63)) << 64 | int(rng.integers(0, 2**63))
+        return np.random.SeedSequence(entropy)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)) and rng >= 0:
+        return np.random.SeedSequence(int(rng))
+    raise StudyError(
+        f"`rng` must be a non-negative int seed, a numpy SeedSequence or a numpy Generator; "
+        f"received {rng!r}. Pass e.g. rng=2024 for a reproducible study."
+    )
+
+
+def _check_inputs(simulate_fn, estimators, n_rep, n_jobs):
+    if not callable(simulate_fn):
+        raise StudyError(
+            f"`simulate_fn` must be callable as simulate_fn(rng) -> (data, truth); received "
+            f"{type(simulate_fn).__name__}."
+        )
+    if not isinstance(estimators, Mapping) or not estimators:
+        raise StudyError(
+            f"`estimators` must be a non-empty dict name -> callable(data); received "
+            f"{type(estimators).__name__ if not isinstance(estimators, Mapping) else 'an empty dict'}. "
+            f"Pass e.g. estimators={{'two_step': fit_two_step}}."
+        )
+    for name, est in estimators.items():
+        if not isinstance(name, str) or not name:
+            raise StudyError(f"`estimators` keys must be non-empty str names; received {name!r}.")
+        if not callable(est):
+            raise StudyError(
+                f"`estimators[{name!r}]` must be callable(data) returning an object with params, "
+                f"bse and converged; received {type(est).__name__}."
+            )
+    if isinstance(n_rep, (bool, np.bool_)) or not isinstance(n_rep, (int, np.integer)) or n_rep < 1:
+        raise StudyError(f"`n_rep` must be an int >= 1; received {n_rep!r}. Pass e.g. n_rep=500.")
+    if isinstance(n_jobs, (bool, np.bool_)) or not isinstance(n_jobs, (int, np.integer)) or (
+        n_jobs < 1 and n_jobs != -1
+    ):
+        raise StudyError(
+            f"`n_jobs` must be an int >= 1, or -1 for all CPU cores; received {n_jobs!r}."
+        )
+
+
+def _check_picklable(simulate_fn, estimators):
+    """Functions sent to spawned worker processes must pickle by reference."""
+    main = sys.modules.get("__main__")
+    interactive = not getattr(main, "__file__", None)
+    named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
+    for label, fn in named:
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        problem = None
+        if interactive and module == "__main__":
+            problem = "it is defined in an interactive session or notebook (module __main__)"
+        else:
+            try:
+                pickle.dumps(fn)
+            except Exception as exc:
+                problem = f"it cannot be pickled ({describe(exc)})"
+        if problem:
+            raise StudyError(
+                f"`{label}` cannot be sent to worker processes with n_jobs > 1: {problem}. "
+                f"Worker processes are started fresh ('spawn'), so functions must be defined at "
+                f"the top level of an importable .py module (no lambdas, nested functions or "
+                f"notebook cells); import them from there, or use n_jobs=1."
+            )
+
+
+def _chunks(tasks, size):
+    return [tasks[i:i + size] for i in range(0, len(tasks), size)]
+
+
+def _raise_simulation_failure(out):
+    raise StudyError(
+        f"simulate_fn failed in replication {out['failed_rep']}: {out['error']}. A simulation "
+        f"must return (data, truth) for every seed; fix simulate_fn (or resample inside it)."
+    )
+
+
+def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True):
+    """Replicate simulate-then-estimate ``n_rep`` times and collect the estimates.
+
+    Parameters
+    ----------
+    simulate_fn : callable
+        ``simulate_fn(rng) -> (data, truth)``: draws one dataset using the
+        :class:`numpy.random.Generator` it is given (and no other randomness),
+        and returns it with ``truth``, a dict param name -> true value.
+    estimators : dict of str to callable
+        ``name -> estimator(data)``, each returning an object with ``params``,
+        ``bse`` and ``converged`` (the :class:`ResultLike` protocol, duck
+        typed; values must be scalars, None counts as NaN). An estimator that
+        raises is recorded (converged False, NaN estimate, the exception in
+        ``error``); it never stops the study. There is no time limit: an
+        estimator that hangs stalls the study.
+    n_rep : int
+        Number of replications, >= 1.
+    rng : int or numpy.random.SeedSequence or numpy.random.Generator
+        Root seed. Replication ``i`` uses ``default_rng(children[i])`` with
+        ``children = SeedSequence(...).spawn(n_rep)``, so the results do not
+        depend on ``n_jobs``. An int or SeedSequence is a seed: the same value
+        repeats the study, and a SeedSequence is not modified. A Generator is
+        consumed (128 bits are drawn from it), so reusing it gives a new study.
+        ``StudyResult.seed`` repeats any of them.
+    n_jobs : int, default 1
+        Number of local worker processes (``-1``: all CPU cores). Workers are
+        started with the ``"spawn"`` method (safe with numba and threads), so
+        ``simulate_fn`` and the estimators must be picklable: defined at the
+        top level of an importable module, not in a notebook cell or as lambdas.
+    progress : bool, default True
+        Show a tqdm progress bar (``tqdm.auto``, so a widget in Jupyter).
+
+    Returns
+    -------
+    StudyResult
+        ``.frame`` has one row per (replication, estimator, param) and
+        ``.summary(alpha)`` the bias, spread, standard-error honesty and
+        interval coverage. Parameters an estimator reports beyond ``truth``
+        are included with ``truth = NaN``.
+
+    Raises
+    ------
+    StudyError
+        Invalid arguments, functions that cannot be sent to workers, a failing
+        ``simulate_fn`` or a broken worker process.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> def simulate(rng):
+    ...     return rng.normal(1.0, 2.0, size=25), {"mu": 1.0}
+    >>> def sample_mean(x):
+    ...     return SimpleNamespace(params={"mu": x.mean()}, bse={"mu": 2.0 / 5.0}, converged=True)
+    >>> res = monte_carlo(simulate, {"mean": sample_mean}, 50, rng=1, progress=False)
+    >>> res.frame.shape
+    (50, 9)
+    """
+    _check_inputs(simulate_fn, estimators, n_rep, n_jobs)
+    n_rep = int(n_rep)
+    estimators = dict(estimators)
+    root = _root_seed(rng)
+    seed = np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key, pool_size=root.pool_size)
+    tasks = list(enumerate(root.spawn(n_rep)))
+    n_workers = (os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)
+
+    from tqdm.auto import tqdm
+
+    rows = []
+    with tqdm(total=n_rep, disable=not progress, desc="monte_carlo", unit="rep") as bar:
+        if n_workers == 1:
+            for task in tasks:
+                out = run_chunk(simulate_fn, estimators, [task])
+                rows.extend(out["rows"])
+                if "failed_rep" in out:
+                    _raise_simulation_failure(out)
+                bar.update(out["n_done"])
+        else:
+            _check_picklable(simulate_fn, estimators)
+            size = max(1, math.ceil(n_rep / (4 * n_workers)))
+            chunks = _chunks(tasks, size)
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(n_workers, len(chunks)), mp_context=ctx) as pool:
+                futures = [pool.submit(run_chunk, simulate_fn, estimators, c) for c in chunks]
+                try:
+                    for fut in as_completed(futures):
+                        try:
+                            out = fut.result()
+                        except Exception as exc:
+                            raise StudyError(
+                                f"a worker process failed ({describe(exc)}). This usually means "
+                                f"simulate_fn or an estimator could not be imported in a fresh "
+                                f"process: define them at the top level of an importable .py "
+                                f"module (in a script, run the study under "
+                                f"`if __name__ == '__main__':`), or use n_jobs=1."
+                            ) from exc
+                        rows.extend(out["rows"])
+                        if "failed_rep" in out:
+                            _raise_simulation_failure(out)
+                        bar.update(out["n_done"])
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+    rows.sort(key=lambda r: r[0])  # stable: keeps estimator and param order within a replication
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = frame.astype({"rep": "int64", "truth": "float64", "estimate": "float64",
+                          "stderr": "float64", "converged": "bool", "time": "float64"})
+    _warn_always_failing(frame)
+    return StudyResult(frame, seed=seed)
+
+
+def _warn_always_failing(frame):
+    for name, g in frame.groupby("estimator", sort=False):
+        if g["error"].notna().all():
+            warnings.warn(
+                f"estimator {name!r} raised in every replication, e.g. {g['error'].iloc[0]}. "
+                f"Check it on one simulated dataset before running a study.",
+                OdeinferWarning,
+                stacklevel=3,
+            )
