@@ -1,8 +1,26 @@
-"""odeinfer: parameter estimation for ordinary and delay differential equations."""
+"""odeinfer: parameter estimation for ordinary and delay differential equations.
+
+>>> import odeinfer as oi
+>>> from odeinfer import math as om
+"""
 
 __version__ = "0.1.0"
 
-from odeinfer import errors, math  # noqa: E402
+from odeinfer import datasets, errors, math, solve, studies, zoo  # noqa: E402
+from odeinfer.data import Data, Experiments  # noqa: E402
 from odeinfer.model import CompiledModel, Model, Observation, model  # noqa: E402
+from odeinfer.results import Estimate  # noqa: E402
+from odeinfer.simulate import Simulation, simulate  # noqa: E402
+from odeinfer.solve import Solution, make_solver, solve_ode  # noqa: E402
 
-__all__ = ["__version__", "errors", "math", "model", "Model", "Observation", "CompiledModel"]
+__all__ = [
+    "__version__",
+    # modules
+    "datasets", "errors", "math", "solve", "studies", "zoo",
+    # models and data
+    "model", "Model", "Observation", "CompiledModel", "Data", "Experiments",
+    # solving and simulating
+    "solve_ode", "make_solver", "Solution", "simulate", "Simulation",
+    # results
+    "Estimate",
+]

@@ -10,7 +10,7 @@ import difflib
 import numbers
 
 import numpy as np
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..errors import DataError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..errors import DataError
 from . import _display

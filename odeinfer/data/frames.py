@@ -6,7 +6,7 @@ import datetime as _dt
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..errors import DataError
 from ._validate import close_matches
@@ -15,7 +15,6 @@ from .experiments import Experiments
 
 __all__ = ["data_from_frame"]
 
-_DAY = pd.Timedelta(days=1)
 
 
 def _py(value):
@@ -107,9 +106,9 @@ def _time_values(df, time):
     col = df[time]
     if pd.api.types.is_datetime64_any_dtype(col):
         origin = col.min()
-        return ((col - origin) / _DAY).to_numpy(dtype=np.float64, na_value=np.nan), origin
+        return ((col - origin) / pd.Timedelta(days=1)).to_numpy(dtype=np.float64, na_value=np.nan), origin
     if pd.api.types.is_timedelta64_dtype(col):
-        return (col / _DAY).to_numpy(dtype=np.float64, na_value=np.nan), None
+        return (col / pd.Timedelta(days=1)).to_numpy(dtype=np.float64, na_value=np.nan), None
     return _numeric(col, time, "time"), None
 
 
@@ -122,7 +121,7 @@ def _convert_t0(t0, origin, label):
             f"in the time column's units. Pass a number, or a datetime64 time column."
         )
     try:
-        return float((pd.Timestamp(t0) - origin) / _DAY)
+        return float((pd.Timestamp(t0) - origin) / pd.Timedelta(days=1))
     except (TypeError, ValueError) as exc:
         raise DataError(
             f"`t0`{label} = {t0!r} cannot be compared with the time column ({exc}). "

@@ -11,7 +11,7 @@ import importlib.resources
 import re
 from pathlib import Path
 
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..data._validate import close_matches
 from ..errors import DataError

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..errors import OdeinferWarning, StudyError
 from ._worker import describe, run_chunk

@@ -7,7 +7,7 @@ import math
 from statistics import NormalDist
 
 import numpy as np
-import pandas as pd
+from odeinfer._lazy import pandas as pd
 
 from ..errors import StudyError
 

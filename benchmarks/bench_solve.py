@@ -1,0 +1,147 @@
+"""Solver benchmark: odeinfer's numba kernels against scipy's solve_ivp, in one run.
+
+Usage:  python benchmarks/bench_solve.py [--quick]
+
+Prints, for each case, our time, the baseline's time and their ratio; the figures
+recorded in benchmarks/RESULTS.md come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+LV_PARAMS = np.array([0.55, 0.028, 0.80, 0.024])
+LV_X0 = np.array([33.96, 5.93])
+T21 = np.arange(21.0)
+
+_LV_SOURCE = """
+import odeinfer as oi
+@oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
+def lv(t, y, p):
+    return {"prey": p.alpha * y.prey - p.beta * y.prey * y.pred,
+            "pred": p.delta * y.prey * y.pred - p.gamma * y.pred}
+"""
+
+
+def best_of(fn, repeat, number):
+    """Smallest mean time per call over ``repeat`` batches of ``number`` calls (timeit's rule)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return min(times)
+
+
+def lv_rhs(t, y, a, b, g, d):
+    return [a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - g * y[1]]
+
+
+def bench_lotka_volterra(quick):
+    import odeinfer as oi
+
+    ns = {}
+    exec(compile(_LV_SOURCE, "<lv>", "exec"), ns)  # the same model text as the cold-start runs
+    model = ns["lv"]
+    solver = oi.solve.make_solver(model, T21, sensitivities=True, rtol=1e-6, atol=1e-8)
+    solver(LV_PARAMS, LV_X0)  # warm
+    ours = best_of(lambda: solver(LV_PARAMS, LV_X0), 5, 2000 if not quick else 200)
+
+    def scipy_states():
+        solve_ivp(lv_rhs, (0.0, 20.0), LV_X0, t_eval=T21, args=tuple(LV_PARAMS), method="RK45", rtol=1e-6)
+
+    base = best_of(scipy_states, 5, 20 if not quick else 5)
+    # accuracy of what we timed: against DOP853 at rtol 1e-12
+    ref = solve_ivp(lv_rhs, (0.0, 20.0), LV_X0, t_eval=T21, args=tuple(LV_PARAMS), method="DOP853",
+                    rtol=1e-12, atol=1e-12).y.T
+    y, _, _ = solver(LV_PARAMS, LV_X0)
+    err = np.max(np.abs(y - ref) / np.abs(ref))
+    print(f"Lotka-Volterra, 21 points, rtol 1e-6")
+    print(f"  odeinfer dopri5 + sensitivities (4 params + 2 x0): {ours * 1e6:9.1f} us   (max rel. error {err:.1e})")
+    print(f"  scipy solve_ivp RK45, states only:                {base * 1e6:9.1f} us")
+    print(f"  ratio (scipy / odeinfer): {base / ours:8.0f}x   target >= 500x")
+    return base / ours
+
+
+def robertson_rhs(t, y):
+    return [-0.04 * y[0] + 1e4 * y[1] * y[2], 0.04 * y[0] - 1e4 * y[1] * y[2] - 3e7 * y[1] ** 2, 3e7 * y[1] ** 2]
+
+
+def bench_robertson(quick):
+    import odeinfer as oi
+
+    rob = oi.Model.from_equations(
+        {"y1": "-k1*y1 + k3*y2*y3", "y2": "k1*y1 - k3*y2*y3 - k2*y2**2", "y3": "k2*y2**2"},
+        params=["k1", "k2", "k3"], name="robertson")
+    p = np.array([0.04, 3e7, 1e4])
+    t = np.concatenate([[0.0], np.logspace(-5, 5, 40)])
+    solver = oi.solve.make_solver(rob, t, method="rodas", sensitivities=False, rtol=1e-6, atol=1e-10)
+    solver(p, np.array([1.0, 0.0, 0.0]))
+    ours = best_of(lambda: solver(p, np.array([1.0, 0.0, 0.0])), 5, 50 if not quick else 5)
+    solver_s = oi.solve.make_solver(rob, t, method="rodas", sensitivities=True, rtol=1e-6, atol=1e-10)
+    solver_s(p, np.array([1.0, 0.0, 0.0]))
+    ours_s = best_of(lambda: solver_s(p, np.array([1.0, 0.0, 0.0])), 5, 20 if not quick else 3)
+
+    def scipy_radau():
+        solve_ivp(robertson_rhs, (0.0, 1e5), [1.0, 0.0, 0.0], t_eval=t, method="Radau", rtol=1e-6, atol=1e-10)
+
+    base = best_of(scipy_radau, 3, 2 if not quick else 1)
+    ref = solve_ivp(robertson_rhs, (0.0, 1e5), [1.0, 0.0, 0.0], t_eval=t, method="Radau", rtol=1e-11,
+                    atol=1e-14).y.T
+    y, _, status = solver(p, np.array([1.0, 0.0, 0.0]))
+    err = np.max(np.abs(y[:, [0, 2]] - ref[:, [0, 2]]))
+    print(f"Robertson (stiff), 41 points to t = 1e5, rtol 1e-6, atol 1e-10")
+    print(f"  odeinfer rodas, states:              {ours * 1e3:9.3f} ms   (status {status}, max abs. error y1,y3 {err:.1e})")
+    print(f"  odeinfer rodas, states + sensitivities (3 params + 3 x0): {ours_s * 1e3:9.3f} ms")
+    print(f"  scipy solve_ivp Radau, states only:  {base * 1e3:9.3f} ms")
+    print(f"  ratio (scipy / odeinfer states): {base / ours:8.0f}x")
+
+
+def bench_start_up():
+    """Cold (empty disk cache: tracing + code generation + numba compilation) and warm second process."""
+    code = _LV_SOURCE + textwrap.dedent("""
+        import numpy as np
+        s = oi.solve.make_solver(lv, np.arange(21.0), sensitivities=True)
+        y, sens, status = s(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
+        assert status == 0
+    """)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, ODEINFER_CACHE_DIR=cache)
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=env, check=True)
+            times.append(time.perf_counter() - t0)
+    print("Start-up, whole process (python start, import odeinfer, trace, first solve with sensitivities)")
+    print(f"  cold (empty cache, compiles):  {times[0]:6.2f} s   target < 5 s")
+    print(f"  second process, warm cache:    {times[1]:6.2f} s   target < 1.5 s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = ap.parse_args()
+    import numba
+    import scipy
+
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, scipy {scipy.__version__}, "
+          f"numba {numba.__version__}, {os.cpu_count()} cpus\n")
+    bench_start_up()
+    print()
+    bench_lotka_volterra(args.quick)
+    print()
+    bench_robertson(args.quick)
+
+
+if __name__ == "__main__":
+    main()

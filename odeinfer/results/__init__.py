@@ -1,0 +1,5 @@
+"""Results of estimators: :class:`Estimate`."""
+
+from odeinfer.results.estimate import STATUSES, Estimate
+
+__all__ = ["Estimate", "STATUSES"]

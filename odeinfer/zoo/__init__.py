@@ -1,0 +1,21 @@
+"""The papers' example models with default true values, each documenting its source.
+
+>>> from odeinfer import zoo
+>>> entry = zoo.get("lorenz")
+>>> entry.model.states, entry.params_array()
+(('x1', 'x2', 'x3'), array([10.        , 28.        ,  2.66666667]))
+
+Every entry states what the source did not and what was chosen here
+(``entry.notes``, choices marked ``[choice]``).
+"""
+
+from odeinfer.zoo.classic import fitzhugh_nagumo, linear_decay, lotka_volterra, sir
+from odeinfer.zoo.registry import ZooEntry, available, get
+from odeinfer.zoo.seed000 import activator_inhibitor, lorenz, population
+from odeinfer.zoo.seed001 import alpha_pinene, riccati
+
+__all__ = [
+    "ZooEntry", "available", "get",
+    "lotka_volterra", "population", "lorenz", "activator_inhibitor", "alpha_pinene",
+    "riccati", "fitzhugh_nagumo", "sir", "linear_decay",
+]
