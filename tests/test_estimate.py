@@ -1,0 +1,91 @@
+"""The Estimate result: statsmodels vocabulary, immutability, display, JSON round trip."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.results import Estimate
+
+MODEL = oi.Model.from_equations({"x": "-k*x + c"}, params=["k", "c"], name="decay <b>&")
+
+
+def make(**kw):
+    cov = np.array([[0.04, 0.01, 0.0], [0.01, 0.09, 0.0], [0.0, 0.0, 0.25]])
+    base = dict(estimator="Test", model=MODEL, names=("k", "c", "x0[x]"), values=np.array([1.5, 0.2, 3.0]),
+                cov=cov, status="converged", message="ok", n_iter=7, cost=0.5, nobs=20,
+                fixed={}, sigma={"x": 0.1}, residuals=np.arange(4.0), history={"cost": [3.0, 1.0, 0.5]},
+                extras={"L": [2, 3]}, warnings=("w <1>",), provenance={"version": "x"})
+    base.update(kw)
+    return Estimate(**base)
+
+
+def test_params_bse_conf_int():
+    e = make()
+    assert list(e.params.index) == ["k", "c", "x0[x]"]
+    np.testing.assert_allclose(e.bse.to_numpy(), [0.2, 0.3, 0.5])
+    ci = e.conf_int(0.05)
+    z = 1.959963984540054  # standard normal 0.975 quantile (tables)
+    np.testing.assert_allclose(ci["lower"], [1.5 - z * 0.2, 0.2 - z * 0.3, 3.0 - z * 0.5], rtol=1e-12)
+    np.testing.assert_allclose(ci["upper"], [1.5 + z * 0.2, 0.2 + z * 0.3, 3.0 + z * 0.5], rtol=1e-12)
+    assert e.correlation().loc["k", "c"] == pytest.approx(0.01 / (0.2 * 0.3))
+    assert e.converged and e.cov_params().loc["c", "k"] == 0.01
+
+
+def test_missing_covariance_is_nan_not_missing():
+    e = make(cov=None, status="max_iter")
+    assert e.bse.isna().all() and e.conf_int().isna().all().all() and not e.converged
+
+
+def test_immutable():
+    e = make()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.values = np.zeros(3)
+    with pytest.raises(ValueError):
+        e.values[0] = 9.0
+    with pytest.raises(TypeError):
+        e.fixed["k"] = 1.0
+    p = e.params
+    p.iloc[0] = 100.0
+    assert e.values[0] == 1.5
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"values": [1.0, 2.0]}, r"values: expected shape \(3,\)"),
+    ({"cov": np.eye(2)}, r"cov: expected shape \(3, 3\)"),
+    ({"status": "ok"}, r"status: expected one of"),
+])
+def test_bad_fields(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make(**kw)
+
+
+def test_conf_int_bad_arguments():
+    with pytest.raises(ValueError, match=r"alpha: expected a number in \(0, 1\)"):
+        make().conf_int(1.5)
+    with pytest.raises(ValueError, match=r"method: 'profile' is not available"):
+        make().conf_int(method="profile")
+
+
+def test_summary_and_html_escape():
+    e = make()
+    text = e.summary()
+    assert "Test estimate of 'decay <b>&'" in text and "x0[x]" in text and "warning: w <1>" in text
+    html = e._repr_html_()
+    assert "decay &lt;b&gt;&amp;" in html and "w &lt;1&gt;" in html and "<b>&" not in html
+
+
+def test_json_round_trip(tmp_path):
+    e = make(values=np.array([1.5, np.nan, 3.0]))
+    path = tmp_path / "e.json"
+    e.to_json(path)
+    back = Estimate.from_json(path)
+    np.testing.assert_array_equal(back.values, e.values)
+    np.testing.assert_array_equal(back.cov, e.cov)
+    assert back.names == e.names and back.status == e.status and back.n_iter == 7
+    assert back.model.equations() == MODEL.equations() and back.model.name == MODEL.name
+    np.testing.assert_array_equal(back.history["cost"], [3.0, 1.0, 0.5])
+    assert dict(back.extras) == {"L": [2, 3]} and back.warnings == ("w <1>",)
+    with pytest.raises(ValueError, match="not an odeinfer Estimate JSON"):
+        Estimate.from_json('{"format": "other"}')
