@@ -1,0 +1,179 @@
+"""The estimator contract: ``Estimator(config).fit(model, data, start=..., fixed=...) -> Estimate``.
+
+Every estimator is a frozen dataclass of its configuration (validated at
+construction) deriving from :class:`Estimator`. ``fit`` validates the inputs
+once through :func:`prepare` (which never mutates the model, the data or the
+start values), runs the numerical work, and returns an
+:class:`~odeinfer.results.Estimate` built with :func:`make_estimate`.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from odeinfer.data import Data, Experiments, as_experiments
+from odeinfer.errors import DataError, ModelDefinitionError, OdeinferWarning
+from odeinfer.model import CompiledModel, Model
+from odeinfer.results import Estimate
+
+__all__ = ["Estimator", "Problem", "prepare", "make_estimate", "IdentifiabilityWarning", "EstimationError"]
+
+
+class IdentifiabilityWarning(OdeinferWarning):
+    """The Jacobian of the estimating equations is (nearly) rank deficient: some parameters are
+    not identifiable from these data; their standard errors are reported as NaN."""
+
+
+class EstimationError(ModelDefinitionError):
+    """The estimator cannot be applied to this model/data combination (raised before any work)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Validated inputs of one fit.
+
+    Attributes
+    ----------
+    model : Model
+    compiled : CompiledModel
+    experiments : Experiments
+        The data, as a sequence of experiments (a single Data becomes one experiment).
+    free : tuple of str
+        Names of the model parameters to estimate (model order).
+    fixed : dict
+        Model parameters held fixed, name -> value.
+    start : numpy.ndarray (n_free,)
+        Starting values of the free parameters (NaN where none was given).
+    x0 : dict or None
+        Known initial states, ``{state: value}``, if given.
+    """
+
+    model: Model
+    compiled: CompiledModel
+    experiments: Experiments
+    free: tuple
+    fixed: dict
+    start: np.ndarray
+    x0: dict | None
+
+    @property
+    def free_index(self) -> np.ndarray:
+        return np.array([self.model.params.index(n) for n in self.free], dtype=np.int64)
+
+    def full_params(self, theta_free) -> np.ndarray:
+        """All model parameters (model order) from the free ones and the fixed values."""
+        p = np.empty(self.model.n_params)
+        for i, name in enumerate(self.model.params):
+            p[i] = self.fixed[name] if name in self.fixed else np.nan
+        p[self.free_index] = theta_free
+        return p
+
+
+def _values_by_name(argument, values, names, allowed):
+    """A dict name -> float from a mapping, an Estimate or a sequence in ``names`` order."""
+    if values is None:
+        return {}
+    if isinstance(values, Estimate):
+        return {n: float(v) for n, v in zip(values.names, values.values) if n in allowed}
+    if isinstance(values, Mapping):
+        unknown = [k for k in values if k not in allowed]
+        if unknown:
+            raise ModelDefinitionError(
+                f"{argument}: {unknown} are not among the model's names {list(allowed)}"
+            )
+        out = {}
+        for k, v in values.items():
+            try:
+                out[k] = float(v)
+            except (TypeError, ValueError):
+                raise ModelDefinitionError(f"{argument}[{k!r}]: expected a number, got {v!r}") from None
+        return out
+    arr = np.asarray(values, dtype=float).ravel()
+    if arr.size != len(names):
+        raise ModelDefinitionError(
+            f"{argument}: expected {len(names)} values (for {list(names)}), got {arr.size}; "
+            "or pass a dict {name: value}"
+        )
+    return dict(zip(names, arr.tolist()))
+
+
+def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observed=False,
+            estimator="estimator") -> Problem:
+    """Validate ``fit`` inputs and compile the model; raises before any numerical work.
+
+    Parameters
+    ----------
+    model : Model
+    data : Data or Experiments
+    start : dict, array-like (n_free,), Estimate or None
+        Starting values of the free parameters (by name, or in model order of the free ones).
+    fixed : dict, optional
+        Parameters held fixed, name -> value.
+    x0 : dict or array-like (n_states,), optional
+        Known initial state.
+    require_all_observed : bool
+        Raise an :class:`EstimationError` if a state is never observed (matching
+        estimators need every state).
+    estimator : str
+        Name used in error messages.
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
+    if not isinstance(data, (Data, Experiments)):
+        raise DataError(f"data: expected oi.Data or oi.Experiments, got {type(data).__name__}")
+    exps = as_experiments(data)
+    for d in exps:
+        d.check_states(model.states)
+    if require_all_observed:
+        seen = set()
+        for d in exps:
+            seen |= {s for k, s in enumerate(d.states) if d.mask[:, k].any()}
+        missing = [s for s in model.states if s not in seen]
+        if missing:
+            raise EstimationError(
+                f"{estimator} needs every state observed, but {missing} are never observed in the data. "
+                "Use a trajectory estimator (oi.Embedding or oi.Simultaneous), which handles partial observation"
+            )
+    fixed_d = _values_by_name("fixed", fixed, model.params, model.params)
+    free = tuple(n for n in model.params if n not in fixed_d)
+    if not free:
+        raise ModelDefinitionError("fixed: every parameter is fixed; leave at least one free")
+    start_d = _values_by_name("start", start, free, model.params)
+    start_arr = np.array([start_d.get(n, np.nan) for n in free])
+    x0_d = None if x0 is None else _values_by_name("x0", x0, model.states, model.states)
+    return Problem(model, model.compile(), exps, free, fixed_d, start_arr, x0_d)
+
+
+def make_estimate(estimator: "Estimator", problem: Problem, names, values, cov, status, *, t_start,
+                  **kwargs) -> Estimate:
+    """Build the :class:`Estimate`, adding ``fixed`` and ``provenance``."""
+    import odeinfer
+
+    prov = {
+        "odeinfer": odeinfer.__version__,
+        "estimator": type(estimator).__name__,
+        "config": {f.name: repr(getattr(estimator, f.name)) for f in fields(estimator)},
+        "data": [d.name for d in problem.experiments],
+        "elapsed_s": time.perf_counter() - t_start,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    prov.update(kwargs.pop("provenance", {}))
+    return Estimate(type(estimator).__name__, problem.model, tuple(names), np.asarray(values, float), cov, status,
+                    fixed=dict(problem.fixed), provenance=prov, **kwargs)
+
+
+class Estimator(abc.ABC):
+    """Abstract base of every estimator (subclasses are frozen dataclasses of their settings)."""
+
+    @abc.abstractmethod
+    def fit(self, model: Model, data, *, start=None, fixed=None, **kwargs) -> Estimate:
+        """Estimate the parameters of ``model`` from ``data``; never mutates its inputs."""
+
+    def config(self) -> dict:
+        """The configuration as a dict."""
+        return asdict(self)
