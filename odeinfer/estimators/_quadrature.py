@@ -1,0 +1,302 @@
+"""Shared machinery of the matching estimators (gradient matching, orthogonal conditions).
+
+* composite Gauss-Legendre quadrature split at every knot, window end and discontinuity
+  of the vector field in ``t`` (spec seed-001 §1.4);
+* the model's exact derivatives (sympy) evaluated at all quadrature nodes at once;
+* detection of parameters that enter linearly (closed forms, variable projection) and of
+  sharp steps ``heaviside(g(t, p))`` with ``g`` affine in ``t`` (their location and jump,
+  for the exact derivative of an integral with respect to a switching parameter:
+  ``d/dp int f phi dt = int (df/dp)_a.e. phi dt - [f](t*) phi(t*) dt*/dp``, spec §1.5);
+* a whitened least-squares solver (closed form, variable projection, Levenberg-Marquardt).
+
+Node evaluation uses numpy functions generated from the same sympy expressions as the
+numba kernels (exact, vectorised over nodes); a numba loop taking the kernels as
+arguments would be recompiled in every process (numba cannot disk-cache it).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import sympy as sp
+from scipy.optimize import least_squares
+
+from odeinfer.estimators.base import EstimationError
+
+__all__ = ["gauss_grid", "NodeModel", "node_model", "Step", "Solved", "solve_whitened", "whitener"]
+
+
+def gauss_grid(breakpoints, a, b, h_max, n_gauss=8):
+    """Composite Gauss-Legendre nodes and weights on ``[a, b]`` split at ``breakpoints``.
+
+    Pieces longer than ``h_max`` are cut into equal parts. Returns ``(t, w)``, each (Q,).
+    """
+    br = np.asarray(breakpoints, float)
+    br = np.unique(np.concatenate([[a, b], br[(br > a) & (br < b)]]))
+    xg, wg = np.polynomial.legendre.leggauss(int(n_gauss))
+    ts, ws = [], []
+    for lo, hi in zip(br[:-1], br[1:]):
+        m = max(1, int(math.ceil((hi - lo) / h_max - 1e-12)))
+        edges = np.linspace(lo, hi, m + 1)
+        half = (edges[1:] - edges[:-1]) / 2
+        mid = (edges[1:] + edges[:-1]) / 2
+        ts.append((mid[:, None] + half[:, None] * xg[None, :]).ravel())
+        ws.append((half[:, None] * wg[None, :]).ravel())
+    return np.concatenate(ts), np.concatenate(ws)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """A sharp step ``heaviside(g)`` of the vector field, ``g`` affine in ``t``.
+
+    ``location(p)`` is where it switches, ``dlocation(p)`` its gradient (n_params,),
+    ``jump(t, X, p)`` the jump of ``f`` (forward in time) there, shape (len(t), n_states).
+    """
+
+    location: object
+    dlocation: object
+    jump: object
+    params: tuple  # names of the params the location depends on
+
+
+class NodeModel:
+    """Exact vector field and derivatives of a model, vectorised over nodes.
+
+    All methods take ``T`` (Q,), ``X`` (Q, n_states), ``p`` (n_params,).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.n, self.m = model.n_states, model.n_params
+        d = model.derivatives
+        self._args = (model.t_symbol, tuple(model.state_symbols), tuple(model.param_symbols))
+        self._f = self._make(list(d.f))
+        self._jy = self._make(list(d.jac_y))
+        self._jp = self._make(list(d.jac_p))
+        self._ft = self._make(list(d.f_t))
+        self._jyt = self._make(list(d.jac_y_t))
+        self._lock = threading.Lock()
+
+    def _make(self, exprs):
+        return sp.lambdify(self._args, exprs, modules="numpy", cse=True)
+
+    def _eval(self, fn, T, X, p, shape):
+        vals = fn(T, tuple(X.T), tuple(p))
+        out = np.empty((T.size, len(vals)))
+        for k, v in enumerate(vals):
+            out[:, k] = v
+        return out.reshape((T.size,) + shape)
+
+    def f(self, T, X, p):
+        return self._eval(self._f, T, X, p, (self.n,))
+
+    def jac_y(self, T, X, p):
+        return self._eval(self._jy, T, X, p, (self.n, self.n))
+
+    def jac_p(self, T, X, p):
+        return self._eval(self._jp, T, X, p, (self.n, self.m))
+
+    def f_t(self, T, X, p):
+        return self._eval(self._ft, T, X, p, (self.n,))
+
+    def jac_y_t(self, T, X, p):
+        return self._eval(self._jyt, T, X, p, (self.n, self.n))
+
+    @cached_property
+    def _d2(self):
+        d = self.model.derivatives
+        n, m = self.n, self.m
+        yy = [d.d2_yy[i][k][l] for i in range(n) for k in range(n) for l in range(n)]
+        py = [d.d2_py[i][j][l] for i in range(n) for j in range(m) for l in range(n)]
+        from odeinfer.model.derivatives import differentiate
+
+        pt = [differentiate(d.jac_p[i, j], self.model.t_symbol) for i in range(n) for j in range(m)]
+        return self._make(yy), self._make(py), self._make(pt)
+
+    def jac_y_dir(self, T, X, p, V):
+        """``sum_l d2 f_i / dy_k dy_l V_l``: (Q, n, n)."""
+        h = self._eval(self._d2[0], T, X, p, (self.n, self.n, self.n))
+        return np.einsum("qikl,ql->qik", h, V)
+
+    def jac_p_dir(self, T, X, p, V):
+        """``sum_l d2 f_i / dp_j dy_l V_l``: (Q, n, m)."""
+        h = self._eval(self._d2[1], T, X, p, (self.n, self.m, self.n))
+        return np.einsum("qijl,ql->qij", h, V)
+
+    def jac_p_t(self, T, X, p):
+        return self._eval(self._d2[2], T, X, p, (self.n, self.m))
+
+    def d2_py(self, T, X, p):
+        """``d2 f_i / dp_j dy_l``: (Q, n, m, n)."""
+        return self._eval(self._d2[1], T, X, p, (self.n, self.m, self.n))
+
+    # structure ---------------------------------------------------------------------
+    @cached_property
+    def steps(self) -> tuple:
+        """The sharp steps ``Heaviside(g)`` of the vector field with ``g`` affine in ``t``."""
+        t = self.model.t_symbol
+        nodes = set()
+        for e in self.model.exprs:
+            nodes |= {nd for nd in sp.preorder_traversal(e) if isinstance(nd, sp.Heaviside)}
+        out = []
+        for nd in sorted(nodes, key=sp.default_sort_key):
+            g = sp.expand(nd.args[0])
+            g1 = sp.diff(g, t)
+            if not g1.is_number or g1 == 0 or g.free_symbols & set(self.model.state_symbols):
+                raise EstimationError(
+                    f"model: the step {nd} is not of the form heaviside(a*t + b(p)); matching estimators "
+                    "split the quadrature at sharp steps and need their location. Use a smooth step "
+                    "(om.heaviside(x, width=...)) instead")
+            loc = sp.simplify(-(g - g1 * t) / g1)
+            sign = 1 if g1 > 0 else -1
+            jumps = [sign * (e.xreplace({nd: sp.Integer(1)}) - e.xreplace({nd: sp.Integer(0)}))
+                     for e in self.model.exprs]
+            ps = self.model.param_symbols
+            loc_fn = sp.lambdify((ps,), loc, modules="numpy")
+            dloc_fn = sp.lambdify((ps,), [sp.diff(loc, s) for s in ps], modules="numpy")
+            jump_fn = self._make(jumps)
+            names = tuple(n for n, s in zip(self.model.params, ps) if s in loc.free_symbols)
+            out.append(Step(lambda p, f=loc_fn: float(f(tuple(p))),
+                            lambda p, f=dloc_fn: np.asarray(f(tuple(p)), float),
+                            lambda T, X, p, f=jump_fn: self._eval(f, np.atleast_1d(T), np.atleast_2d(X), p,
+                                                                  (self.n,)),
+                            names))
+        return tuple(out)
+
+    def piecewise_params(self) -> set:
+        """Parameters in ``Piecewise``/``where`` conditions (unsupported when free)."""
+        found = set()
+        for e in self.model.exprs:
+            for nd in sp.preorder_traversal(e):
+                if isinstance(nd, sp.Piecewise):
+                    for _, cond in nd.args:
+                        found |= {n for n, s in zip(self.model.params, self.model.param_symbols)
+                                  if s in cond.free_symbols}
+        return found
+
+    def linear_params(self, free, fixed) -> tuple:
+        """Free params in which ``f`` is affine given the other free params (largest such set).
+
+        Switching parameters are never linear.
+        """
+        ps = dict(zip(self.model.params, self.model.param_symbols))
+        subs = {ps[k]: v for k, v in fixed.items()}
+        switching = set(self.model.switching_params)
+        jp = self.model.derivatives.jac_p
+        cols = {name: [jp[i, self.model.params.index(name)].xreplace(subs) for i in range(self.n)]
+                for name in free}
+        cand = [n for n in free if n not in switching]
+        dep = {n: set().union(*(c.free_symbols for c in cols[n])) for n in cand}
+
+        def ok(sub):
+            syms = {ps[n] for n in sub}
+            return all(not (dep[n] & syms) for n in sub)
+
+        if len(cand) <= 12:
+            from itertools import combinations
+
+            for size in range(len(cand), -1, -1):
+                hits = [sub for sub in combinations(cand, size) if ok(sub)]
+                if hits:
+                    A = list(hits[0])
+                    break
+        else:  # greedy: drop the most entangled parameter until affine
+            A = list(cand)
+            while not ok(A):
+                A.remove(max(A, key=lambda n: len(dep[n] & {ps[m] for m in A})))
+        return tuple(A)
+
+
+_CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def node_model(model) -> NodeModel:
+    """The (cached) :class:`NodeModel` of ``model``."""
+    with _CACHE_LOCK:
+        hit = _CACHE.get(model.fingerprint)
+        if hit is None or hit.model is not model:
+            hit = _CACHE[model.fingerprint] = NodeModel(model)
+        return hit
+
+
+def whitener(W, rcond=1e-10, ridge=0.0):
+    """``S`` with ``S'S = W^+`` restricted to the well-conditioned range: rows r <= N.
+
+    ``W`` here is the covariance to invert (e.g. V_e): eigenvalues below ``rcond * max`` are
+    dropped (pseudo-inverse); returns (S, n_dropped).
+    """
+    W = (W + W.T) / 2
+    if ridge:
+        W = W + ridge * np.trace(W) / W.shape[0] * np.eye(W.shape[0])
+    lam, U = np.linalg.eigh(W)
+    keep = lam > rcond * max(lam.max(), 0.0)
+    return (U[:, keep] / np.sqrt(lam[keep])).T, int((~keep).sum())
+
+
+@dataclass
+class Solved:
+    theta: np.ndarray
+    cost: float
+    n_iter: int
+    status: str
+    message: str
+    history: list
+
+
+def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol=1e-10, ftol=1e-12):
+    """Minimise ``|S e(theta)|^2``.
+
+    ``resid(theta)`` -> (N,), ``jac(theta)`` -> (N, p). Parameters ``lin_idx`` enter ``e`` affinely
+    (``e`` = e0(nonlin) + J_lin(nonlin) theta_lin): closed form if ``nonlin_idx`` is empty,
+    variable projection (Kaufman's Jacobian) otherwise; the full set is polished by a
+    trust-region least-squares run when nothing is linear.
+    """
+    p = x0.size
+    lin_idx = np.asarray(lin_idx, int)
+    nonlin_idx = np.asarray(nonlin_idx, int)
+    history = []
+
+    def profile(th_nl):
+        th = np.zeros(p)
+        th[nonlin_idx] = th_nl
+        e0 = S @ resid(th)
+        G = (S @ jac(th))[:, lin_idx]
+        sol, *_ = np.linalg.lstsq(G, -e0, rcond=None)
+        th[lin_idx] = sol
+        return th, e0 + G @ sol, G
+
+    if nonlin_idx.size == 0:
+        th, r, _ = profile(np.empty(0))
+        c = float(r @ r)
+        return Solved(th, c, 1, "converged", "closed form (linear in the parameters)", [c])
+    if lin_idx.size:
+        def fun(th_nl):
+            th, r, _ = profile(th_nl)
+            history.append(float(r @ r))
+            return r
+
+        def fjac(th_nl):
+            th, r, G = profile(th_nl)
+            Jb = (S @ jac(th))[:, nonlin_idx]
+            Q, _ = np.linalg.qr(G)
+            return Jb - Q @ (Q.T @ Jb)
+
+        res = least_squares(fun, x0[nonlin_idx], jac=fjac, method="trf", max_nfev=max_nfev, xtol=xtol, ftol=ftol)
+        th, r, _ = profile(res.x)
+    else:
+        def fun(th):
+            r = S @ resid(th)
+            history.append(float(r @ r))
+            return r
+
+        res = least_squares(fun, x0, jac=lambda th: S @ jac(th), method="trf", max_nfev=max_nfev,
+                            xtol=xtol, ftol=ftol)
+        th = res.x
+        r = res.fun
+    status = "converged" if res.status > 0 else ("max_iter" if res.status == 0 else "failed")
+    return Solved(th, float(r @ r), int(res.nfev), status, str(res.message), history)
