@@ -11,6 +11,7 @@ __all__ = [
     "TracingError",
     "EquationParseError",
     "DataError",
+    "InputError",
     "SolverError",
     "StiffnessError",
     "StudyError",
@@ -37,6 +38,11 @@ class EquationParseError(ModelDefinitionError):
 
 class DataError(OdeinferError, ValueError):
     """Times, observations or their names are invalid."""
+
+
+class InputError(OdeinferError, ValueError):
+    """An argument of a public call is invalid (parameter or initial-state
+    values and names, tolerances, method names, step limits)."""
 
 
 class SolverError(OdeinferError, RuntimeError):

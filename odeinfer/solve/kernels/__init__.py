@@ -6,7 +6,10 @@ so that the solver calls the model's kernels as plain globals and numba can cach
 the machine code on disk. Rules for these files:
 
 * import only ``math``, ``numpy as np`` and ``numba`` names;
-* use ``@njit(cache=True)``; out-buffers and integer status codes, no exceptions;
+* use ``@njit(cache=True, error_model="numpy")`` (solver entry points add
+  ``fastmath={"contract"}``, which only lets LLVM fuse multiply-adds; it keeps
+  IEEE inf/NaN semantics, so the non-finite checks stay valid); out-buffers
+  and integer status codes, no exceptions;
 * call the model through these globals, defined by the generated model source
   (``n`` states, ``m`` parameters, all arrays float64, C-contiguous):
 
@@ -20,6 +23,15 @@ the machine code on disk. Rules for these files:
   ``model_jac_p_t(t, y, p, out)``      out (n, m) = d/dt df/dp
 
   and the integer constants ``N_STATES`` and ``N_PARAMS``.
+
+Solver kernels defined by these files (documented in each file):
+``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
+``linalg.py`` (``lu_factor``, ``lu_solve``), ``dopri.py`` (``dopri5_solve``,
+``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``rodas.py``
+(``rodas_solve``, ``rodas_solve_sens``, ``rodas_work_size``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
+``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
+estimators of :mod:`odeinfer.estimators.newton`). Names are shared with the model kernels in one module,
+so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
 """
 
-KERNEL_FILES: tuple[str, ...] = ()
+KERNEL_FILES: tuple[str, ...] = ("common.py", "linalg.py", "dopri.py", "rodas.py", "residuals.py")

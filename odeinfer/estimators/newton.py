@@ -1,0 +1,507 @@
+"""Newton-Raphson (Gauss-Newton), gradient descent and their stochastic versions for the
+equation-error ("gradient matching") formulation of Syafiie, Subiantoro, Andasari & Tadeo,
+"Systems of ODEs parameters estimation by using stochastic Newton-Raphson and gradient
+descent methods" (arXiv preprint); corrected reading in
+``specs/seed-000-stochastic-newton-gradient.md``.
+
+The data are turned into rows ``(t_r, x_r, d_r)`` by a derivative scheme
+(:mod:`odeinfer.estimators.finite_difference`); the residual, stacked over rows and states, is
+
+    E(a) = f(t_r, x_r, a) - d_r,     J(a) = df/da (t_r, x_r, a)   (exact, from the model kernels)
+
+and ``0.5 ||E||^2`` (paper eq. 29) is minimised without ever solving the ODE.
+
+* :class:`NewtonRaphson` -- the paper's "NR" (eq. 16 with the missing transpose) is
+  Gauss-Newton, ``a <- a - (J^T J)^+ J^T E``; Levenberg-Marquardt damping by default,
+  ``damping="none"`` for the paper's undamped iteration.
+* :class:`GradientDescent` -- ``a <- a - eta J^T E`` with the exact Cauchy step
+  ``eta = ||J^T E||^2 / ||J J^T E||^2`` (eq. 31), plus a backtracking guard for models
+  nonlinear in ``a`` (where eq. 32 is not guaranteed).
+* :class:`StochasticNewton`, :class:`StochasticGradient` -- eqs. (17), (33): each step uses a
+  random subset of ``n_equations`` state equations (the paper) and, optionally, a minibatch
+  of ``batch_size`` time rows (the big-data version, not in the paper); pseudo-inverse for
+  rank-deficient subsets.
+
+Covariance (all four): the sandwich ``(J^T J)^-1 J^T diag(e^2) J (J^T J)^-1`` at the estimate
+(heteroscedasticity-robust, HC0). It treats the rows as independent with fixed regressors: it
+ignores the noise in the regressors ``x_r`` (errors-in-variables) and the correlation that a
+difference stencil puts between neighbouring rows (MA(1) for the forward difference; on Lorenz,
+dt = 0.05, sigma = sqrt(2) the sandwich standard errors are 1.25-2.6 times the Monte Carlo
+spread, see ``tests/reference/seed000_tables.md``), and it
+says nothing about the bias of the finite differences: with measurement noise ``sigma`` the
+forward difference is biased by ``O(sigma^2 / dt)`` (spec §5.3) -- denser sampling makes it
+*worse*. Use ``derivative="spline"`` or ``"local_polynomial"`` on noisy data.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from odeinfer.errors import DataError, InputError
+from odeinfer.estimators import _newton_core as core
+from odeinfer.estimators.base import (Estimator, IdentifiabilityWarning, Problem, _values_by_name, make_estimate,
+                                      prepare)
+from odeinfer.estimators.finite_difference import DerivativeScheme
+from odeinfer.estimators.streaming import InMemoryRows, as_row_source, minibatches
+from odeinfer.model import Model
+from odeinfer.results import Estimate
+
+__all__ = ["NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient"]
+
+_DEFAULT_START = 1.0
+
+
+# --- validation helpers --------------------------------------------------------------------
+def _pos_int(name, v, hint):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise InputError(f"{name}: expected a positive int ({hint}), got {v!r}")
+
+
+def _tol(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < 1):
+        raise InputError(f"{name}: expected a number in [0, 1) (relative tolerance), got {v!r}")
+
+
+def _common_checks(cfg):
+    scheme = DerivativeScheme(cfg.derivative, cfg.window, cfg.degree, cfg.spline_lam, cfg.evaluate_at)
+    object.__setattr__(cfg, "evaluate_at", scheme.evaluate_at)
+    _pos_int("max_iter", cfg.max_iter, "iteration budget")
+    _tol("xtol", cfg.xtol)
+    _tol("gtol", cfg.gtol)
+    if not (isinstance(cfg.rcond, float) and 0 < cfg.rcond < 1):
+        raise InputError(f"rcond: expected a float in (0, 1) (relative eigenvalue cut-off for the rank), "
+                         f"got {cfg.rcond!r}")
+
+
+def _stochastic_checks(cfg):
+    _common_checks(cfg)
+    if cfg.n_equations is not None:
+        _pos_int("n_equations", cfg.n_equations, "state equations per step, r in the paper; None for all")
+    if cfg.batch_size is not None:
+        _pos_int("batch_size", cfg.batch_size, "time rows per minibatch; None for all rows")
+    _pos_int("max_epochs", cfg.max_epochs, "passes over the data")
+    d = cfg.step_decay
+    if not (d in ("auto", "none") or (isinstance(d, (int, float)) and not isinstance(d, bool) and d > 0)):
+        raise InputError(f"step_decay: expected 'auto', 'none' or a positive number of steps, got {d!r}")
+
+
+def _scheme(cfg):
+    return DerivativeScheme(cfg.derivative, cfg.window, cfg.degree, cfg.spline_lam, cfg.evaluate_at)
+
+
+# --- inputs -> rows ---------------------------------------------------------------------------
+def _rows_from_data(problem: Problem, scheme):
+    states = problem.model.states
+    blocks = []
+    for d in problem.experiments:
+        if np.any(np.diff(d.t) <= 0):
+            raise DataError(f"data {d.name!r}: derivative schemes need strictly increasing times, got repeated "
+                            "times (replicates); average the replicates first")
+        if d.n_times < scheme.min_samples():
+            raise DataError(f"data {d.name!r}: {d.n_times} times, derivative={scheme.name!r} needs at least "
+                            f"{scheme.min_samples()}")
+        y = np.where(d.mask, d.y, np.nan)
+        Y = np.column_stack([y[:, d.states.index(s)] if s in d.states else np.full(d.n_times, np.nan)
+                             for s in states])
+        blocks.append(scheme.rows(d.t, Y))
+    return InMemoryRows(blocks)
+
+
+def _problem_stream(est, model, start, fixed):
+    if not isinstance(model, Model):
+        raise TypeError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
+    fixed_d = _values_by_name("fixed", fixed, model.params, model.params)
+    free = tuple(n for n in model.params if n not in fixed_d)
+    if not free:
+        raise InputError("fixed: every parameter is fixed; leave at least one free")
+    start_d = _values_by_name("start", start, free, model.params)
+    start_arr = np.array([start_d.get(n, np.nan) for n in free])
+    return Problem(model, model.compile(), (), free, fixed_d, start_arr, None)
+
+
+def _accumulator(problem):
+    full = problem.full_params(np.zeros(len(problem.free)))
+    return core.Accumulator(problem.compiled.module, problem.model.n_states, problem.model.n_params,
+                            problem.free_index, np.nan_to_num(full))
+
+
+def _start(problem):
+    s = problem.start.copy()
+    s[np.isnan(s)] = _DEFAULT_START
+    return s
+
+
+# --- the shared fit ---------------------------------------------------------------------------
+def _run(est, problem, source, algorithm, *, rng=None, in_memory=True, t_start):
+    acc = _accumulator(problem)
+    theta0 = _start(problem)
+    n = problem.model.n_states
+
+    def full(theta, meat=False):
+        return acc.evaluate(source.blocks(), theta, meat=meat)
+
+    if algorithm in ("newton", "gradient"):
+        if algorithm == "newton":
+            out = core.newton(full, theta0, damping=est.damping, max_iter=est.max_iter, xtol=est.xtol,
+                              gtol=est.gtol, rcond=est.rcond, lam0=est.lambda0)
+        else:
+            out = core.gradient_descent(full, theta0, max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol)
+        extras = {}
+    else:
+        r = n if est.n_equations is None else est.n_equations
+        if r > n:
+            raise InputError(f"n_equations: {r} exceeds the model's {n} state equations; use at most {n}")
+        b = est.batch_size
+        if b is not None and source.total_rows is not None and b > source.total_rows:
+            raise InputError(f"batch_size: {b} is larger than the data ({source.total_rows} rows after the "
+                             f"{est.derivative!r} differences); use batch_size <= {source.total_rows} or None")
+        gen = np.random.default_rng(rng)
+        if b is None:
+            per_epoch = math.ceil(n / r)
+
+            def batches():
+                for _ in range(per_epoch):
+                    yield list(source.blocks())
+        else:
+            per_epoch = None if source.total_rows is None else max(1, source.total_rows // b)
+
+            def batches():
+                count = 0
+                for batch in minibatches(source, b, gen):
+                    count += 1
+                    yield batch
+                if count == 0:
+                    raise InputError(f"batch_size: {b} is larger than the streamed data (fewer than {b // 2 + 1} "
+                                     "rows in a pass); use a smaller batch_size")
+        decay = est.step_decay
+        if decay == "auto":
+            # SNR steps are (nearly) exact on a minibatch: decay over one epoch; Cauchy steps
+            # zig-zag, so SGD keeps near-full steps for about ten epochs
+            factor = 1.0 if algorithm == "snr" else 10.0
+            decay = None if b is None else factor * float(per_epoch or 100)
+        elif decay == "none":
+            decay = None
+        one_shot = not source.reiterable
+        if one_shot and est.max_epochs > 1:
+            raise InputError(f"max_epochs: a one-shot iterator allows one pass, got max_epochs={est.max_epochs}; "
+                             "use max_epochs=1 or pass a callable that returns a new iterator per pass")
+        out = core.stochastic(acc, batches, (lambda th: None) if one_shot else full, theta0,
+                              method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r, max_epochs=est.max_epochs,
+                              max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol, decay=decay, rng=gen,
+                              rcond=est.rcond)
+        extras = {"n_equations": r, "batch_size": b, "step_decay": decay,
+                  "epochs": len(out.history["cost"]) or 1}
+    return _finish(est, problem, source, acc, out, extras, in_memory=in_memory, t_start=t_start)
+
+
+def _finish(est, problem, source, acc, out, extras, *, in_memory, t_start):
+    warns = []
+    theta = out.theta
+    cov = None
+    if source.reiterable and np.all(np.isfinite(theta)):
+        ev = acc.evaluate(source.blocks(), theta, meat=True)
+    else:
+        ev = out.ev
+        warns.append("no covariance: a one-shot iterator gives no pass at the final estimate")
+    if ev is not None and ev.M is not None and ev.finite and ev.nrows > 0:
+        cov, rank, cond, bad = core.sandwich(ev, est.rcond)
+        extras.update(rank=rank, condition_number=cond, gradient_cosine=ev.grad_cosine())
+        if bad.any():
+            names = [n for n, b in zip(problem.free, bad) if b]
+            msg = (f"J^T J is rank deficient (rank {rank} of {len(problem.free)}): {names} are not identifiable "
+                   "from these equations; their standard errors are NaN. Fix them (fixed=...) or add data")
+            warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
+            warns.append(msg)
+    status = out.status
+    if not np.all(np.isfinite(theta)):
+        status = "failed"
+    residuals, t_rows = None, None
+    if in_memory and np.all(np.isfinite(theta)):
+        parts = [(b[0], acc.residuals(b, theta)) for b in source.blocks()]
+        t_rows = np.concatenate([p[0] for p in parts])
+        residuals = np.concatenate([p[1] for p in parts])
+    if ev is not None and ev.nbad:
+        warns.append(f"{ev.nbad} residuals are not finite at the estimate")
+    extras.update(derivative=est.derivative, evaluate_at=est.evaluate_at, source=source.describe(),
+                  cov_type="sandwich HC0 (ignores errors-in-variables and stencil correlation)")
+    if t_rows is not None:
+        extras["t_rows"] = t_rows
+    hist = {k: np.asarray(v, float) for k, v in out.history.items()}
+    return make_estimate(est, problem, problem.free, theta, cov, status, t_start=t_start, message=out.message,
+                         n_iter=out.n_iter, cost=float(ev.cost) if ev is not None else float("nan"),
+                         nobs=int(ev.nrows) if ev is not None else 0, residuals=residuals, history=hist,
+                         extras=extras, warnings=tuple(warns),
+                         **({} if in_memory else {"provenance": {"data": [source.describe()]}}))
+
+
+def _fit(est, algorithm, model, data, start, fixed, rng=None):
+    t0 = time.perf_counter()
+    problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
+                      estimator=type(est).__name__)
+    source = _rows_from_data(problem, _scheme(est))
+    return _run(est, problem, source, algorithm, rng=rng, in_memory=True, t_start=t0)
+
+
+def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size, rng=None):
+    t0 = time.perf_counter()
+    problem = _problem_stream(est, model, start, fixed)
+    rows = as_row_source(source, _scheme(est), model.states, states, chunk_size)
+    if algorithm in ("newton", "gradient") and not rows.reiterable:
+        raise InputError(f"source: {type(est).__name__} needs one pass per iteration, but a one-shot iterator "
+                         "can be read once; pass a callable that returns a new iterator, a list of chunks, or "
+                         "(t, y) arrays (np.load(..., mmap_mode='r'))")
+    return _run(est, problem, rows, algorithm, rng=rng, in_memory=False, t_start=t0)
+
+
+_FIT_DOC = """
+        Parameters
+        ----------
+        model : Model
+            Every state must be observed (equation-error methods need all of ``x``).
+        data : Data or Experiments
+            Strictly increasing times; missing values (NaN) drop the affected rows.
+        start : dict, array-like (n_free,) or Estimate, optional
+            Start values of the free parameters; missing ones start at 1.0.
+        fixed : dict, optional
+            Parameters held fixed, name -> value.
+
+        Returns
+        -------
+        Estimate
+            ``values`` (free parameters), ``cov`` (sandwich), ``status``, ``n_iter``, ``cost``
+            (``0.5 ||E||^2``), ``nobs`` (equations used), ``residuals`` (rows x states, NaN where
+            skipped; their times in ``extras["t_rows"]``), ``history`` (``cost``, ``step``, ``grad``
+            per iteration, or per epoch for the stochastic estimators), ``extras``, ``warnings``.
+"""
+
+_STREAM_DOC = """
+        Parameters
+        ----------
+        model : Model
+        source : (t, y) arrays / memory maps, (N, 1 + n) array or .npy path, callable returning an
+            iterator of ``(t_chunk, y_chunk)``, re-iterable of chunks, or a one-shot iterator
+            (see :mod:`odeinfer.estimators.streaming`). Memory use is O(chunk).
+        start, fixed : as in :meth:`fit`
+        states : sequence of str, optional
+            Names of the columns of ``y`` (default: the model's states in order).
+        chunk_size : int, default 100000
+            Samples per chunk read from array sources.
+
+        Returns
+        -------
+        Estimate
+            As :meth:`fit`, without ``residuals``.
+"""
+
+
+def _cite(cls):
+    cls.__doc__ = cls.__doc__.rstrip() + ("\n\n    References\n    ----------\n    S. Syafiie, A. Subiantoro, V. Andasari, F. Tadeo, \"Systems of "
+                    "ODEs parameters estimation by using\n    stochastic Newton-Raphson and gradient descent methods\", "
+                    "arXiv preprint.\n")
+    cls.fit.__doc__ = cls.fit.__doc__.rstrip() + "\n" + _FIT_DOC
+    cls.fit_stream.__doc__ = cls.fit_stream.__doc__.rstrip() + "\n" + _STREAM_DOC
+    return cls
+
+
+_COMMON = """
+    derivative : {"forward", "second_order", "local_polynomial", "spline"}, default "forward"
+        Derivative scheme (see :mod:`odeinfer.estimators.finite_difference`); "forward" is the paper's.
+    window, degree : int, default 9, 2
+        Local polynomial settings.
+    spline_lam : float or None, default None
+        Smoothing-spline penalty (None: GCV).
+    evaluate_at : {"measured", "smoothed"} or None
+        Where ``f`` is evaluated (None: measured for differences, smoothed for smoothers).
+    rcond : float, default 1e-10
+        Relative eigenvalue cut-off of the Jacobi-scaled ``J^T J`` (rank, pseudo-inverse)."""
+
+
+@_cite
+@dataclass(frozen=True)
+class NewtonRaphson(Estimator):
+    __doc__ = ("""The paper's "NR" (Algorithm 1): Gauss-Newton on the equation error, with optional damping.
+
+    Parameters
+    ----------""" + _COMMON + """
+    damping : {"lm", "none"}, default "lm"
+        Levenberg-Marquardt (robust from far starts) or the paper's undamped step.
+    lambda0 : float, default 1.0
+        Initial damping, relative to ``diag(J^T J)``. The cautious default keeps the first
+        steps short: with 1e-3 the activator-inhibitor guess 5 jumps across the pole of
+        ``f1`` into a spurious minimum (see ``tests/reference/seed000_tables.md``).
+    max_iter : int, default 100
+    xtol : float, default 1e-10
+        Stop when ``max|step| <= xtol (max|a| + xtol)``.
+    gtol : float, default 1e-10
+        Stop when ``max_j |J_j^T E| / (||J_j|| ||E||) <= gtol``.
+
+    Examples
+    --------
+    >>> import odeinfer as oi
+    >>> z = oi.zoo.lorenz()
+    >>> data, _ = oi.simulate(z.model, z.params, z.x0, z.t)      # noise free, dt = 0.05
+    >>> est = NewtonRaphson().fit(z.model, data, start=[15.0, 1.0, -10.0])
+    >>> est.status, est.values.round(3).tolist()   # forward-difference truncation bias (spec §5.3)
+    ('converged', [9.456, 27.604, 2.834])
+    """)
+
+    derivative: str = "forward"
+    window: int = 9
+    degree: int = 2
+    spline_lam: float | None = None
+    evaluate_at: str | None = None
+    damping: str = "lm"
+    lambda0: float = 1.0
+    max_iter: int = 100
+    xtol: float = 1e-10
+    gtol: float = 1e-10
+    rcond: float = 1e-10
+
+    def __post_init__(self):
+        _common_checks(self)
+        if self.damping not in ("lm", "none"):
+            raise InputError(f"damping: expected 'lm' (Levenberg-Marquardt) or 'none' (the paper), got {self.damping!r}")
+        if isinstance(self.lambda0, bool) or not isinstance(self.lambda0, (int, float)) or not self.lambda0 > 0:
+            raise InputError(f"lambda0: expected a positive number (initial Levenberg-Marquardt damping relative "
+                             f"to diag(J^T J)), got {self.lambda0!r}")
+
+    def fit(self, model, data, *, start=None, fixed=None) -> Estimate:
+        """Estimate the parameters from in-memory data."""
+        return _fit(self, "newton", model, data, start, fixed)
+
+    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000) -> Estimate:
+        """Exact Gauss-Newton over a stream: one pass per iteration accumulates ``J^T J`` and ``J^T E``."""
+        return _fit_stream(self, "newton", model, source, start, fixed, states, chunk_size)
+
+
+@_cite
+@dataclass(frozen=True)
+class GradientDescent(Estimator):
+    __doc__ = ("""The paper's "GD" (Algorithm 3): steepest descent with the exact Cauchy step (eq. 31).
+
+    Parameters
+    ----------""" + _COMMON + """
+    max_iter : int, default 20000
+    xtol : float, default 1e-12
+    gtol : float, default 1e-9
+        As for :class:`NewtonRaphson`. The paper's loose, unreported step tolerance explains its
+        start-dependent Lorenz results (spec §5.2 item 6); tight tolerances reach the NR solution.
+    """)
+
+    derivative: str = "forward"
+    window: int = 9
+    degree: int = 2
+    spline_lam: float | None = None
+    evaluate_at: str | None = None
+    max_iter: int = 20000
+    xtol: float = 1e-12
+    gtol: float = 1e-9
+    rcond: float = 1e-10
+
+    def __post_init__(self):
+        _common_checks(self)
+
+    def fit(self, model, data, *, start=None, fixed=None) -> Estimate:
+        """Estimate the parameters from in-memory data."""
+        return _fit(self, "gradient", model, data, start, fixed)
+
+    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000) -> Estimate:
+        """Gradient descent over a stream: one pass per iteration (``||J v||^2 = v^T J^T J v``)."""
+        return _fit_stream(self, "gradient", model, source, start, fixed, states, chunk_size)
+
+
+_STOCH = """
+    n_equations : int or None, default None
+        ``r``: state equations drawn (uniformly, without replacement) per step; None: all.
+    batch_size : int or None, default None
+        Time rows per minibatch; None: all rows every step (the paper's scheme).
+    max_epochs : int, default 100
+        Passes over the data; convergence is checked after each on the full data.
+    max_iter : int, default 100000
+        Total steps.
+    step_decay : "auto", "none" or float, default "auto"
+        Steps are scaled by ``1 / (1 + k / step_decay)``; "auto": no decay without minibatches
+        (the paper); with minibatches, the number of steps in one epoch (SNR) or ten epochs
+        (SGD, whose Cauchy steps zig-zag); "none": no decay.
+    xtol : float, default 1e-8
+        Stop when the change over an epoch (that updated every parameter) is ``<= xtol (max|a| + xtol)``.
+    gtol : float, default 1e-10
+        Stop when the full-data gradient cosine is ``<= gtol``."""
+
+
+@_cite
+@dataclass(frozen=True)
+class StochasticNewton(Estimator):
+    __doc__ = ("""The paper's "SNR" (Algorithm 2): Gauss-Newton steps on random equation subsets and minibatches.
+
+    The pseudo-inverse makes subsets that miss some parameters work (zero step for them).
+
+    Parameters
+    ----------""" + _COMMON + _STOCH)
+
+    derivative: str = "forward"
+    window: int = 9
+    degree: int = 2
+    spline_lam: float | None = None
+    evaluate_at: str | None = None
+    n_equations: int | None = None
+    batch_size: int | None = None
+    max_epochs: int = 100
+    max_iter: int = 100_000
+    step_decay: object = "auto"
+    xtol: float = 1e-8
+    gtol: float = 1e-10
+    rcond: float = 1e-10
+
+    def __post_init__(self):
+        _stochastic_checks(self)
+
+    def fit(self, model, data, *, start=None, fixed=None, rng=None) -> Estimate:
+        """Estimate the parameters from in-memory data; ``rng``: seed or numpy Generator."""
+        return _fit(self, "snr", model, data, start, fixed, rng)
+
+    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000,
+                   rng=None) -> Estimate:
+        """Minibatch Gauss-Newton over a stream (O(chunk + batch) memory); ``rng``: seed or Generator."""
+        return _fit_stream(self, "snr", model, source, start, fixed, states, chunk_size, rng)
+
+
+@_cite
+@dataclass(frozen=True)
+class StochasticGradient(Estimator):
+    __doc__ = ("""The paper's "SGD" (Algorithm 4): Cauchy-step gradient descent on random equation subsets
+    and minibatches.
+
+    Parameters
+    ----------""" + _COMMON + _STOCH)
+
+    derivative: str = "forward"
+    window: int = 9
+    degree: int = 2
+    spline_lam: float | None = None
+    evaluate_at: str | None = None
+    n_equations: int | None = None
+    batch_size: int | None = None
+    max_epochs: int = 100
+    max_iter: int = 100_000
+    step_decay: object = "auto"
+    xtol: float = 1e-8
+    gtol: float = 1e-10
+    rcond: float = 1e-10
+
+    def __post_init__(self):
+        _stochastic_checks(self)
+
+    def fit(self, model, data, *, start=None, fixed=None, rng=None) -> Estimate:
+        """Estimate the parameters from in-memory data; ``rng``: seed or numpy Generator."""
+        return _fit(self, "sgd", model, data, start, fixed, rng)
+
+    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000,
+                   rng=None) -> Estimate:
+        """Minibatch gradient descent over a stream (O(chunk + batch) memory); ``rng``: seed or Generator."""
+        return _fit_stream(self, "sgd", model, source, start, fixed, states, chunk_size, rng)

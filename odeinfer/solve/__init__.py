@@ -1,0 +1,13 @@
+"""ODE solvers: explicit Dormand-Prince 5(4) and stiff Rodas4, with forward sensitivities.
+
+:func:`solve_ode` is the validated, user-facing call; :func:`make_solver` returns a
+:class:`Solver` that calls the numba kernel directly with preallocated buffers
+(for estimators and benchmarks). The kernels themselves live in
+:mod:`odeinfer.solve.kernels` and are compiled into each model's generated module,
+so numba code there can call ``dopri5_solve`` / ``rodas_solve`` directly.
+"""
+
+from odeinfer.solve.api import Solution, Solver, make_solver, solve_ode
+from odeinfer.solve.status import Status, status_message
+
+__all__ = ["solve_ode", "make_solver", "Solver", "Solution", "Status", "status_message"]

@@ -1,0 +1,162 @@
+"""Validation of the arguments of :func:`odeinfer.solve.solve_ode` and
+:func:`odeinfer.solve.make_solver`: every check happens here, before a kernel runs."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from odeinfer.errors import DataError, InputError
+
+METHODS = ("dopri5", "rodas")
+
+
+def compiled_model(model):
+    """The :class:`~odeinfer.model.CompiledModel` of a ``Model`` or ``CompiledModel``."""
+    from odeinfer.model import CompiledModel, Model
+
+    if isinstance(model, CompiledModel):
+        return model
+    if isinstance(model, Model):
+        return model.compile()
+    raise InputError(
+        f"model: expected an odeinfer Model (from @oi.model or Model.from_equations) or its "
+        f"CompiledModel, got {type(model).__name__}"
+    )
+
+
+def _suggest(name, names):
+    close = difflib.get_close_matches(str(name), names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def named_values(arg, values, names, what):
+    """``values`` (array-like in the order of ``names``, or a mapping name -> value)
+    as a new finite float64 array of shape ``(len(names),)``."""
+    names = tuple(names)
+    if isinstance(values, Mapping):
+        unknown = [k for k in values if k not in names]
+        if unknown:
+            hint = _suggest(unknown[0], names)
+            raise InputError(
+                f"{arg}: {unknown} {'is not a' if len(unknown) == 1 else 'are not'} "
+                f"{what}{'' if len(unknown) == 1 else 's'} of the model{hint}; "
+                f"its {what}s are {list(names)}"
+            )
+        missing = [k for k in names if k not in values]
+        if missing:
+            raise InputError(f"{arg}: missing value for {what}{'s' if len(missing) > 1 else ''} {missing}; "
+                             f"give one value for each of {list(names)}")
+        values = [values[k] for k in names]
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"{arg}: expected {len(names)} numbers (for {list(names)}) or a mapping name -> number, "
+            f"got {type(values).__name__}: {exc}"
+        ) from None
+    if arr.shape != (len(names),):
+        raise InputError(
+            f"{arg}: expected {len(names)} values in the order {list(names)}, got an array of shape "
+            f"{arr.shape}; pass a 1-D sequence or a mapping name -> value"
+        )
+    bad = [n for n, v in zip(names, arr) if not math.isfinite(v)]
+    if bad:
+        raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
+    return arr
+
+
+def output_times(t, t0):
+    """``(t, t0)`` as a read-only 1-D float64 array and a float; ``DataError`` if
+    ``t`` is empty, not finite, not sorted, or starts before ``t0``."""
+    try:
+        arr = np.array(t, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"t: expected a 1-D array of output times, got {type(t).__name__}: {exc}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise DataError(f"t: expected a non-empty 1-D array of output times, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise DataError(f"t: output times must be finite; inf or NaN at index {int(np.flatnonzero(~np.isfinite(arr))[0])}")
+    steps = np.diff(arr)
+    if np.any(steps < 0):
+        i = int(np.flatnonzero(steps < 0)[0])
+        raise DataError(
+            f"t: output times must be sorted (non-decreasing); t[{i}]={float(arr[i])!r} > "
+            f"t[{i + 1}]={float(arr[i + 1])!r}; "
+            "sort them (np.sort) and reorder the results if needed"
+        )
+    if t0 is None:
+        t0 = float(arr[0])
+    else:
+        try:
+            t0 = float(t0)
+        except (TypeError, ValueError):
+            raise DataError(f"t0: expected a number, got {type(t0).__name__}") from None
+        if not math.isfinite(t0):
+            raise DataError(f"t0: expected a finite number, got {t0!r}")
+        if arr[0] < t0:
+            raise DataError(
+                f"t: the first output time t[0]={float(arr[0])!r} is before t0={t0!r}; the solver only "
+                "integrates forward: choose t0 <= t[0]"
+            )
+    arr.flags.writeable = False
+    return arr, t0
+
+
+def method_name(method):
+    if method not in METHODS:
+        hint = _suggest(method, METHODS) if isinstance(method, str) else ""
+        raise InputError(
+            f"method: expected one of {list(METHODS)} (\"rodas\" for stiff problems), got {method!r}{hint}"
+        )
+    return method
+
+
+def tolerances(rtol, atol):
+    """Validated ``(rtol, atol)`` floats."""
+    out = []
+    for name, value, upper in (("rtol", rtol, 1.0), ("atol", atol, math.inf)):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{name}: expected a positive number, got {type(value).__name__}") from None
+        if not (v > 0.0 and v < upper):
+            raise InputError(f"{name}: expected a number in (0, {upper}), got {value!r}")
+        out.append(v)
+    if out[0] < 100 * np.finfo(float).eps:
+        raise InputError(f"rtol: {rtol!r} is below 100 * machine epsilon (2.2e-14): the solver cannot reach it")
+    return out[0], out[1]
+
+
+def positive_int(name, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def first_step_value(first_step, name="first_step"):
+    """``first_step`` as a float; 0.0 (the kernels' "choose it") for None."""
+    if first_step is None:
+        return 0.0
+    try:
+        h = float(first_step)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a positive number or None, got {type(first_step).__name__}") from None
+    if not (h > 0.0 and math.isfinite(h)):
+        raise InputError(f"{name}: expected a positive finite number or None, got {first_step!r}")
+    return h
+
+
+def check_sensitivities(cm, sensitivities):
+    if not isinstance(sensitivities, (bool, np.bool_)):
+        raise InputError(f"sensitivities: expected True or False, got {sensitivities!r}")
+    if sensitivities and cm.model.switching_params:
+        raise InputError(
+            f"sensitivities: parameters {list(cm.model.switching_params)} move a jump of the right-hand "
+            "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
+            "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False"
+        )
+    return bool(sensitivities)

@@ -1,0 +1,197 @@
+"""Shared solver kernels: status codes, the info vector, the augmented
+(forward-sensitivity) right-hand side and Hairer's initial step heuristic.
+
+This text is appended to every generated model module (see
+``odeinfer/solve/kernels/__init__.py``); ``model_f``, ``model_jac_y``,
+``model_jac_p``, ``N_STATES`` and ``N_PARAMS`` are globals of that module.
+
+Augmented state layout
+----------------------
+With ``n`` states, ``m`` parameters and ``k`` sensitivity columns (``k = m + n``
+when sensitivities are requested, else ``0``) the solvers integrate the flat
+vector ``z`` of length ``n * (1 + k)``::
+
+    z[0:n]                 y
+    z[n + i*k + j]         S[i, j] = d y_i / d theta_j
+
+where the columns ``j < m`` are the parameters and ``j >= m`` the initial
+states, so a row of an output buffer ``z_out[:, n:]`` reshapes (without a copy)
+to the ``(n, k)`` sensitivity matrix. ``S`` obeys
+``S' = J_y S + [J_p | 0]`` with ``S(t0) = [0 | I]``.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+# Status codes returned by every solver kernel (mirrored, and tested, by
+# odeinfer.solve.status.Status).
+ST_SUCCESS = 0
+ST_MAX_STEPS = 1
+ST_STEP_TOO_SMALL = 2
+ST_STIFF = 3
+ST_NON_FINITE = 4
+ST_SINGULAR = 5
+ST_BAD_INPUT = 6
+
+# Layout of the float64 ``info`` vector every solver kernel fills.
+INFO_T_REACHED = 0  # time of the last accepted step (t0 if none)
+INFO_N_STEPS = 1  # attempted steps (accepted + rejected)
+INFO_N_REJECTED = 2  # rejected steps (error test or non-finite stages)
+INFO_N_RHS = 3  # evaluations of the (augmented) right-hand side
+INFO_H_NEXT = 4  # step size proposed for the next step
+INFO_N_LU = 5  # LU decompositions (Rosenbrock only)
+INFO_SIZE = 6
+
+UROUND = 2.220446049250313e-16
+MAX_NONFINITE_REJECTS = 10  # consecutive non-finite trial steps before NON_FINITE
+
+
+@njit(cache=True, error_model="numpy")
+def n_sens_columns(sens):
+    """Number ``k`` of sensitivity columns: ``N_PARAMS + N_STATES`` or 0."""
+    return N_PARAMS + N_STATES if sens else 0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def aug_rhs(t, z, zy, p, k, jy, jp, out, outy):
+    """Augmented right-hand side ``[f; J_y S + [J_p | 0]]`` at ``(t, z)``.
+
+    Inlined into the solvers. The model kernels read and write the state part
+    in place through the views ``zy`` and ``outy`` (made once per solve, so no
+    copies and no reference counting in the step loop).
+
+    Parameters
+    ----------
+    t : float
+    z : (n*(1+k),) float64
+        Augmented state (layout in the module docstring).
+    zy : (n,) float64
+        The view ``z[:n]``.
+    p : (m,) float64
+    k : int
+        Number of sensitivity columns (0: states only).
+    jy : (n, n) float64
+        Out: ``J_y(t, y)`` (only written when ``k > 0``).
+    jp : (n, m) float64
+        Out: ``J_p(t, y)`` (only written when ``k > 0``).
+    out : (n*(1+k),) float64
+        Out: the derivative of ``z``.
+    outy : (n,) float64
+        The view ``out[:n]``.
+    """
+    n = N_STATES
+    m = N_PARAMS
+    model_f(t, zy, p, outy)
+    if k == 0:
+        return
+    model_jac_y(t, zy, p, jy)
+    model_jac_p(t, zy, p, jp)
+    for i in range(n):
+        row = n + i * k
+        for j in range(m):
+            acc = jp[i, j]
+            for l in range(n):
+                acc += jy[i, l] * z[n + l * k + j]
+            out[row + j] = acc
+        for j in range(m, k):
+            acc = 0.0
+            for l in range(n):
+                acc += jy[i, l] * z[n + l * k + j]
+            out[row + j] = acc
+
+
+@njit(cache=True, error_model="numpy")
+def init_aug_state(y0, k, z):
+    """``z = [y0, 0 | I]``: states, then ``S(t0) = [0 | I]`` when ``k > 0``."""
+    n = N_STATES
+    m = N_PARAMS
+    for q in range(z.shape[0]):
+        z[q] = 0.0
+    for i in range(n):
+        z[i] = y0[i]
+    if k > 0:
+        for i in range(n):
+            z[n + i * k + m + i] = 1.0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def all_finite(v, size):
+    """True when ``v[:size]`` holds no inf or NaN."""
+    acc = 0.0
+    for q in range(size):
+        acc += v[q] * 0.0
+    return acc == 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def emit_initial_outputs(t0, t_eval, z, z_out):
+    """Copy ``z`` to the rows of ``z_out`` whose time equals ``t0``; fill the
+    other rows with NaN. Returns the index of the first output still due."""
+    n_out = t_eval.shape[0]
+    size = z_out.shape[1]
+    i_out = 0
+    while i_out < n_out and t_eval[i_out] <= t0:
+        for q in range(size):
+            z_out[i_out, q] = z[q]
+        i_out += 1
+    for r in range(i_out, n_out):
+        for q in range(size):
+            z_out[r, q] = np.nan
+    return i_out
+
+
+@njit(cache=True, error_model="numpy")
+def check_times(t0, t_eval):
+    """ST_SUCCESS when ``t_eval`` is finite, non-decreasing and ``>= t0``."""
+    if not math.isfinite(t0):
+        return ST_BAD_INPUT
+    prev = t0
+    for i in range(t_eval.shape[0]):
+        ti = t_eval[i]
+        if not math.isfinite(ti) or ti < prev:
+            return ST_BAD_INPUT
+        prev = ti
+    return ST_SUCCESS
+
+
+@njit(cache=True, error_model="numpy")
+def initial_step(t0, z, f0, p, k, nc, order, hmax, rtol, atol,
+                 z1, z1y, f1, f1y, jy, jp):
+    """Hairer's initial step heuristic (HINIT of dopri5.f / Hairer, Norsett,
+    Wanner, Solving ODE I, 2nd ed., Sec. II.4).
+
+    ``h = 0.01 ||z|| / ||f0||`` guards an explicit Euler step that estimates
+    the second derivative; then ``h**order * max(||f0||, ||z''||) = 0.01``,
+    capped by ``100 h`` and ``hmax``. Norms are weighted by
+    ``atol + rtol |z0|`` over the first ``nc`` components. Uses one
+    right-hand side evaluation (scratch ``z1``, ``f1`` and their state views
+    ``z1y``, ``f1y``).
+    """
+    dnf = 0.0
+    dny = 0.0
+    for q in range(nc):
+        sk = atol + rtol * abs(z[q])
+        dnf += (f0[q] / sk) ** 2
+        dny += (z[q] / sk) ** 2
+    if dnf <= 1e-10 or dny <= 1e-10:
+        h = 1.0e-6
+    else:
+        h = math.sqrt(dny / dnf) * 0.01
+    h = min(h, hmax)
+    for q in range(z.shape[0]):
+        z1[q] = z[q] + h * f0[q]
+    aug_rhs(t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
+    der2 = 0.0
+    for q in range(nc):
+        sk = atol + rtol * abs(z[q])
+        der2 += ((f1[q] - f0[q]) / sk) ** 2
+    der2 = math.sqrt(der2) / h
+    der12 = max(abs(der2), math.sqrt(dnf))
+    if not math.isfinite(der12):
+        return min(h, 1.0e-6 * max(1.0, hmax))
+    if der12 <= 1e-15:
+        h1 = max(1.0e-6, h * 1.0e-3)
+    else:
+        h1 = (0.01 / der12) ** (1.0 / order)
+    return min(100.0 * h, h1, hmax)

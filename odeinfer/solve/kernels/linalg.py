@@ -1,0 +1,84 @@
+"""Small dense linear algebra for the stiff solver: LU with partial pivoting.
+
+Appended to every generated model module; see ``kernels/__init__.py``.
+LAPACK convention (``getrf``/``getrs``): ``piv[c] = r`` means rows ``c`` and
+``r`` were swapped at elimination step ``c``; ``L`` (unit diagonal) and ``U``
+overwrite the matrix.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, error_model="numpy")
+def lu_factor(a, piv):
+    """Factor ``a`` in place as ``P a = L U``.
+
+    Parameters
+    ----------
+    a : (n, n) float64
+        Overwritten by ``L`` (strictly lower part) and ``U``.
+    piv : (n,) int64
+        Out: pivot rows.
+
+    Returns
+    -------
+    int
+        ``ST_SUCCESS``, or ``ST_SINGULAR`` when a pivot is zero or not finite.
+    """
+    n = a.shape[0]
+    for c in range(n):
+        r = c
+        amax = abs(a[c, c])
+        for i in range(c + 1, n):
+            v = abs(a[i, c])
+            if v > amax:
+                amax = v
+                r = i
+        piv[c] = r
+        if not (amax > 0.0) or not math.isfinite(amax):
+            return ST_SINGULAR
+        if r != c:
+            for j in range(n):
+                tmp = a[c, j]
+                a[c, j] = a[r, j]
+                a[r, j] = tmp
+        inv = 1.0 / a[c, c]
+        for i in range(c + 1, n):
+            lic = a[i, c] * inv
+            a[i, c] = lic
+            if lic != 0.0:
+                for j in range(c + 1, n):
+                    a[i, j] -= lic * a[c, j]
+    return ST_SUCCESS
+
+
+@njit(cache=True, error_model="numpy")
+def lu_solve(lu, piv, b):
+    """Solve ``a x = b`` in place from :func:`lu_factor` output.
+
+    Parameters
+    ----------
+    lu : (n, n) float64
+    piv : (n,) int64
+    b : (n,) float64
+        Right-hand side, overwritten by the solution.
+    """
+    n = lu.shape[0]
+    for c in range(n):
+        r = piv[c]
+        if r != c:
+            tmp = b[c]
+            b[c] = b[r]
+            b[r] = tmp
+    for i in range(1, n):
+        acc = b[i]
+        for j in range(i):
+            acc -= lu[i, j] * b[j]
+        b[i] = acc
+    for i in range(n - 1, -1, -1):
+        acc = b[i]
+        for j in range(i + 1, n):
+            acc -= lu[i, j] * b[j]
+        b[i] = acc / lu[i, i]

@@ -1,0 +1,405 @@
+"""Rodas4: stiffly accurate Rosenbrock method of order 4(3) with dense output
+(order 3) and forward sensitivities through the exact augmented Jacobian.
+
+Appended to every generated model module; see ``kernels/__init__.py`` and the
+augmented-state layout in ``kernels/common.py``.
+
+Method: E. Hairer and G. Wanner, Solving Ordinary Differential Equations II,
+2nd ed. (1996), Sec. IV.7 (method RODAS, p. 452 of the book, in the transformed
+variables u_i = sum_j gamma_ij k_j of eq. (7.25)); coefficient set METH=1 of
+Hairer's rodas.f (subroutine ROCOE, version of October 28, 1996), transcribed
+from the published values and checked against the order conditions in
+tests/test_solve_rodas.py. One step, with E = I/(h gamma) - J_y(t, y)::
+
+    E u_i = f(t + c_i h, y + sum_j a_ij u_j) + sum_j (c_ij / h) u_j + h d_i f_t
+    y_hat = y + a51 u1 + ... + a54 u4 + u5      (embedded, order 3)
+    y_new = y_hat + u6                          (order 4), error = u6
+
+Predictive (Gustafsson) step-size control and the continuous extension
+``y(t + s h) = (1-s) y + s (y_new + (1-s) (w2 + s w3))`` as in rodas.f.
+
+Sensitivities: the same method is applied to ``z = [y, S]`` with the exact
+augmented Jacobian. It is block lower-triangular with ``J_y`` on every
+diagonal block, so one n x n LU per step suffices; the off-diagonal block of
+column ``j`` acts on ``v`` as ``B_j v = jac_y_dir(v) s_j + jac_p_dir(v)[:, j]``
+(no ``jac_p_dir`` term for initial-state columns), evaluated at the step start.
+
+Public kernels (callable from other njit code of the same module)
+-----------------------------------------------------------------
+``rodas_work_size(sens) -> int``
+    Length of the float64 ``work`` buffer.
+``rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out,
+work, info) -> int``
+``rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step,
+max_steps, z_out, work, info) -> int``
+    Same arguments and outputs as ``dopri5_solve`` / ``dopri5_solve_sens``
+    (see ``dopri.py``); they also return ``ST_SINGULAR`` when
+    ``I/(h gamma) - J_y`` stays singular after five step halvings. Each call
+    allocates one (n,) int64 pivot array.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+_RO_GAMMA = 0.25
+_RO_C2 = 0.386
+_RO_C3 = 0.21
+_RO_C4 = 0.63
+_RO_D1 = 0.25
+_RO_D2 = -0.1043
+_RO_D3 = 0.1035
+_RO_D4 = -0.3620000000000023e-01
+_RO_A21 = 0.1544000000000000e+01
+_RO_A31 = 0.9466785280815826e+00
+_RO_A32 = 0.2557011698983284e+00
+_RO_A41 = 0.3314825187068521e+01
+_RO_A42 = 0.2896124015972201e+01
+_RO_A43 = 0.9986419139977817e+00
+_RO_A51 = 0.1221224509226641e+01
+_RO_A52 = 0.6019134481288629e+01
+_RO_A53 = 0.1253708332932087e+02
+_RO_A54 = -0.6878860361058950e+00
+_RO_C21 = -0.5668800000000000e+01
+_RO_C31 = -0.2430093356833875e+01
+_RO_C32 = -0.2063599157091915e+00
+_RO_C41 = -0.1073529058151375e+00
+_RO_C42 = -0.9594562251023355e+01
+_RO_C43 = -0.2047028614809616e+02
+_RO_C51 = 0.7496443313967647e+01
+_RO_C52 = -0.1024680431464352e+02
+_RO_C53 = -0.3399990352819905e+02
+_RO_C54 = 0.1170890893206160e+02
+_RO_C61 = 0.8083246795921522e+01
+_RO_C62 = -0.7981132988064893e+01
+_RO_C63 = -0.3152159432874371e+02
+_RO_C64 = 0.1631930543123136e+02
+_RO_C65 = -0.6058818238834054e+01
+_RO_W21 = 0.1012623508344586e+02  # dense output (D21..D25 of rodas.f)
+_RO_W22 = -0.7487995877610167e+01
+_RO_W23 = -0.3480091861555747e+02
+_RO_W24 = -0.7992771707568823e+01
+_RO_W25 = 0.1025137723295662e+01
+_RO_W31 = -0.6762803392801253e+00  # dense output (D31..D35 of rodas.f)
+_RO_W32 = 0.6087714651680015e+01
+_RO_W33 = 0.1643084320892478e+02
+_RO_W34 = 0.2476722511418386e+02
+_RO_W35 = -0.6594389125716872e+01
+# step-size control (rodas.f defaults): 1/6 <= h_new / h <= 5
+_RO_SAFE = 0.9
+_RO_FAC1 = 5.0
+_RO_FAC2 = 1.0 / 6.0
+_RO_MAX_SINGULAR = 5
+
+
+@njit(cache=True, error_model="numpy")
+def rodas_work_size(sens):
+    """Length of the ``work`` buffer of :func:`rodas_solve`."""
+    n = N_STATES
+    size = n * (1 + n_sens_columns(sens))
+    return 13 * size + 2 * n + 5 * n * n + 3 * n * N_PARAMS
+
+
+@njit(cache=True, error_model="numpy")
+def _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx):
+    """``fx = d/dt`` of the augmented right-hand side at fixed ``z``:
+    ``[f_t; J_y,t S + [J_p,t | 0]]``."""
+    n = N_STATES
+    m = N_PARAMS
+    model_f_t(t, ystart, p, ft)
+    for i in range(n):
+        fx[i] = ft[i]
+    if k == 0:
+        return
+    model_jac_y_t(t, ystart, p, jyt)
+    model_jac_p_t(t, ystart, p, jpt)
+    for i in range(n):
+        for j in range(k):
+            acc = jpt[i, j] if j < m else 0.0
+            for l in range(n):
+                acc += jyt[i, l] * z[n + l * k + j]
+            fx[n + i * k + j] = acc
+
+
+@njit(cache=True, error_model="numpy")
+def _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
+    """Solve ``(I/(h gamma) - J_aug) u = r`` by block forward substitution.
+
+    ``J_aug`` is taken at the step start ``(t, ystart, S = z[n:])``; ``lu``
+    holds the LU factors of ``I/(h gamma) - J_y``.
+    """
+    n = N_STATES
+    m = N_PARAMS
+    for i in range(n):
+        col[i] = r[i]
+    lu_solve(lu, piv, col)
+    for i in range(n):
+        u[i] = col[i]
+    if k == 0:
+        return
+    uy = u[0:n]
+    model_jac_y_dir(t, ystart, p, uy, jyd)
+    model_jac_p_dir(t, ystart, p, uy, jpd)
+    for j in range(k):
+        for i in range(n):
+            acc = r[n + i * k + j]
+            if j < m:
+                acc += jpd[i, j]
+            for l in range(n):
+                acc += jyd[i, l] * z[n + l * k + j]
+            col[i] = acc
+        lu_solve(lu, piv, col)
+        for i in range(n):
+            u[n + i * k + j] = col[i]
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
+    """Adaptive Rodas4 for the states alone; see the module docstring."""
+    return _rodas_run(t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, max_steps,
+                      z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
+                     z_out, work, info):
+    """Adaptive Rodas4 for states and sensitivities; see the module docstring."""
+    k = N_PARAMS + N_STATES
+    nc = N_STATES * (1 + k) if sens_err else N_STATES
+    return _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps,
+                      z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out,
+               work, info):
+    n = N_STATES
+    m = N_PARAMS
+    size = n * (1 + k)
+    n_out = t_eval.shape[0]
+    for q in range(info.shape[0]):
+        info[q] = 0.0
+    info[INFO_T_REACHED] = t0
+    if (y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
+            or z_out.shape[1] != size or work.shape[0] < rodas_work_size(k > 0)):
+        return ST_BAD_INPUT
+    status = check_times(t0, t_eval)
+    if status != ST_SUCCESS:
+        return status
+    z = work[0:size]
+    z1 = work[size:2 * size]
+    zs = work[2 * size:3 * size]
+    dz = work[3 * size:4 * size]
+    dy1 = work[4 * size:5 * size]
+    fx = work[5 * size:6 * size]
+    r = work[6 * size:7 * size]
+    u1 = work[7 * size:8 * size]
+    u2 = work[8 * size:9 * size]
+    u3 = work[9 * size:10 * size]
+    u4 = work[10 * size:11 * size]
+    u5 = work[11 * size:12 * size]
+    u6 = work[12 * size:13 * size]
+    off = 13 * size
+    ft = work[off:off + n]
+    col = work[off + n:off + 2 * n]
+    off += 2 * n
+    jy = work[off:off + n * n].reshape((n, n))
+    jy0 = work[off + n * n:off + 2 * n * n].reshape((n, n))
+    lu = work[off + 2 * n * n:off + 3 * n * n].reshape((n, n))
+    jyd = work[off + 3 * n * n:off + 4 * n * n].reshape((n, n))
+    jyt = work[off + 4 * n * n:off + 5 * n * n].reshape((n, n))
+    off += 5 * n * n
+    jp = work[off:off + n * m].reshape((n, m))
+    jpd = work[off + n * m:off + 2 * n * m].reshape((n, m))
+    jpt = work[off + 2 * n * m:off + 3 * n * m].reshape((n, m))
+    piv = np.empty(n, dtype=np.int64)
+    # state parts, handed to the model kernels without copies; z (and so
+    # ystart) only changes when a step is accepted
+    ystart = z[0:n]
+    z1y = z1[0:n]
+    zsy = zs[0:n]
+    dzy = dz[0:n]
+    dy1y = dy1[0:n]
+
+    init_aug_state(y0, k, z)
+    i_out = emit_initial_outputs(t0, t_eval, z, z_out)
+    if i_out == n_out:
+        return ST_SUCCESS
+    t_end = t_eval[n_out - 1]
+    aug_rhs(t0, z, ystart, p, k, jy, jp, dy1, dy1y)
+    n_rhs = 1
+    if not (all_finite(z, size) and all_finite(dy1, size)):
+        info[INFO_N_RHS] = n_rhs
+        return ST_NON_FINITE
+    hmax = t_end - t0
+    if first_step > 0.0:
+        h = min(first_step, hmax)
+    else:
+        h = initial_step(t0, z, dy1, p, k, nc, 4.0, hmax, rtol, atol,
+                         z1, z1y, dz, dzy, jy, jp)
+        n_rhs += 1
+
+    t = t0
+    n_steps = 0
+    n_rej = 0
+    n_acc = 0
+    n_lu = 0
+    n_sing = 0
+    n_bad = 0
+    hacc = h
+    erracc = 1.0
+    reject = False
+    need_jac = False  # dy1 at t0 is already computed above
+    model_jac_y(t, ystart, p, jy0)
+    _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
+    while True:
+        if n_steps >= max_steps:
+            status = ST_MAX_STEPS
+            break
+        if not (0.1 * h > abs(t) * UROUND):
+            status = ST_STEP_TOO_SMALL
+            break
+        last = False
+        if t + 1.0001 * h - t_end >= 0.0:
+            h = t_end - t
+            last = True
+        if need_jac:
+            aug_rhs(t, z, ystart, p, k, jy, jp, dy1, dy1y)
+            n_rhs += 1
+            model_jac_y(t, ystart, p, jy0)
+            _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
+            need_jac = False
+        fac = 1.0 / (h * _RO_GAMMA)
+        for i in range(n):
+            for j in range(n):
+                lu[i, j] = -jy0[i, j]
+            lu[i, i] += fac
+        n_lu += 1
+        if lu_factor(lu, piv) != ST_SUCCESS:
+            n_sing += 1
+            if n_sing >= _RO_MAX_SINGULAR:
+                status = ST_SINGULAR
+                break
+            h *= 0.5
+            reject = True
+            continue
+        n_steps += 1
+
+        hd1 = h * _RO_D1
+        for q in range(size):
+            r[q] = dy1[q] + hd1 * fx[q]
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u1, col, jyd, jpd)
+
+        for q in range(size):
+            zs[q] = z[q] + _RO_A21 * u1[q]
+        aug_rhs(t + _RO_C2 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        hd = h * _RO_D2
+        for q in range(size):
+            r[q] = dz[q] + (_RO_C21 * u1[q]) / h + hd * fx[q]
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u2, col, jyd, jpd)
+
+        for q in range(size):
+            zs[q] = z[q] + _RO_A31 * u1[q] + _RO_A32 * u2[q]
+        aug_rhs(t + _RO_C3 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        hd = h * _RO_D3
+        for q in range(size):
+            r[q] = dz[q] + (_RO_C31 * u1[q] + _RO_C32 * u2[q]) / h + hd * fx[q]
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u3, col, jyd, jpd)
+
+        for q in range(size):
+            zs[q] = z[q] + _RO_A41 * u1[q] + _RO_A42 * u2[q] + _RO_A43 * u3[q]
+        aug_rhs(t + _RO_C4 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        hd = h * _RO_D4
+        for q in range(size):
+            r[q] = (dz[q] + (_RO_C41 * u1[q] + _RO_C42 * u2[q] + _RO_C43 * u3[q]) / h
+                    + hd * fx[q])
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u4, col, jyd, jpd)
+
+        t_new = t_end if last else t + h
+        for q in range(size):
+            zs[q] = z[q] + _RO_A51 * u1[q] + _RO_A52 * u2[q] + _RO_A53 * u3[q] + _RO_A54 * u4[q]
+        aug_rhs(t_new, zs, zsy, p, k, jy, jp, dz, dzy)
+        for q in range(size):
+            r[q] = dz[q] + (_RO_C51 * u1[q] + _RO_C52 * u2[q] + _RO_C53 * u3[q]
+                            + _RO_C54 * u4[q]) / h
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u5, col, jyd, jpd)
+
+        for q in range(size):
+            zs[q] += u5[q]  # embedded solution
+        aug_rhs(t_new, zs, zsy, p, k, jy, jp, dz, dzy)
+        for q in range(size):
+            r[q] = dz[q] + (_RO_C61 * u1[q] + _RO_C62 * u2[q] + _RO_C63 * u3[q]
+                            + _RO_C64 * u4[q] + _RO_C65 * u5[q]) / h
+        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u6, col, jyd, jpd)
+        for q in range(size):
+            z1[q] = zs[q] + u6[q]
+        n_rhs += 5
+
+        err = 0.0
+        for q in range(nc):
+            sk = atol + rtol * max(abs(z[q]), abs(z1[q]))
+            err += (u6[q] / sk) ** 2
+        err = math.sqrt(err / nc)
+        if not (math.isfinite(err) and all_finite(z1, size)):
+            n_rej += 1
+            n_bad += 1
+            if n_bad >= MAX_NONFINITE_REJECTS:
+                status = ST_NON_FINITE
+                break
+            h *= 0.2
+            reject = True
+            continue
+        n_bad = 0
+        fac = max(_RO_FAC2, min(_RO_FAC1, err ** 0.25 / _RO_SAFE))
+        hnew = h / fac
+        if err <= 1.0:
+            n_acc += 1
+            if n_acc > 1:
+                # predictive controller of Gustafsson
+                facgus = (hacc / h) * (err * err / erracc) ** 0.25 / _RO_SAFE
+                facgus = max(_RO_FAC2, min(_RO_FAC1, facgus))
+                fac = max(fac, facgus)
+                hnew = h / fac
+            hacc = h
+            erracc = max(1.0e-2, err)
+            j_end = i_out
+            while j_end < n_out and (last or t_eval[j_end] <= t_new):
+                j_end += 1
+            if j_end > i_out:
+                for q in range(size):
+                    w2 = (_RO_W21 * u1[q] + _RO_W22 * u2[q] + _RO_W23 * u3[q]
+                          + _RO_W24 * u4[q] + _RO_W25 * u5[q])
+                    w3 = (_RO_W31 * u1[q] + _RO_W32 * u2[q] + _RO_W33 * u3[q]
+                          + _RO_W34 * u4[q] + _RO_W35 * u5[q])
+                    for j in range(i_out, j_end):
+                        if t_eval[j] >= t_new:
+                            z_out[j, q] = z1[q]
+                        else:
+                            s = (t_eval[j] - t) / h
+                            s1 = 1.0 - s
+                            z_out[j, q] = s1 * z[q] + s * (z1[q] + s1 * (w2 + s * w3))
+                i_out = j_end
+            for q in range(size):
+                z[q] = z1[q]
+            t = t_new
+            need_jac = True
+            n_sing = 0
+            if last:
+                break
+            if hnew > hmax:
+                hnew = hmax
+            if reject:
+                hnew = min(hnew, h)
+            reject = False
+            h = hnew
+        else:
+            h = hnew
+            reject = True
+            n_rej += 1
+    info[INFO_T_REACHED] = t
+    info[INFO_N_STEPS] = n_steps
+    info[INFO_N_REJECTED] = n_rej
+    info[INFO_N_RHS] = n_rhs
+    info[INFO_H_NEXT] = h
+    info[INFO_N_LU] = n_lu
+    return status

@@ -1,0 +1,73 @@
+"""Solver status codes: names and messages for the integers the kernels return.
+
+The kernels (``odeinfer/solve/kernels/common.py``, constants ``ST_*``) cannot
+import this module, so the values are written twice; a test checks that every
+generated module agrees with :class:`Status`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Status", "status_message"]
+
+
+class Status(enum.IntEnum):
+    """Outcome of a solve. ``SUCCESS`` is 0; every other value is a failure."""
+
+    SUCCESS = 0
+    MAX_STEPS = 1
+    STEP_TOO_SMALL = 2
+    STIFF = 3
+    NON_FINITE = 4
+    SINGULAR = 5
+    BAD_INPUT = 6
+
+
+_MESSAGES = {
+    Status.SUCCESS: "the solver reached the last output time",
+    Status.MAX_STEPS: (
+        "the solver took max_steps={max_steps} steps and stopped at t={t_reached:.6g}; "
+        "raise max_steps, loosen rtol/atol, or, if the problem is stiff, use method=\"rodas\""
+    ),
+    Status.STEP_TOO_SMALL: (
+        "the step size fell below the rounding unit of t at t={t_reached:.6g}: the solution "
+        "probably blows up in finite time near there (check the model and the parameter values)"
+    ),
+    Status.STIFF: (
+        "the problem became stiff at t={t_reached:.6g} (Hairer's test in dopri5 fired 15 "
+        "times); use method=\"rodas\""
+    ),
+    Status.NON_FINITE: (
+        "the solution or its derivative became inf or NaN at t={t_reached:.6g} and shorter "
+        "steps did not help: check the model, the parameters and the initial state for "
+        "overflow or invalid operations (log of a negative number, division by zero)"
+    ),
+    Status.SINGULAR: (
+        "the Rosenbrock matrix I/(h*gamma) - df/dy stayed singular at t={t_reached:.6g} "
+        "after five step halvings: check df/dy for inf/NaN"
+    ),
+    Status.BAD_INPUT: (
+        "the solver kernel rejected its arguments (sizes, or times not sorted, finite "
+        "and >= t0)"
+    ),
+}
+
+
+def status_message(status: int, *, t_reached: float = float("nan"), max_steps: int = 0) -> str:
+    """Human-readable explanation of a status code, with the advice to fix it.
+
+    Parameters
+    ----------
+    status : int
+        A code returned by a solver kernel.
+    t_reached : float, optional
+        Time of the last accepted step.
+    max_steps : int, optional
+        The step limit in force (quoted for ``MAX_STEPS``).
+    """
+    try:
+        code = Status(int(status))
+    except ValueError:
+        return f"unknown solver status {status!r}"
+    return _MESSAGES[code].format(t_reached=t_reached, max_steps=max_steps)

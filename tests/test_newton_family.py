@@ -1,0 +1,402 @@
+"""NewtonRaphson, GradientDescent, StochasticNewton, StochasticGradient (seed 000).
+
+Reference values come from the spec ``specs/seed-000-stochastic-newton-gradient.md``
+(its Appendix A numerical checks), from the paper's explicit Jacobians (eqs. 47, 56, 61)
+coded independently here in numpy, from the paper's formulas (12), (31), and from the
+closed-form noise bias of spec §5.3. See ``tests/reference/seed000_tables.md``.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.errors import DataError, InputError
+from odeinfer.estimators.base import IdentifiabilityWarning
+from odeinfer.estimators.finite_difference import DerivativeScheme, second_order_difference
+from odeinfer.estimators.newton import GradientDescent, NewtonRaphson, StochasticGradient, StochasticNewton
+
+LORENZ_STARTS = [[15, 1, -10], [0, 10, -10], [30, -10, 10], [-3, 1, 0], [0, 0, 0]]          # Table 4
+POP_STARTS = [[0.1, 0.1, 1.2, 1.3, 0.2], [1, -1, 2, 0, 1], [-10, -10, 2, -3, 1], [0, 0, 0, 0, 0],
+              [100, -100, -100, 20, -30]]                                                     # Table 1
+AI_STARTS = [[1, 2, 1, 2], [10, 0, 3, 0.1], [0, 0, -10, 0], [-1, 1, -10, 9], [-10, 11, 12, 13]]  # Table 8
+
+
+def _sim(z, t=None, noise=None, rng=None):
+    return oi.simulate(z.model, z.params, z.x0, z.t if t is None else t, noise=noise, rng=rng).data
+
+
+def _lorenz_ols(t, X):
+    """Spec Appendix A snippet: forward-difference OLS with the paper's Jacobian (56)."""
+    dt = np.diff(t)[:, None]
+    D = (X[1:] - X[:-1]) / dt
+    x = X[:-1]
+    N = len(x)
+    J = np.zeros((3 * N, 3))
+    c = np.zeros(3 * N)
+    J[0::3, 0] = x[:, 1] - x[:, 0]
+    J[1::3, 1] = x[:, 0]
+    J[2::3, 2] = -x[:, 2]
+    c[1::3] = -x[:, 0] * x[:, 2] - x[:, 1]
+    c[2::3] = x[:, 0] * x[:, 1]
+    return np.linalg.lstsq(J, D.reshape(-1) - c, rcond=None)[0], J, D.reshape(-1) - c
+
+
+@pytest.fixture(scope="module")
+def lorenz():
+    return oi.zoo.lorenz()
+
+
+@pytest.fixture(scope="module")
+def lorenz_noisy(lorenz):
+    return _sim(lorenz, noise=lorenz.sigma, rng=11)
+
+
+# --- derivatives --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["lorenz", "activator_inhibitor", "population"])
+def test_kernel_jacobian_matches_central_differences(name):
+    z = oi.zoo.get(name)
+    mod = z.model.compile().module
+    rng = np.random.default_rng(0)
+    Y = rng.uniform(0.2, 2.0, size=(7, z.model.n_states))
+    t = np.linspace(0, 1, 7)
+    p = z.params_array() * rng.uniform(0.8, 1.2, z.model.n_params)
+    J = np.empty((7, z.model.n_states, z.model.n_params))
+    mod.eval_jac_p_batch(t, Y, p, J)
+    F1, F2 = np.empty_like(Y), np.empty_like(Y)
+    for j in range(z.model.n_params):
+        h = 1e-6 * max(1.0, abs(p[j]))
+        e = np.zeros_like(p)
+        e[j] = h
+        mod.eval_f_batch(t, Y, p + e, F1)
+        mod.eval_f_batch(t, Y, p - e, F2)
+        np.testing.assert_allclose(J[:, :, j], (F1 - F2) / (2 * h), rtol=1e-6, atol=1e-7)
+    f = z.model.lambdify("f")
+    mod.eval_f_batch(t, Y, p, F1)
+    np.testing.assert_allclose(F1, np.array([f(ti, yi, p) for ti, yi in zip(t, Y)]), rtol=1e-12)
+
+
+def test_activator_inhibitor_jacobian_matches_paper_eq61():
+    z = oi.zoo.activator_inhibitor()
+    mod = z.model.compile().module
+    rng = np.random.default_rng(1)
+    Y = rng.uniform(0.1, 2.0, size=(5, 2))
+    a = np.array([1.3, 2.2, 0.7, 0.4])
+    J = np.empty((5, 2, 4))
+    mod.eval_jac_p_batch(np.zeros(5), Y, a, J)
+    x1, x2 = Y[:, 0], Y[:, 1]
+    den = 1 + x1**2 + a[1] * x2
+    np.testing.assert_allclose(J[:, 0, 0], x1**2 / den, rtol=1e-12)
+    np.testing.assert_allclose(J[:, 0, 1], -x2 * (1 + a[0] * x1**2) / den**2, rtol=1e-12)
+    np.testing.assert_allclose(J[:, 1, 2], a[3] * x1 - x2, rtol=1e-12)
+    np.testing.assert_allclose(J[:, 1, 3], a[2] * x1, rtol=1e-12)
+
+
+def test_second_order_formula_is_paper_eq12_on_irregular_grid():
+    rng = np.random.default_rng(2)
+    t = np.cumsum(rng.uniform(0.05, 0.3, 12))
+    y = np.exp(np.sin(t))[:, None]
+    d = second_order_difference(t, y)[:, 0]
+    ti, t1, t2 = t[:-2], t[1:-1], t[2:]
+    xi, x1, x2 = y[:-2, 0], y[1:-1, 0], y[2:, 0]
+    num = (x1 - xi) * ((t2 - ti) ** 2 - (t1 - ti) ** 2) - (x2 - x1) * (t1 - ti) ** 2      # eq. (12) as printed
+    den = (t1 - ti) * ((t2 - ti) ** 2 - (t1 - ti) ** 2) - (t2 - t1) * (t1 - ti) ** 2
+    np.testing.assert_allclose(d, num / den, rtol=1e-10)
+    tu = np.arange(5) * 0.1                                                                  # spec §1.2, uniform grid
+    yu = (tu**2)[:, None]
+    np.testing.assert_allclose(second_order_difference(tu, yu)[:, 0], 2 * tu[:-2], atol=1e-12)
+
+
+def test_local_polynomial_exact_for_cubics_on_irregular_grid():
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, 2, 30))
+    Y = np.column_stack([1 + 2 * t - t**2 + 0.5 * t**3, 3 - t])
+    tr, X, D = DerivativeScheme("local_polynomial", window=7, degree=3).rows(t, Y)
+    np.testing.assert_allclose(D[:, 0], 2 - 2 * tr + 1.5 * tr**2, atol=1e-9)
+    np.testing.assert_allclose(D[:, 1], -1.0, atol=1e-9)
+    np.testing.assert_allclose(X, Y[3:-3], atol=1e-9)
+
+
+# --- the paper's examples -------------------------------------------------------------------------
+def test_lorenz_noise_free_forward_difference_matches_spec(lorenz):
+    # spec §3.2 / §5.3: noise-free dt = 0.05 gives [9.456, 27.604, 2.834]; dt = 0.1 gives [7.872, 27.401, 2.971]
+    est = NewtonRaphson(damping="none").fit(lorenz.model, _sim(lorenz), start=LORENZ_STARTS[0])
+    np.testing.assert_allclose(est.values, [9.456, 27.604, 2.834], atol=1.5e-3)
+    d01 = _sim(lorenz, t=np.arange(0, 10.05, 0.1))
+    np.testing.assert_allclose(NewtonRaphson().fit(lorenz.model, d01, start=[1, 1, 1]).values,
+                               [7.872, 27.401, 2.971], atol=1.5e-3)
+
+
+def test_lorenz_nr_one_step_from_every_table4_start_equals_ols(lorenz, lorenz_noisy):
+    ols, _, _ = _lorenz_ols(lorenz_noisy.t, lorenz_noisy.y)
+    for a0 in LORENZ_STARTS:
+        est = NewtonRaphson(damping="none").fit(lorenz.model, lorenz_noisy, start=a0)
+        assert est.status == "converged" and est.n_iter == 1          # spec §2.1: GN exact in one step
+        np.testing.assert_allclose(est.values, ols, rtol=1e-10)
+        assert est.nobs == 3 * (lorenz_noisy.n_times - 1)              # rows d = 1..N-1, three states
+
+
+def test_lorenz_gd_reaches_the_nr_solution_from_every_start(lorenz, lorenz_noisy):
+    # spec §5.2 item 6: the objective is a convex quadratic; the paper's spread is premature stopping
+    ols, _, _ = _lorenz_ols(lorenz_noisy.t, lorenz_noisy.y)
+    for a0 in LORENZ_STARTS:
+        gd = GradientDescent(gtol=1e-12).fit(lorenz.model, lorenz_noisy, start=a0)
+        assert gd.status == "converged"
+        np.testing.assert_allclose(gd.values, ols, rtol=1e-9)
+        assert np.all(np.diff(gd.history["cost"]) <= 1e-9 * gd.history["cost"][0])   # eq. (32)
+
+
+def test_cauchy_step_equals_paper_eq31(lorenz, lorenz_noisy):
+    from odeinfer.estimators._newton_core import cauchy_step
+
+    a = np.array([12.0, 20.0, 1.0])
+    _, J, rhs = _lorenz_ols(lorenz_noisy.t, lorenz_noisy.y)
+    G = J @ a - rhs
+    delta = J @ (J.T @ G)
+    eta31 = delta @ G / (delta @ delta)
+    assert cauchy_step(J.T @ G, J.T @ J) == pytest.approx(eta31, rel=1e-10)
+    gd = GradientDescent(max_iter=1).fit(lorenz.model, lorenz_noisy, start=a)
+    np.testing.assert_allclose(gd.values, a - eta31 * (J.T @ G), rtol=1e-9)
+    assert gd.status == "max_iter"
+
+
+def test_population_all_table1_starts_reach_the_ols_of_eq47():
+    z = oi.zoo.population()
+    d = _sim(z, noise=z.sigma, rng=5)
+    X, t = d.y, d.t
+    D = np.diff(X, axis=0) / np.diff(t)[:, None]
+    x1, x2 = X[:-1, 0], X[:-1, 1]
+    J = np.zeros((2 * len(x1), 5))                                   # paper eq. (47)
+    J[0::2, 0], J[0::2, 1] = x1, -x1 * x2
+    J[1::2, 2], J[1::2, 3], J[1::2, 4] = x2, x1 * x2, -x2**2
+    ols = np.linalg.lstsq(J, D.reshape(-1), rcond=None)[0]
+    for a0 in POP_STARTS:
+        nr = NewtonRaphson(damping="none").fit(z.model, d, start=a0)
+        assert nr.n_iter == 1
+        np.testing.assert_allclose(nr.values, ols, rtol=1e-9)
+    gd = GradientDescent(max_iter=50000).fit(z.model, d, start=POP_STARTS[4])
+    np.testing.assert_allclose(gd.values, ols, rtol=1e-6)
+
+
+def test_activator_inhibitor_damped_converges_from_all_five_undamped_fails_from_guess5():
+    z = oi.zoo.activator_inhibitor()
+    d = _sim(z, noise=z.sigma, rng=0)
+    ests = [NewtonRaphson().fit(z.model, d, start=a0) for a0 in AI_STARTS]
+    assert all(e.status == "converged" for e in ests)
+    for e in ests[1:]:
+        np.testing.assert_allclose(e.values, ests[0].values, rtol=1e-6)
+    np.testing.assert_allclose(ests[0].values, z.params_array(), rtol=0.1)      # near the truth [2, 3, 0.1, 0.4]
+    undamped = [NewtonRaphson(damping="none", max_iter=60).fit(z.model, d, start=a0) for a0 in AI_STARTS]
+    for e in undamped[:4]:                                   # spec §3.3: guesses 1-4 converge in 5-11 iterations
+        assert e.status == "converged" and 5 <= e.n_iter <= 11
+        np.testing.assert_allclose(e.values, ests[0].values, rtol=1e-6)
+    bad = undamped[4]                                        # spec §3.3: guess 5 diverges or stalls elsewhere
+    assert bad.status != "converged" or not np.allclose(bad.values, ests[0].values, rtol=1e-3)
+
+
+# --- first-difference bias (spec §5.3) -------------------------------------------------------------
+def test_forward_difference_bias_grows_as_dt_shrinks_and_spline_is_far_less_biased(lorenz):
+    s2 = 2.0
+    a1 = {}
+    for dt in (0.05, 0.02, 0.01):
+        t = np.arange(0, 10 + dt / 2, dt)
+        truth = oi.simulate(lorenz.model, lorenz.params, lorenz.x0, t).truth.y
+        q1 = np.mean((truth[:-1, 1] - truth[:-1, 0]) ** 2)
+        predicted = (10 * q1 + s2 / dt) / (q1 + 2 * s2)               # spec §5.3 closed form (no truncation)
+        vals = [NewtonRaphson().fit(lorenz.model, _sim(lorenz, t, np.sqrt(2), rng=s), start=[1, 1, 1]).values[0]
+                for s in range(3)]
+        a1[dt] = np.mean(vals)
+        if dt <= 0.02:
+            assert a1[dt] == pytest.approx(predicted, rel=0.06)
+    assert a1[0.05] < a1[0.02] < a1[0.01]
+    assert a1[0.01] > 17                                             # spec table: 19.505 (mean of 20)
+    d = _sim(lorenz, np.arange(0, 10.005, 0.01), np.sqrt(2), rng=0)
+    sp = NewtonRaphson(derivative="spline").fit(lorenz.model, d, start=[1, 1, 1]).values[0]
+    assert abs(sp - 10) < 0.15 * abs(a1[0.01] - 10)
+
+
+# --- stochastic versions ----------------------------------------------------------------------------
+def test_snr_with_all_equations_is_nr_and_subsets_use_the_pseudo_inverse(lorenz, lorenz_noisy):
+    nr = NewtonRaphson(damping="none").fit(lorenz.model, lorenz_noisy, start=[15, 1, -10])
+    full = StochasticNewton().fit(lorenz.model, lorenz_noisy, start=[15, 1, -10], rng=0)
+    np.testing.assert_allclose(full.values, nr.values, rtol=1e-12)
+    for r in (1, 2):
+        s = StochasticNewton(n_equations=r).fit(lorenz.model, lorenz_noisy, start=[15, 1, -10], rng=r)
+        assert s.status == "converged"
+        np.testing.assert_allclose(s.values, nr.values, rtol=1e-8)
+        g = StochasticGradient(n_equations=r).fit(lorenz.model, lorenz_noisy, start=[15, 1, -10], rng=r)
+        np.testing.assert_allclose(g.values, nr.values, rtol=1e-6)
+
+
+def test_minibatch_snr_and_sgd_approach_the_full_data_solution(lorenz):
+    t = np.arange(0, 40, 0.01)
+    d = _sim(lorenz, t, 0.05, rng=3)
+    nr = NewtonRaphson().fit(lorenz.model, d, start=[1, 1, 1])
+    se = nr.bse.to_numpy()
+    snr = StochasticNewton(batch_size=400, max_epochs=5).fit(lorenz.model, d, start=[1, 1, 1], rng=1)
+    sgd = StochasticGradient(batch_size=400, max_epochs=5).fit(lorenz.model, d, start=[1, 1, 1], rng=1)
+    assert np.all(np.abs(snr.values - nr.values) < se)
+    assert np.all(np.abs(sgd.values - nr.values) < 3 * se)
+    assert snr.n_iter == sgd.n_iter == 5 * 10                     # 3999 rows: 9 full batches + 399 >= 400 / 2
+    assert len(snr.history["cost"]) == 5 and len(snr.history["batch_cost"]) == snr.n_iter
+
+
+# --- covariance, identifiability, inputs ---------------------------------------------------------------
+def test_sandwich_covariance_matches_explicit_formula(lorenz, lorenz_noisy):
+    est = NewtonRaphson().fit(lorenz.model, lorenz_noisy, start=[1, 1, 1])
+    _, J, rhs = _lorenz_ols(lorenz_noisy.t, lorenz_noisy.y)
+    e = J @ est.values - rhs
+    Bi = np.linalg.inv(J.T @ J)
+    np.testing.assert_allclose(est.cov, Bi @ (J.T * e**2) @ J @ Bi, rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(est.residuals).reshape(-1), e, rtol=1e-8, atol=1e-8)
+    assert est.cost == pytest.approx(0.5 * e @ e, rel=1e-10)
+
+
+def test_rank_deficient_gives_identifiability_warning_and_nan_bse():
+    m = oi.Model.from_equations({"x": "-k1*k2*x"}, params=["k1", "k2"])
+    d = oi.simulate(m, [1.0, 0.5], [2.0], np.linspace(0, 3, 40)).data
+    with pytest.warns(IdentifiabilityWarning, match="rank deficient"):
+        est = NewtonRaphson().fit(m, d, start=[1.0, 1.0])
+    assert np.all(np.isnan(est.bse.to_numpy()))
+    assert est.values[0] * est.values[1] == pytest.approx(
+        NewtonRaphson().fit(m, d, start=[0.5], fixed={"k1": 1.0}).values[0], rel=1e-6)
+
+
+def test_fit_does_not_mutate_inputs_and_handles_missing_values(lorenz, lorenz_noisy):
+    y = np.array(lorenz_noisy.y)
+    y[5, 1] = np.nan
+    d = oi.Data(lorenz_noisy.t, y, lorenz_noisy.states)
+    start = np.array([15.0, 1.0, -10.0])
+    est = NewtonRaphson().fit(lorenz.model, d, start=start, fixed=None)
+    np.testing.assert_array_equal(start, [15.0, 1.0, -10.0])
+    assert est.nobs == 3 * (d.n_times - 1) - 4           # row 4 loses x2' ; row 5 loses all three
+    assert np.isnan(est.residuals[5]).all() and np.isfinite(est.residuals[6]).all()
+
+
+def test_fixed_parameter(lorenz, lorenz_noisy):
+    est = NewtonRaphson().fit(lorenz.model, lorenz_noisy, start=[1, 1], fixed={"a3": 8 / 3})
+    assert est.names == ("a1", "a2") and est.fixed == {"a3": 8 / 3}
+    full = NewtonRaphson().fit(lorenz.model, lorenz_noisy, start=[1, 1, 1])
+    np.testing.assert_allclose(est.values, full.values[:2], rtol=1e-8)   # J^T J is diagonal (spec §3.2)
+
+
+# --- streaming ---------------------------------------------------------------------------------------
+def _chunks(t, y, sizes):
+    out, s = [], 0
+    for k in sizes:
+        out.append((t[s:s + k], y[s:s + k]))
+        s += k
+    out.append((t[s:], y[s:]))
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["forward", "second_order", "local_polynomial"])
+def test_stream_equals_in_memory_across_chunk_boundaries(lorenz, lorenz_noisy, scheme, tmp_path):
+    est = NewtonRaphson(derivative=scheme)
+    ref = est.fit(lorenz.model, lorenz_noisy, start=[1, 1, 1])
+    t, y = lorenz_noisy.t, lorenz_noisy.y
+    chunks = _chunks(t, y, [1, 2, 7, 13, 50, 3])
+    s1 = est.fit_stream(lorenz.model, chunks, start=[1, 1, 1])
+    s2 = est.fit_stream(lorenz.model, lambda: iter(chunks), start=[1, 1, 1])
+    path = tmp_path / "series.npy"
+    np.save(path, np.column_stack([t, y]))
+    s3 = est.fit_stream(lorenz.model, np.load(path, mmap_mode="r"), start=[1, 1, 1], chunk_size=17)
+    s4 = est.fit_stream(lorenz.model, (t, y[:, ::-1]), start=[1, 1, 1], states=["x3", "x2", "x1"], chunk_size=40)
+    for s in (s1, s2, s3, s4):
+        np.testing.assert_allclose(s.values, ref.values, rtol=1e-10)
+        np.testing.assert_allclose(s.cov, ref.cov, rtol=1e-8)
+        assert s.nobs == ref.nobs and s.residuals is None
+
+
+def test_stream_errors(lorenz, lorenz_noisy):
+    t, y = lorenz_noisy.t, lorenz_noisy.y
+    with pytest.raises(InputError, match="one-shot iterator"):
+        NewtonRaphson().fit_stream(lorenz.model, iter(_chunks(t, y, [50])), start=[1, 1, 1])
+    with pytest.raises(InputError, match="batch_size: 5000 is larger than the data"):
+        StochasticNewton(batch_size=5000).fit_stream(lorenz.model, (t, y), start=[1, 1, 1])
+    with pytest.raises(InputError, match="larger than the streamed data"):
+        StochasticNewton(batch_size=5000, max_epochs=1).fit_stream(lorenz.model, iter(_chunks(t, y, [50])),
+                                                                   start=[1, 1, 1])
+    bad = [(t[:10], y[:10]), (t[10:20], y[10:20, :2])]
+    with pytest.raises(DataError, match=r"chunk 1: y_chunk has shape \(10, 2\), expected \(10, 3\)"):
+        NewtonRaphson().fit_stream(lorenz.model, bad, start=[1, 1, 1])
+    with pytest.raises(DataError, match="chunk 1: times must increase"):
+        NewtonRaphson().fit_stream(lorenz.model, [(t[:10], y[:10]), (t[5:15], y[5:15])], start=[1, 1, 1])
+    with pytest.raises(InputError, match="cannot be streamed"):
+        NewtonRaphson(derivative="spline").fit_stream(lorenz.model, (t, y), start=[1, 1, 1])
+    with pytest.raises(DataError, match="must name every model state"):
+        NewtonRaphson().fit_stream(lorenz.model, (t, y), states=["x1", "x2"])
+    with pytest.raises(InputError, match="max_epochs: a one-shot iterator allows one pass"):
+        StochasticGradient(batch_size=10).fit_stream(lorenz.model, iter(_chunks(t, y, [50])))
+
+
+def test_one_shot_stochastic_stream_reports_unchecked_convergence(lorenz, lorenz_noisy):
+    t, y = lorenz_noisy.t, lorenz_noisy.y
+    est = StochasticNewton(batch_size=50, max_epochs=1).fit_stream(lorenz.model, iter(_chunks(t, y, [60, 60])),
+                                                                  start=[1, 1, 1], rng=0)
+    assert est.status == "max_iter" and "not checked" in est.message and est.cov is None
+    assert np.all(np.abs(est.values - [10, 28, 8 / 3]) < [3, 2, 0.5])
+
+
+# --- bad configuration --------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, match", [
+    ({"derivative": "central"}, "derivative: expected one of"),
+    ({"window": 4}, "window: expected an odd int"),
+    ({"degree": 7}, "degree: expected an int in 1..4"),
+    ({"evaluate_at": "smoothed"}, "evaluate_at='smoothed' needs a smoothing derivative"),
+    ({"evaluate_at": "middle"}, "evaluate_at: expected one of"),
+    ({"spline_lam": -1.0}, "spline_lam: expected None"),
+    ({"max_iter": 0}, "max_iter: expected a positive int"),
+    ({"xtol": 2.0}, r"xtol: expected a number in \[0, 1\)"),
+    ({"damping": "trust"}, "damping: expected 'lm'"),
+    ({"lambda0": 0.0}, "lambda0: expected a positive number"),
+])
+def test_newton_config_errors(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        NewtonRaphson(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_equations": 0}, "n_equations: expected a positive int"),
+    ({"batch_size": 2.5}, "batch_size: expected a positive int"),
+    ({"max_epochs": -1}, "max_epochs: expected a positive int"),
+    ({"step_decay": "fast"}, "step_decay: expected 'auto', 'none'"),
+])
+def test_stochastic_config_errors(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        StochasticGradient(**kwargs)
+
+
+def test_fit_input_errors(lorenz, lorenz_noisy):
+    with pytest.raises(InputError, match="n_equations: 4 exceeds the model's 3 state equations"):
+        StochasticNewton(n_equations=4).fit(lorenz.model, lorenz_noisy)
+    with pytest.raises(InputError, match="batch_size: 1000 is larger than the data"):
+        StochasticGradient(batch_size=1000).fit(lorenz.model, lorenz_noisy)
+    short = oi.Data([0.0, 1.0], [[1.0, 2.0, 3.0], [1.5, 2.5, 3.5]], ["x1", "x2", "x3"])
+    with pytest.raises(DataError, match="needs at least 3"):
+        NewtonRaphson(derivative="second_order").fit(lorenz.model, short)
+    with pytest.raises(InputError, match="chunk_size: expected a positive int"):
+        NewtonRaphson().fit_stream(lorenz.model, (lorenz_noisy.t, lorenz_noisy.y), chunk_size=0)
+
+
+# --- slow: Monte Carlo reproduction of the spec's Lorenz numbers ------------------------------------------
+@pytest.mark.slow
+def test_lorenz_replicates_match_spec_table(lorenz):
+    # spec §3.2: dt = 0.05, T = 10, sigma = sqrt(2), 20 replicates: mean [9.745, 27.588, 2.890], sd [0.293, 0.179, 0.055]
+    vals, bse = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        for s in range(200):
+            e = NewtonRaphson().fit(lorenz.model, _sim(lorenz, noise=np.sqrt(2), rng=1000 + s), start=[1, 1, 1])
+            vals.append(e.values)
+            bse.append(e.bse.to_numpy())
+    vals = np.array(vals)
+    spec_sd = np.array([0.293, 0.179, 0.055])
+    mc_se = np.sqrt(spec_sd**2 / 20 + vals.std(0, ddof=1) ** 2 / len(vals))
+    assert np.all(np.abs(vals.mean(0) - [9.745, 27.588, 2.890]) < 3.5 * mc_se)
+    # a2, a3 spreads agree with the spec's; a1's does not (0.49 here vs 0.293 there, robust sd 0.47
+    # too): an open discrepancy recorded in tests/reference/seed000_tables.md, not asserted away.
+    np.testing.assert_allclose(vals.std(0, ddof=1)[1:], spec_sd[1:], rtol=0.35)
+    # the sandwich ignores the MA(1) correlation of forward-difference rows: it overstates the spread
+    assert np.all(np.mean(bse, 0) > vals.std(0, ddof=1))

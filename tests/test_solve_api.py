@@ -1,0 +1,295 @@
+"""The Python boundary of the solvers: validation messages, Solution, make_solver,
+status codes, and the kernel contract with a hand-written model module."""
+
+import types
+
+import numpy as np
+import pytest
+from numba import njit
+
+import odeinfer as oi
+from odeinfer import math as om
+from odeinfer.errors import DataError, InputError, StiffnessError
+from odeinfer.model.cache import build_module
+from odeinfer.solve import Solution, Solver, Status, make_solver, solve_ode, status_message
+
+
+@oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
+def lotka_volterra(t, y, p):
+    return {"prey": p.alpha * y.prey - p.beta * y.prey * y.pred,
+            "pred": p.delta * y.prey * y.pred - p.gamma * y.pred}
+
+
+P = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024}
+P_ARR = np.array([0.55, 0.028, 0.80, 0.024])
+X0 = np.array([33.96, 5.93])
+T = np.arange(21.0)
+
+
+# --- status codes --------------------------------------------------------------------
+
+
+def test_status_enum_matches_the_kernel_constants():
+    module = lotka_volterra.compile().module
+    for status in Status:
+        assert getattr(module, f"ST_{status.name}") == status.value
+
+
+def test_status_messages_name_the_fix():
+    assert "max_steps=7" in status_message(Status.MAX_STEPS, t_reached=3.0, max_steps=7)
+    assert 'method="rodas"' in status_message(Status.STIFF, t_reached=3.0)
+    assert "blows up" in status_message(Status.STEP_TOO_SMALL, t_reached=1.0)
+    assert status_message(99) == "unknown solver status 99"
+
+
+# --- Solution ----------------------------------------------------------------------------
+
+
+def test_solution_fields_are_immutable_and_read_only():
+    sol = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    assert isinstance(sol, Solution) and sol.success and sol.status == 0
+    assert sol.y.shape == (21, 2) and sol.sens.shape == (21, 2, 6) and sol.t.shape == (21,)
+    assert sol.t_reached == 20.0 and sol.n_steps > 0 and sol.n_rhs > 6 * sol.n_steps - 6
+    assert sol.method == "dopri5" and sol.message == "the solver reached the last output time"
+    for arr in (sol.t, sol.y, sol.sens):
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 1.0
+    with pytest.raises(AttributeError):
+        sol.status = 3
+    assert sol.sens_names == ("alpha", "beta", "gamma", "delta", "prey(t0)", "pred(t0)")
+    assert "status=SUCCESS" in repr(sol) and "sens=shape (21, 2, 6)" in repr(sol)
+
+
+def test_solution_to_frame():
+    sol = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    df = sol.to_frame()
+    assert list(df.columns) == ["prey", "pred"] and df.index.name == "t"
+    np.testing.assert_array_equal(df.to_numpy(), sol.y)
+    wide = sol.to_frame(sens=True)
+    assert wide.shape == (21, 2 + 12)
+    np.testing.assert_array_equal(wide["dpred/dprey(t0)"], sol.sens[:, 1, 4])
+    np.testing.assert_array_equal(wide["dprey/dbeta"], sol.sens[:, 0, 1])
+    plain = solve_ode(lotka_volterra, P, X0, T)
+    assert plain.sens is None
+    with pytest.raises(InputError, match="no sensitivities; solve with sensitivities=True"):
+        plain.to_frame(sens=True)
+
+
+def test_mapping_and_array_inputs_agree_and_compiled_model_is_accepted():
+    a = solve_ode(lotka_volterra, P, {"pred": X0[1], "prey": X0[0]}, T)
+    b = solve_ode(lotka_volterra.compile(), P_ARR, X0, T)
+    np.testing.assert_array_equal(a.y, b.y)
+
+
+# --- input validation ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params, match", [
+    ({**P, "alpah": 1.0}, r"params: \['alpah'\] is not a parameter of the model \(did you mean 'alpha'\?\)"),
+    ({"alpha": 1.0, "beta": 1.0, "gamma": 1.0}, r"params: missing value for parameter \['delta'\]"),
+    ([1.0, 2.0, 3.0], r"params: expected 4 values in the order \['alpha', 'beta', 'gamma', 'delta'\], "
+                      r"got an array of shape \(3,\)"),
+    ([[1.0, 2.0, 3.0, 4.0]], r"got an array of shape \(1, 4\)"),
+    ([1.0, np.nan, 3.0, 4.0], r"params: values must be finite; \['beta'\] is inf or NaN"),
+    (["a", "b", "c", "d"], r"params: expected 4 numbers .* or a mapping name -> number"),
+])
+def test_bad_params_are_rejected_with_a_clear_message(params, match):
+    with pytest.raises(InputError, match=match):
+        solve_ode(lotka_volterra, params, X0, T)
+
+
+def test_bad_initial_state_is_rejected():
+    with pytest.raises(InputError, match=r"x0: \['prye'\] is not a state of the model \(did you mean 'prey'\?\)"):
+        solve_ode(lotka_volterra, P, {"prye": 1.0, "pred": 2.0}, T)
+    with pytest.raises(InputError, match=r"x0: values must be finite; \['pred'\] is inf or NaN"):
+        solve_ode(lotka_volterra, P, [1.0, np.inf], T)
+
+
+@pytest.mark.parametrize("t, t0, match", [
+    ([], None, r"t: expected a non-empty 1-D array of output times, got shape \(0,\)"),
+    ([[0.0, 1.0]], None, r"got shape \(1, 2\)"),
+    ([0.0, np.nan, 2.0], None, r"t: output times must be finite; inf or NaN at index 1"),
+    ([0.0, 2.0, 1.0], None, r"t: output times must be sorted \(non-decreasing\); t\[1\]=2\.0 > t\[2\]=1\.0"),
+    ([0.0, 1.0], 0.5, r"t: the first output time t\[0\]=0\.0 is before t0=0\.5; .*choose t0 <= t\[0\]"),
+    ([0.0, 1.0], np.inf, r"t0: expected a finite number, got inf"),
+    ("abc", None, r"t: expected a 1-D array of output times, got str"),
+])
+def test_bad_times_are_rejected(t, t0, match):
+    with pytest.raises(DataError, match=match):
+        solve_ode(lotka_volterra, P, X0, t, t0=t0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"method": "rk45"}, r"method: expected one of \['dopri5', 'rodas'\] \(\"rodas\" for stiff problems\), got 'rk45'"),
+    ({"method": "roda"}, r"got 'roda' \(did you mean 'rodas'\?\)"),
+    ({"rtol": 0.0}, r"rtol: expected a number in \(0, 1\.0\), got 0\.0"),
+    ({"rtol": 1e-17}, r"rtol: 1e-17 is below 100 \* machine epsilon"),
+    ({"atol": -1.0}, r"atol: expected a number in \(0, inf\), got -1\.0"),
+    ({"atol": "small"}, r"atol: expected a positive number, got str"),
+    ({"max_steps": 0}, r"max_steps: expected a positive integer, got 0"),
+    ({"max_steps": 10.5}, r"max_steps: expected a positive integer, got 10\.5"),
+    ({"first_step": -0.1}, r"first_step: expected a positive finite number or None, got -0\.1"),
+    ({"fixed_step": 0.0}, r"fixed_step: expected a positive finite number or None, got 0\.0"),
+    ({"fixed_step": 0.1, "method": "rodas"}, r"fixed_step: only method='dopri5' has a fixed-step mode"),
+    ({"sensitivities": "yes"}, r"sensitivities: expected True or False, got 'yes'"),
+    ({"sens_error_control": 1}, r"sens_error_control: expected True or False, got 1"),
+])
+def test_bad_options_are_rejected(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        solve_ode(lotka_volterra, P, X0, T, **kwargs)
+
+
+def test_model_argument_must_be_a_model():
+    with pytest.raises(InputError, match=r"model: expected an odeinfer Model .* got function"):
+        solve_ode(lambda t, y, p: y, P, X0, T)
+
+
+def test_sensitivities_refused_for_parameters_that_move_a_jump():
+    @oi.model(states=["x"], params=["k", "threshold"])
+    def switch(t, y, p):
+        return {"x": om.where(y.x > p.threshold, -p.k * y.x, 0.0)}
+
+    sol = solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0])  # states alone are fine (no switch before t=1)
+    assert sol.y[1, 0] == pytest.approx(np.exp(-1.0), rel=1e-6)
+    with pytest.raises(InputError, match=r"sensitivities: parameters \['threshold'\] move a jump"):
+        solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0], sensitivities=True)
+
+
+def test_failure_without_raising_returns_status_and_nan():
+    sol = solve_ode(lotka_volterra, P, X0, T, max_steps=3, raise_on_failure=False)
+    assert sol.status == Status.MAX_STEPS and not sol.success
+    assert "max_steps=3" in sol.message
+    last_good = np.searchsorted(T, sol.t_reached, side="right")
+    assert np.isfinite(sol.y[:last_good]).all() and np.isnan(sol.y[last_good:]).all()
+    with pytest.raises(StiffnessError, match=r"status MAX_STEPS"):
+        solve_ode(lotka_volterra, P, X0, T, max_steps=3)
+
+
+# --- make_solver ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rodas"])
+def test_make_solver_matches_solve_ode_and_reuses_its_buffers(method):
+    solver = make_solver(lotka_volterra, T, sensitivities=True, method=method)
+    assert isinstance(solver, Solver)
+    y, sens, status = solver(P_ARR, X0)
+    ref = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, method=method)
+    assert status == 0
+    np.testing.assert_array_equal(y, ref.y)
+    np.testing.assert_array_equal(sens, ref.sens)
+    first = y.copy()
+    y2, sens2, _ = solver(P_ARR * 1.01, X0)
+    assert y2 is y and sens2 is sens  # documented: the next call overwrites the buffers
+    assert not np.array_equal(y, first)
+    assert solver.info[0] == 20.0 and solver.info[1] > 0  # t_reached, n_steps
+
+
+def test_make_solver_reports_bad_sizes_as_a_status():
+    solver = make_solver(lotka_volterra, T)
+    _, _, status = solver(np.array([1.0, 2.0]), X0)
+    assert status == Status.BAD_INPUT
+    y, sens, status = solver(P_ARR, X0)
+    assert status == Status.SUCCESS and sens is None and y.shape == (21, 2)
+
+
+def test_solver_kernel_can_be_called_from_njit_code():
+    solver = make_solver(lotka_volterra, T, sensitivities=True)
+    kernel = solver.kernel
+    module = solver.compiled.module
+
+    @njit
+    def final_prey_many(p_rows, x0, t, z_out, work, info):
+        out = np.empty(p_rows.shape[0])
+        for r in range(p_rows.shape[0]):
+            status = kernel(0.0, t, x0, p_rows[r], True, 1e-6, 1e-8, 0.0, 100000, z_out, work, info)
+            out[r] = z_out[t.shape[0] - 1, 0] if status == 0 else np.nan
+        return out
+
+    rows = np.array([P_ARR, P_ARR * 1.02])
+    z = np.empty((21, 14))
+    got = final_prey_many(rows, X0, T, z, np.empty(module.dopri5_work_size(True)), np.empty(module.INFO_SIZE))
+    for r in range(2):  # equal up to rounding (LLVM may optimise the kernel into the caller)
+        assert got[r] == pytest.approx(solver(rows[r], X0)[0][-1, 0], rel=1e-13)
+
+
+# --- the kernel contract, with a hand-written model module -------------------------------
+
+
+HAND_LV = """
+N_STATES = 2
+N_PARAMS = 4
+
+@njit(cache=True, error_model="numpy")
+def model_f(t, y, p, out):
+    out[0] = p[0] * y[0] - p[1] * y[0] * y[1]
+    out[1] = p[3] * y[0] * y[1] - p[2] * y[1]
+
+@njit(cache=True, error_model="numpy")
+def model_jac_y(t, y, p, out):
+    out[0, 0] = p[0] - p[1] * y[1]
+    out[0, 1] = -p[1] * y[0]
+    out[1, 0] = p[3] * y[1]
+    out[1, 1] = p[3] * y[0] - p[2]
+
+@njit(cache=True, error_model="numpy")
+def model_jac_p(t, y, p, out):
+    out[0, 0] = y[0]
+    out[0, 1] = -y[0] * y[1]
+    out[0, 2] = 0.0
+    out[0, 3] = 0.0
+    out[1, 0] = 0.0
+    out[1, 1] = 0.0
+    out[1, 2] = -y[1]
+    out[1, 3] = y[0] * y[1]
+
+@njit(cache=True, error_model="numpy")
+def model_f_t(t, y, p, out):
+    out[0] = 0.0
+    out[1] = 0.0
+
+@njit(cache=True, error_model="numpy")
+def model_jac_y_dir(t, y, p, v, out):
+    out[0, 0] = -p[1] * v[1]
+    out[0, 1] = -p[1] * v[0]
+    out[1, 0] = p[3] * v[1]
+    out[1, 1] = p[3] * v[0]
+
+@njit(cache=True, error_model="numpy")
+def model_jac_p_dir(t, y, p, v, out):
+    out[0, 0] = v[0]
+    out[0, 1] = -(v[0] * y[1] + v[1] * y[0])
+    out[0, 2] = 0.0
+    out[0, 3] = 0.0
+    out[1, 0] = 0.0
+    out[1, 1] = 0.0
+    out[1, 2] = -v[1]
+    out[1, 3] = v[0] * y[1] + v[1] * y[0]
+
+@njit(cache=True, error_model="numpy")
+def model_jac_y_t(t, y, p, out):
+    for i in range(2):
+        for j in range(2):
+            out[i, j] = 0.0
+
+@njit(cache=True, error_model="numpy")
+def model_jac_p_t(t, y, p, out):
+    for i in range(2):
+        for j in range(4):
+            out[i, j] = 0.0
+"""
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rodas"])
+def test_kernels_on_a_hand_written_module_agree_with_the_generated_one(method):
+    """The solver kernels depend only on the documented model-kernel contract."""
+    module = build_module(HAND_LV, "hand-written Lotka-Volterra")
+    stand_in = types.SimpleNamespace(module=module, n_states=2, n_params=4)
+    kernel = getattr(stand_in.module, f"{method}_solve_sens")
+    size = getattr(stand_in.module, f"{method}_work_size")(True)
+    z = np.empty((21, 14))
+    info = np.empty(stand_in.module.INFO_SIZE)
+    status = kernel(0.0, T, X0, P_ARR, True, 1e-8, 1e-10, 0.0, 100000, z, np.empty(size), info)
+    assert status == 0
+    ref = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, method=method, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(z[:, :2], ref.y, rtol=1e-12)
+    np.testing.assert_allclose(z[:, 2:].reshape(21, 2, 6), ref.sens, rtol=1e-10, atol=1e-12)
