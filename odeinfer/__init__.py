@@ -8,6 +8,13 @@ __version__ = "0.1.0"
 
 from odeinfer import datasets, errors, math, solve, studies, zoo  # noqa: E402
 from odeinfer.data import Data, Experiments  # noqa: E402
+from odeinfer.estimators import (  # noqa: E402
+    GradientDescent,
+    IdentifiabilityWarning,
+    NewtonRaphson,
+    StochasticGradient,
+    StochasticNewton,
+)
 from odeinfer.model import CompiledModel, Model, Observation, model  # noqa: E402
 from odeinfer.results import Estimate  # noqa: E402
 from odeinfer.simulate import Simulation, simulate  # noqa: E402
@@ -21,6 +28,7 @@ __all__ = [
     "model", "Model", "Observation", "CompiledModel", "Data", "Experiments",
     # solving and simulating
     "solve_ode", "make_solver", "Solution", "simulate", "Simulation",
-    # results
-    "Estimate",
+    # estimators and results
+    "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
+    "IdentifiabilityWarning", "Estimate",
 ]
