@@ -102,6 +102,17 @@ def test_second_derivative_kernels_match_complex_step_of_jacobians():
     np.testing.assert_allclose(out, ref_jp_t, rtol=1e-7, atol=1e-9)
 
 
+def test_bare_state_or_constant_as_derivative():
+    @oi.model(states=["x", "v"], params=["k"])
+    def oscillator(t, y, p):
+        return {"x": y.v, "v": -p.k * y.x}
+
+    c = oscillator.compile()
+    np.testing.assert_allclose(c.f(0.0, [2.0, 3.0], [5.0]), [3.0, -10.0])
+    const = oi.model(states=["x"], params=["k"])(lambda t, y, p: [1])
+    assert const.compile().f(0.0, [0.0], [1.0])[0] == 1.0
+
+
 def test_piecewise_and_steps_compile_and_evaluate():
     @oi.model(states=["x"], params=["a", "T"])
     def switch(t, y, p):

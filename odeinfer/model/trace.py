@@ -167,7 +167,8 @@ def _collect(result, states, name):
             e = to_expr(v)
         except TracingError as exc:
             raise ModelDefinitionError(f"the derivative of state {s!r} returned by {name}: {exc}") from None
-        if isinstance(e, (sp.core.relational.Relational, sp.logic.boolalg.Boolean)):
+        if isinstance(e, (sp.core.relational.Relational, sp.logic.boolalg.BooleanFunction,
+                          sp.logic.boolalg.BooleanAtom)):
             raise ModelDefinitionError(
                 f"the derivative of state {s!r} returned by {name} is a comparison ({e}); "
                 "use odeinfer.math.where(cond, a, b) to switch between expressions"
