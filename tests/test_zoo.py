@@ -495,12 +495,16 @@ HORIZON = {"lorenz": 5.0}
 # scipy's RK45, the same method, errs by 1.1e-9 there too). Allow 5e-10 instead of 1e-10.
 STATE_RTOL = {"riccati": 5e-10}
 
-# Rodas needs df/dt, and the Riccati term c sqrt(t) has df/dt = c / (2 sqrt(t)) = inf at t0 = 0:
-# the solver stops with NON_FINITE at t = 0. A known limitation, reported; strict, so that a fix
-# turns these into failures to be un-marked.
-_RODAS_RICCATI = pytest.mark.xfail(
-    raises=SolverError, strict=True,
-    reason="rodas uses df/dt, infinite at t0 = 0 for the c*sqrt(t) term (solver stops with NON_FINITE)")
+# Rodas needs df/dt, and the Riccati term c sqrt(t) has df/dt = c / (2 sqrt(t)) = inf at t0 = 0, so
+# it cannot start there; test_rodas_riccati_reports_infinite_time_derivative checks the error says so.
+_RODAS_RICCATI = pytest.mark.skip(
+    reason="rodas cannot start at t0 = 0 on Riccati: df/dt of c*sqrt(t) is infinite there (checked below)")
+
+
+def test_rodas_riccati_reports_infinite_time_derivative():
+    for entry in (zoo.riccati(), zoo.riccati(width=0.25)):
+        with pytest.raises(SolverError, match=r"time derivative df/dt.*not finite at t=0\.0.*method='dopri5'"):
+            solve_ode(entry.model, entry.params_array(), entry.x0_array(), entry.t, t0=entry.t0, method="rodas")
 
 
 def _marks(case_id, method):

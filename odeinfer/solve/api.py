@@ -181,6 +181,10 @@ def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dop
     info = solver.info
     t_reached = float(info[_INFO_T_REACHED])
     message = status_message(status, t_reached=t_reached, max_steps=solver.max_steps)
+    if status != Status.SUCCESS and method == "rodas" and not _finite_time_derivative(cm, t_reached, y, y0, p):
+        message += (" The right-hand side's time derivative df/dt, which the Rosenbrock method uses, is not "
+                    f"finite at t={t_reached!r} (e.g. sqrt(t) at t = 0); use method='dopri5', or start after "
+                    "that point")
     if status != Status.SUCCESS and raise_on_failure:
         _raise(status, message, t_reached, method)
     return Solution(
@@ -189,6 +193,15 @@ def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dop
         n_rejected=int(info[_INFO_N_REJECTED]), n_rhs=int(info[_INFO_N_RHS]), method=method,
         states=tuple(cm.states), params=tuple(cm.params),
     )
+
+
+def _finite_time_derivative(cm, t_reached, y, y0, p):
+    """Whether df/dt is finite at ``t_reached``, at the last finite output state (or ``y0``)."""
+    rows = np.flatnonzero(np.all(np.isfinite(y), axis=1))
+    state = y0 if rows.size == 0 else np.ascontiguousarray(y[rows[-1]])
+    ft = np.empty(cm.n_states)
+    cm.module.model_f_t(float(t_reached), state, p, ft)
+    return bool(np.all(np.isfinite(ft)))
 
 
 def _raise(status, message, t_reached, method):
