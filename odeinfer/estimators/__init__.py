@@ -1,9 +1,17 @@
 """Estimators. Each one is ``Estimator(config).fit(model, data, ...) -> Estimate``."""
 
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning
+from odeinfer.estimators.gradient_matching import GradientMatching
 from odeinfer.estimators.newton import GradientDescent, NewtonRaphson, StochasticGradient, StochasticNewton
+from odeinfer.estimators.orthogonal import (
+    ConfidenceEllipsoid,
+    OrthogonalConditions,
+    confidence_ellipsoid,
+    default_L_range,
+)
 
 __all__ = [
     "Estimator", "EstimationError", "IdentifiabilityWarning",
+    "GradientMatching", "OrthogonalConditions", "ConfidenceEllipsoid", "confidence_ellipsoid", "default_L_range",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
 ]

@@ -97,8 +97,9 @@ class Conditions:
             keep |= (f1 != 0) | (d1 != 0)
             w1, wd1 = (w * f1)[keep], (w * d1)[keep]
         T, w, Ph, dPh = T[keep], w[keep], Ph[keep], dPh[keep]
-        g = _Grid(T, self.proxy(T), [f.basis(T) for f in self.proxy.fits], w[:, None] * Ph, w[:, None] * dPh,
-                  w1, wd1)
+        P = [f.basis(T) for f in self.proxy.fits]
+        X = np.column_stack([Pk @ f.coef for Pk, f in zip(P, self.proxy.fits)])
+        g = _Grid(T, X, P, w[:, None] * Ph, w[:, None] * dPh, w1, wd1)
         if len(self._cache) > 64:
             self._cache.clear()
         self._cache[locs] = g
@@ -150,7 +151,7 @@ class Conditions:
                  + self.nm.jac_y_t(g.T, g.X, p))
         out = []
         for k, Pk in enumerate(g.P):
-            Dk = np.einsum("ql,qi,qm->ilm", g.wPh, Jy[:, :, k], Pk)
+            Dk = np.einsum("ql,qi,qm->ilm", g.wPh, Jy[:, :, k], Pk, optimize=True)
             Dk[k] += g.wdPh.T @ Pk
             rows = [Dk.reshape(d * self.Lc, Pk.shape[1])]
             if self.slope is not None:

@@ -16,6 +16,7 @@ arguments would be recompiled in every process (numba cannot disk-cache it).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -26,8 +27,17 @@ import sympy as sp
 from scipy.optimize import least_squares
 
 from odeinfer.estimators.base import EstimationError
+from odeinfer.smooth._blas import single_threaded_blas
 
-__all__ = ["gauss_grid", "NodeModel", "node_model", "Step", "Solved", "solve_whitened", "whitener"]
+__all__ = ["single_threaded_blas", "gauss_grid", "NodeModel", "node_model", "Step", "Solved", "solve_whitened", "whitener"]
+
+
+@functools.lru_cache(maxsize=16)
+def _leggauss(n):
+    x, w = np.polynomial.legendre.leggauss(int(n))
+    x.flags.writeable = False
+    w.flags.writeable = False
+    return x, w
 
 
 def gauss_grid(breakpoints, a, b, h_max, n_gauss=8):
@@ -37,7 +47,7 @@ def gauss_grid(breakpoints, a, b, h_max, n_gauss=8):
     """
     br = np.asarray(breakpoints, float)
     br = np.unique(np.concatenate([[a, b], br[(br > a) & (br < b)]]))
-    xg, wg = np.polynomial.legendre.leggauss(int(n_gauss))
+    xg, wg = _leggauss(int(n_gauss))
     ts, ws = [], []
     for lo, hi in zip(br[:-1], br[1:]):
         m = max(1, int(math.ceil((hi - lo) / h_max - 1e-12)))
@@ -169,6 +179,10 @@ class NodeModel:
 
     def piecewise_params(self) -> set:
         """Parameters in ``Piecewise``/``where`` conditions (unsupported when free)."""
+        return set(self._piecewise_params)
+
+    @cached_property
+    def _piecewise_params(self) -> frozenset:
         found = set()
         for e in self.model.exprs:
             for nd in sp.preorder_traversal(e):
@@ -176,13 +190,20 @@ class NodeModel:
                     for _, cond in nd.args:
                         found |= {n for n, s in zip(self.model.params, self.model.param_symbols)
                                   if s in cond.free_symbols}
-        return found
+        return frozenset(found)
 
     def linear_params(self, free, fixed) -> tuple:
         """Free params in which ``f`` is affine given the other free params (largest such set).
 
-        Switching parameters are never linear.
+        Switching parameters are never linear. Cached per (free, fixed).
         """
+        key = (tuple(free), tuple(sorted((k, float(v)) for k, v in dict(fixed).items())))
+        cache = self.__dict__.setdefault("_linear_cache", {})
+        if key not in cache:
+            cache[key] = self._linear_params(free, fixed)
+        return cache[key]
+
+    def _linear_params(self, free, fixed) -> tuple:
         ps = dict(zip(self.model.params, self.model.param_symbols))
         subs = {ps[k]: v for k, v in fixed.items()}
         switching = set(self.model.switching_params)

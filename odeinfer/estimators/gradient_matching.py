@@ -20,6 +20,7 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._quadrature import gauss_grid, node_model, solve_whitened
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.smooth import SplineSmoother
+from odeinfer.smooth._blas import single_threaded_blas
 
 __all__ = ["GradientMatching"]
 
@@ -105,6 +106,10 @@ class GradientMatching(Estimator):
             ``residuals``: the weighted derivative mismatch at the quadrature nodes;
             ``extras``: ``n_basis``, ``gcv``, ``condition_number``, ``rank``, ``linear_params``.
         """
+        with single_threaded_blas():
+            return self._fit(model, data, start=start, fixed=fixed, x0=x0, proxy=proxy)
+
+    def _fit(self, model, data, *, start, fixed, x0, proxy):
         t_start = time.perf_counter()
         prob = prepare(model, data, start=start, fixed=fixed, x0=x0, require_all_observed=True,
                        estimator="GradientMatching")
@@ -157,7 +162,7 @@ class GradientMatching(Estimator):
         if rank < th.size or cond > 1e10:
             msg = (f"the gradient-matching Jacobian has rank {rank} of {th.size}, condition number {cond:.3g}: some of "
                    f"{list(prob.free)} are not identifiable from these data")
-            warnings.warn(msg, IdentifiabilityWarning, stacklevel=2)
+            warnings.warn(msg, IdentifiabilityWarning, stacklevel=3)
             warn.append(msg)
             cov = np.full((th.size, th.size), np.nan)
         else:

@@ -17,7 +17,15 @@ needs *undersmoothing* (``sqrt(n) K^-s -> 0`` and ``K^4 / n -> 0``, spec §1.2),
 targets the curve's mean squared error (``K ~ n^(1/(2s+1))``), for which ``sqrt(n) K^-s``
 diverges slowly. ``undersmooth > 1`` multiplies the GCV number of interior knots; it
 reduces the proxy bias at the price of variance, and no data-driven rule for the factor
-is known. The paper itself uses GCV.
+is known. The paper itself uses GCV. On alpha-pinene the dominant bias of the orthogonal
+conditions is not the proxy's approximation error but an errors-in-variables effect (the
+noisy proxy enters the regressors ``<x_hat, phi>``), which undersmoothing does not remove
+(``tests/reference/oc_tables.md``).
+
+Speed: the GCV scan never forms the ``n x K`` design matrix: ``P'P`` is banded (``degree``
+off-diagonals) and is accumulated, factored and solved in O(n k^2) per candidate by numba
+kernels (:mod:`odeinfer.smooth._banded`); only the chosen ``K`` is refitted densely (for the
+coefficient covariances). ``fit`` limits BLAS to one thread (many small products).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from scipy.interpolate import BSpline
 from scipy.linalg import cho_factor, cho_solve
 
 from odeinfer.errors import DataError, InputError
+from odeinfer.smooth._blas import single_threaded_blas
+from odeinfer.smooth._banded import rss_banded, rss_scan_uniform
 
 __all__ = ["SplineFit", "SplineProxy", "SplineSmoother", "basis_matrix", "uniform_knots"]
 
@@ -275,12 +285,24 @@ class SplineSmoother:
                         f"data: state {state!r} has {n} observations, fewer than the {lo + nb - n_cons + 1} "
                         f"needed for the smallest spline ({lo + nb} coefficients); add observations, lower "
                         "`degree` or drop breakpoints")
-                for K in range(lo, hi + 1):
-                    kn = uniform_knots(a, b, K, self.degree, self.breakpoints)
-                    P = basis_matrix(kn, self.degree, t)
-                    av = None if cons is None else basis_matrix(kn, self.degree, [cons[0]])[0]
-                    coef, _, _, rank = _ls(P, y, av, None if cons is None else cons[1])
-                    rss = float(np.sum((y - P @ coef) ** 2))
+                tc, xc = (0.0, 0.0) if cons is None else cons
+                # banded normal equations, O(n k^2) per candidate (numba, no BLAS, no n x K matrix)
+                if self.breakpoints:
+                    kns = [uniform_knots(a, b, K, self.degree, self.breakpoints) for K in range(lo, hi + 1)]
+                    rss_all = [rss_banded(kn, int(self.degree), t, y, cons is not None, float(tc), float(xc))
+                               for kn in kns]
+                    sizes = [kn.size - self.degree - 1 for kn in kns]
+                else:
+                    rss_all = rss_scan_uniform(float(a), float(b), int(self.degree), int(lo), int(hi), t, y,
+                                               cons is not None, float(tc), float(xc))
+                    sizes = range(lo, hi + 1)
+                for K, rss, rank in zip(range(lo, hi + 1), rss_all, sizes):
+                    if rss < 0:  # P'P singular (empty knot spans): dense pseudo-inverse path
+                        kn = uniform_knots(a, b, K, self.degree, self.breakpoints)
+                        P = basis_matrix(kn, self.degree, t)
+                        av = None if cons is None else basis_matrix(kn, self.degree, [cons[0]])[0]
+                        coef, _, _, rank = _ls(P, y, av, None if cons is None else cons[1])
+                        rss = float(np.sum((y - P @ coef) ** 2))
                     tr = rank - n_cons
                     if n - tr > 0:
                         gcv[K] = n * rss / (n - tr) ** 2
@@ -324,6 +346,10 @@ class SplineSmoother:
         -------
         SplineProxy
         """
+        with single_threaded_blas():
+            return self._fit(data, states=states, x0=x0)
+
+    def _fit(self, data, *, states, x0):
         from odeinfer.data import Data
 
         if not isinstance(data, Data):
