@@ -89,3 +89,32 @@ def test_json_round_trip(tmp_path):
     assert dict(back.extras) == {"L": [2, 3]} and back.warnings == ("w <1>",)
     with pytest.raises(ValueError, match="not an odeinfer Estimate JSON"):
         Estimate.from_json('{"format": "other"}')
+
+
+def test_predict_bands_match_analytic_delta_method():
+    """x(t) = x0 exp(-k t): dx/dk = -t x, dx/dx0 = exp(-k t); var = g' C g (delta method, by hand)."""
+    m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+    cov = np.array([[0.01, 0.002], [0.002, 0.04]])
+    e = Estimate("Test", m, ("k", "x0[x]"), np.array([0.5, 2.0]), cov, "converged")
+    t = np.linspace(0, 4, 9)
+    pred = e.predict(t, alpha=0.1)
+    x = 2.0 * np.exp(-0.5 * t)
+    g = np.stack([-t * x, np.exp(-0.5 * t)], axis=1)
+    se = np.sqrt(np.einsum("ti,ij,tj->t", g, cov, g))
+    np.testing.assert_allclose(pred.y[:, 0], x, rtol=1e-7)
+    np.testing.assert_allclose(pred.se[:, 0], se, rtol=1e-6)
+    z = 1.6448536269514722  # standard normal 0.95 quantile (tables)
+    np.testing.assert_allclose(pred.upper[:, 0] - pred.lower[:, 0], 2 * z * se, rtol=1e-6)
+    assert list(pred.to_frame().columns) == ["t", "state", "y", "se", "lower", "upper"]
+    # a known x0 given by the user carries no uncertainty
+    known = e.predict(t, x0={"x": 2.0})
+    np.testing.assert_allclose(known.se[:, 0], t * x * 0.1, rtol=1e-6)
+
+
+def test_predict_needs_an_initial_state():
+    m = oi.Model.from_equations({"x": "-k*x"}, params=["k"])
+    e = Estimate("Test", m, ("k",), np.array([0.5]), np.array([[0.01]]), "converged")
+    with pytest.raises(oi.errors.InputError, match=r"initial state of 'x' is neither estimated nor given"):
+        e.predict([0.0, 1.0])
+    with pytest.raises(oi.errors.InputError, match=r"x0: expected 1 values"):
+        e.predict([0.0, 1.0], x0=[1.0, 2.0])

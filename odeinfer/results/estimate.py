@@ -163,6 +163,32 @@ class Estimate:
         d = np.sqrt(np.diag(cov))
         return pd.DataFrame(cov / np.outer(d, d), index=list(self.names), columns=list(self.names))
 
+    def predict(self, t, *, x0=None, t0=None, alpha=0.05, method="dopri5", rtol=1e-8, atol=1e-10):
+        """The model's trajectory at this estimate with pointwise (1 - alpha) confidence bands.
+
+        Parameters
+        ----------
+        t : array-like (n_times,)
+            Output times, sorted.
+        x0 : dict or array-like (n_states,), optional
+            Initial state; default: the estimated ``x0[state]`` values. Required
+            when the estimator did not estimate the initial state.
+        t0 : float, optional
+            Time of the initial state; default ``t[0]``.
+        alpha : float, default 0.05
+        method, rtol, atol
+            Passed to :func:`odeinfer.solve_ode`.
+
+        Returns
+        -------
+        Prediction
+            ``y``, ``se``, ``lower``, ``upper`` of shape (n_times, n_states); the
+            bands propagate ``cov`` through the forward sensitivities (delta method).
+        """
+        from odeinfer.results.prediction import predict
+
+        return predict(self, t, x0=x0, t0=t0, alpha=alpha, method=method, rtol=rtol, atol=atol)
+
     # display ---------------------------------------------------------------------------
     def summary_frame(self, alpha: float = 0.05) -> pd.DataFrame:
         """Table: estimate, std_err, z, lower, upper per quantity."""
