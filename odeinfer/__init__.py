@@ -6,18 +6,8 @@
 
 __version__ = "0.1.0"
 
-from odeinfer import datasets, errors, math, smooth, solve, studies, zoo  # noqa: E402
+from odeinfer import datasets, errors, math, solve, studies, zoo  # noqa: E402
 from odeinfer.data import Data, Experiments  # noqa: E402
-from odeinfer.estimators import (  # noqa: E402
-    GradientDescent,
-    GradientMatching,
-    IdentifiabilityWarning,
-    NewtonRaphson,
-    OrthogonalConditions,
-    StochasticGradient,
-    StochasticNewton,
-    confidence_ellipsoid,
-)
 from odeinfer.model import CompiledModel, Model, Observation, model  # noqa: E402
 from odeinfer.results import Estimate  # noqa: E402
 from odeinfer.simulate import Simulation, simulate  # noqa: E402
@@ -26,7 +16,7 @@ from odeinfer.solve import Solution, make_solver, solve_ode  # noqa: E402
 __all__ = [
     "__version__",
     # modules
-    "datasets", "errors", "math", "smooth", "solve", "studies", "zoo",
+    "datasets", "errors", "estimators", "math", "smooth", "solve", "studies", "zoo",
     # models and data
     "model", "Model", "Observation", "CompiledModel", "Data", "Experiments",
     # solving and simulating
@@ -36,3 +26,35 @@ __all__ = [
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
     "IdentifiabilityWarning", "Estimate",
 ]
+
+# Estimators pull in scipy.interpolate and numba at import; load them on first use so that
+# ``import odeinfer`` stays fast (a notebook's first solve then starts sooner).
+_LAZY = {
+    "smooth": ("odeinfer.smooth", None),
+    "estimators": ("odeinfer.estimators", None),
+    "OrthogonalConditions": ("odeinfer.estimators", "OrthogonalConditions"),
+    "GradientMatching": ("odeinfer.estimators", "GradientMatching"),
+    "confidence_ellipsoid": ("odeinfer.estimators", "confidence_ellipsoid"),
+    "NewtonRaphson": ("odeinfer.estimators", "NewtonRaphson"),
+    "GradientDescent": ("odeinfer.estimators", "GradientDescent"),
+    "StochasticNewton": ("odeinfer.estimators", "StochasticNewton"),
+    "StochasticGradient": ("odeinfer.estimators", "StochasticGradient"),
+    "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
+}
+
+
+def __getattr__(name):
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'odeinfer' has no attribute {name!r}") from None
+    import importlib
+
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
