@@ -30,7 +30,7 @@ def _demo(args) -> int:
     for s, e in model.equations().items():
         say(f"  d{s}/dt = {e}")
     params, x0 = entry.params_array(), entry.x0_array()
-    say("Parameters (zoo defaults, " + entry.source.splitlines()[0] + "):")
+    say("Parameters (zoo defaults: posterior means of B. Carpenter's Stan case study, 2018):")
     for n, v in zip(model.params, params):
         say(f"  {n:>8} = {v:.4g}")
     t0 = time.perf_counter()
@@ -53,7 +53,8 @@ def _demo(args) -> int:
     for k, s in enumerate(model.states):
         cells = ", ".join(f"{n}: {v:+.3g}" for n, v in zip(names, sens[-1, k]))
         say(f"  {s:>9}: {cells}")
-    say("\nNext: estimators and the HTML report are coming (see the README).")
+    say("\nNext: fit it with oi.OrthogonalConditions, oi.GradientMatching or oi.NewtonRaphson (README);"
+        " the embedding fit, seeded NUTS and the HTML report are coming.")
     return 0
 
 
