@@ -211,7 +211,7 @@ def _order_of_magnitude(ours, paper, factor=10.0):
     return paper / factor <= ours <= paper * factor
 
 
-def _assert_pinene(m, setting, paper_oc, paper_ts, heavy_tail=False):
+def check_pinene_table(m, setting, paper_oc, paper_ts, heavy_tail=False):
     full, ts, paper_cfg = m["OC full"], m["TS"], m["OC"]
     # medians: robust to the rare huge replications (see oc_tables.md)
     assert _order_of_magnitude(100 * full["mse_median"], paper_oc), (full["mse_median"], paper_oc)
@@ -239,7 +239,7 @@ def test_table_5_1_alpha_pinene_known_x0(i, setting):
     is worse than the full window in every setting (it blows up at sigma = 8 and n = 50).
     """
     m = _run_pinene(True, i, setting)
-    _assert_pinene(m, setting, PAPER_5_1[setting][1], PAPER_5_1[setting][0], heavy_tail=setting == (50, 8.0))
+    check_pinene_table(m, setting, PAPER_5_1[setting][1], PAPER_5_1[setting][0], heavy_tail=setting == (50, 8.0))
 
 
 @pytest.mark.parametrize("i,setting", list(enumerate(SETTINGS_PINENE)))
@@ -247,7 +247,7 @@ def test_table_5_2_alpha_pinene_unknown_x0(i, setting):
     """Table 5.2 (unknown x0: unconstrained proxy; OC,1 adds x'(100) = 0). Same assertions as
     Table 5.1 (see there), against the paper's Table 5.2 values."""
     m = _run_pinene(False, i, setting)
-    _assert_pinene(m, setting, PAPER_5_2[setting][1], PAPER_5_2[setting][0])
+    check_pinene_table(m, setting, PAPER_5_2[setting][1], PAPER_5_2[setting][0])
 
 
 # -- Riccati ------------------------------------------------------------------------------------
