@@ -87,6 +87,37 @@ def _solve_banded(A, k, K, b):
 
 
 @njit(cache=True)
+def _constrained_rss(A, k, K, coef, knots, has_con, t_con, x_con, N, left, right, y, vals, spans):
+    """Apply the equality constraint ``x(t_con) = x_con`` to the LS coefficients (in place; ``A``
+    holds the banded Cholesky factor of ``P'P``) and return the residual sum of squares."""
+    if has_con:
+        g = np.zeros(K)
+        i = _span(knots, k, K, t_con)
+        _basis(knots, k, i, t_con, N, left, right)
+        for a in range(k + 1):
+            g[i - k + a] = N[a]
+        av = g.copy()
+        _solve_banded(A, k, K, g)  # G a
+        s = 0.0
+        ac = 0.0
+        for j in range(K):
+            s += av[j] * g[j]
+            ac += av[j] * coef[j]
+        lam = (ac - x_con) / s
+        for j in range(K):
+            coef[j] -= lam * g[j]
+    rss = 0.0
+    for q in range(y.size):
+        i = spans[q]
+        f = 0.0
+        for a in range(k + 1):
+            f += vals[q, a] * coef[i - k + a]
+        r = y[q] - f
+        rss += r * r
+    return rss
+
+
+@njit(cache=True)
 def rss_banded(knots, k, t, y, has_con, t_con, x_con):
     """Residual sum of squares of the least-squares spline (optionally with ``x(t_con) = x_con``).
 
@@ -128,31 +159,7 @@ def rss_banded(knots, k, t, y, has_con, t_con, x_con):
         return -1.0
     coef = b.copy()
     _solve_banded(A, k, K, coef)
-    if has_con:
-        g = np.zeros(K)
-        i = _span(knots, k, K, t_con)
-        _basis(knots, k, i, t_con, N, left, right)
-        for a in range(k + 1):
-            g[i - k + a] = N[a]
-        av = g.copy()
-        _solve_banded(A, k, K, g)  # G a
-        s = 0.0
-        ac = 0.0
-        for j in range(K):
-            s += av[j] * g[j]
-            ac += av[j] * coef[j]
-        lam = (ac - x_con) / s
-        for j in range(K):
-            coef[j] -= lam * g[j]
-    rss = 0.0
-    for q in range(n):
-        i = spans[q]
-        f = 0.0
-        for a in range(k + 1):
-            f += vals[q, a] * coef[i - k + a]
-        r = y[q] - f
-        rss += r * r
-    return rss
+    return _constrained_rss(A, k, K, coef, knots, has_con, t_con, x_con, N, left, right, y, vals, spans)
 
 
 @njit(cache=True)
@@ -206,31 +213,7 @@ def _rss_uniform(a, b, k, K, t, y, has_con, t_con, x_con, A, bvec, vals, spans, 
         return -1.0
     coef = bvec[:K].copy()
     _solve_banded(A, k, K, coef)
-    if has_con:
-        g = np.zeros(K)
-        i = _span(knots, k, K, t_con)
-        _basis(knots, k, i, t_con, N, left, right)
-        for r in range(k + 1):
-            g[i - k + r] = N[r]
-        av = g.copy()
-        _solve_banded(A, k, K, g)
-        s_ = 0.0
-        ac = 0.0
-        for j in range(K):
-            s_ += av[j] * g[j]
-            ac += av[j] * coef[j]
-        lam = (ac - x_con) / s_
-        for j in range(K):
-            coef[j] -= lam * g[j]
-    rss = 0.0
-    for q in range(n):
-        i = spans[q]
-        f = 0.0
-        for r in range(k + 1):
-            f += vals[q, r] * coef[i - k + r]
-        res = y[q] - f
-        rss += res * res
-    return rss
+    return _constrained_rss(A, k, K, coef, knots, has_con, t_con, x_con, N, left, right, y, vals, spans)
 
 
 @njit(cache=True)
