@@ -39,6 +39,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -299,10 +300,15 @@ _STREAM_DOC = """
 """
 
 
-def _cite(cls):
+def _cite_class(cls):
     cls.__doc__ = cls.__doc__.rstrip() + ("\n\n    References\n    ----------\n    S. Syafiie, A. Subiantoro, V. Andasari, F. Tadeo, \"Systems of "
                     "ODEs parameters estimation by using\n    stochastic Newton-Raphson and gradient descent methods\", "
                     "arXiv preprint.\n")
+    return cls
+
+
+def _cite(cls):
+    _cite_class(cls)
     cls.fit.__doc__ = cls.fit.__doc__.rstrip() + "\n" + _FIT_DOC
     cls.fit_stream.__doc__ = cls.fit_stream.__doc__.rstrip() + "\n" + _STREAM_DOC
     return cls
@@ -434,9 +440,46 @@ _STOCH = """
         Stop when the full-data gradient cosine is ``<= gtol``."""
 
 
-@_cite
 @dataclass(frozen=True)
-class StochasticNewton(Estimator):
+class _Stochastic(Estimator):
+    """Settings and entry points shared by :class:`StochasticNewton` and :class:`StochasticGradient`."""
+
+    _KIND: ClassVar[str] = ""
+
+    derivative: str = "forward"
+    window: int = 9
+    degree: int = 2
+    spline_lam: float | None = None
+    evaluate_at: str | None = None
+    n_equations: int | None = None
+    batch_size: int | None = None
+    max_epochs: int = 100
+    max_iter: int = 100_000
+    step_decay: object = "auto"
+    xtol: float = 1e-8
+    gtol: float = 1e-10
+    rcond: float = 1e-10
+
+    def __post_init__(self):
+        _stochastic_checks(self)
+
+    def fit(self, model, data, *, start=None, fixed=None, rng=None) -> Estimate:
+        """Estimate the parameters from in-memory data; ``rng``: seed or numpy Generator."""
+        return _fit(self, self._KIND, model, data, start, fixed, rng)
+
+    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000,
+                   rng=None) -> Estimate:
+        """Minibatch steps over a stream (O(chunk + batch) memory); ``rng``: seed or Generator."""
+        return _fit_stream(self, self._KIND, model, source, start, fixed, states, chunk_size, rng)
+
+
+_Stochastic.fit.__doc__ += "\n" + _FIT_DOC
+_Stochastic.fit_stream.__doc__ += "\n" + _STREAM_DOC
+
+
+@_cite_class
+@dataclass(frozen=True)
+class StochasticNewton(_Stochastic):
     __doc__ = ("""The paper's "SNR" (Algorithm 2): Gauss-Newton steps on random equation subsets and minibatches.
 
     The pseudo-inverse makes subsets that miss some parameters work (zero step for them).
@@ -444,64 +487,16 @@ class StochasticNewton(Estimator):
     Parameters
     ----------""" + _COMMON + _STOCH)
 
-    derivative: str = "forward"
-    window: int = 9
-    degree: int = 2
-    spline_lam: float | None = None
-    evaluate_at: str | None = None
-    n_equations: int | None = None
-    batch_size: int | None = None
-    max_epochs: int = 100
-    max_iter: int = 100_000
-    step_decay: object = "auto"
-    xtol: float = 1e-8
-    gtol: float = 1e-10
-    rcond: float = 1e-10
-
-    def __post_init__(self):
-        _stochastic_checks(self)
-
-    def fit(self, model, data, *, start=None, fixed=None, rng=None) -> Estimate:
-        """Estimate the parameters from in-memory data; ``rng``: seed or numpy Generator."""
-        return _fit(self, "snr", model, data, start, fixed, rng)
-
-    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000,
-                   rng=None) -> Estimate:
-        """Minibatch Gauss-Newton over a stream (O(chunk + batch) memory); ``rng``: seed or Generator."""
-        return _fit_stream(self, "snr", model, source, start, fixed, states, chunk_size, rng)
+    _KIND: ClassVar[str] = "snr"
 
 
-@_cite
+@_cite_class
 @dataclass(frozen=True)
-class StochasticGradient(Estimator):
+class StochasticGradient(_Stochastic):
     __doc__ = ("""The paper's "SGD" (Algorithm 4): Cauchy-step gradient descent on random equation subsets
     and minibatches.
 
     Parameters
     ----------""" + _COMMON + _STOCH)
 
-    derivative: str = "forward"
-    window: int = 9
-    degree: int = 2
-    spline_lam: float | None = None
-    evaluate_at: str | None = None
-    n_equations: int | None = None
-    batch_size: int | None = None
-    max_epochs: int = 100
-    max_iter: int = 100_000
-    step_decay: object = "auto"
-    xtol: float = 1e-8
-    gtol: float = 1e-10
-    rcond: float = 1e-10
-
-    def __post_init__(self):
-        _stochastic_checks(self)
-
-    def fit(self, model, data, *, start=None, fixed=None, rng=None) -> Estimate:
-        """Estimate the parameters from in-memory data; ``rng``: seed or numpy Generator."""
-        return _fit(self, "sgd", model, data, start, fixed, rng)
-
-    def fit_stream(self, model, source, *, start=None, fixed=None, states=None, chunk_size=100_000,
-                   rng=None) -> Estimate:
-        """Minibatch gradient descent over a stream (O(chunk + batch) memory); ``rng``: seed or Generator."""
-        return _fit_stream(self, "sgd", model, source, start, fixed, states, chunk_size, rng)
+    _KIND: ClassVar[str] = "sgd"
