@@ -150,8 +150,9 @@ class Outcome:
     history: dict
 
 
-def _hist():
-    return {"cost": [], "step": [], "grad": []}
+def _hist(ev):
+    """Iteration history, starting with the record of the start values."""
+    return {"cost": [ev.cost], "step": [0.0], "grad": [ev.grad_cosine()]}
 
 
 def newton(evaluate, theta, *, damping, max_iter, xtol, gtol, rcond=_RCOND, lam0=1.0):
@@ -164,10 +165,7 @@ def newton(evaluate, theta, *, damping, max_iter, xtol, gtol, rcond=_RCOND, lam0
     pole of ``f1`` (``1 + x1^2 + a2 x2 = 0``) into a spurious basin (9 of 80 checked fits).
     """
     ev = evaluate(theta)
-    h = _hist()
-    h["cost"].append(ev.cost)
-    h["grad"].append(ev.grad_cosine())
-    h["step"].append(0.0)
+    h = _hist(ev)
     if not ev.finite:
         return Outcome(theta, ev, "failed", "residual not finite at the start values", 0, h)
     lam, nu = None, 2.0
@@ -222,10 +220,7 @@ def cauchy_step(g, B):
 def gradient_descent(evaluate, theta, *, max_iter, xtol, gtol, max_backtrack=50):
     """Steepest descent with the exact Cauchy step (paper eqs. 30-31) and a backtracking guard."""
     ev = evaluate(theta)
-    h = _hist()
-    h["cost"].append(ev.cost)
-    h["grad"].append(ev.grad_cosine())
-    h["step"].append(0.0)
+    h = _hist(ev)
     if not ev.finite:
         return Outcome(theta, ev, "failed", "residual not finite at the start values", 0, h)
     for it in range(1, max_iter + 1):
