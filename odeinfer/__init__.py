@@ -24,7 +24,10 @@ __all__ = [
     # estimators and results
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
+    "Embedding", "Simultaneous",
     "IdentifiabilityWarning", "Estimate",
+    # Bayesian stage and views
+    "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
 ]
 
 # Estimators pull in scipy.interpolate and numba at import; load them on first use so that
@@ -40,6 +43,14 @@ _LAZY = {
     "StochasticNewton": ("odeinfer.estimators", "StochasticNewton"),
     "StochasticGradient": ("odeinfer.estimators", "StochasticGradient"),
     "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
+    "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
+    "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
+    "bayes": ("odeinfer.bayes", None),
+    "diagnostics": ("odeinfer.diagnostics", None),
+    "compare_intervals": ("odeinfer.diagnostics", "compare_intervals"),
+    "plots": ("odeinfer.plots", None),
+    "widgets": ("odeinfer.widgets", None),
+    "report": ("odeinfer.report", None),
 }
 
 
