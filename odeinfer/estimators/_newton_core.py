@@ -49,6 +49,7 @@ class Accumulator:
     """Evaluate the normal equations of row blocks at free parameters ``theta``."""
 
     def __init__(self, module, n_states, n_params, free_index, fixed_full):
+        self.module = module
         self.kernel = module.gm_normal_eq
         self.residual_kernel = module.gm_residuals
         self.n = n_states
