@@ -1,0 +1,23 @@
+"""Plots (matplotlib) of data, fits, residuals, confidence and credible regions, intervals and studies.
+
+Every function returns a :class:`matplotlib.figure.Figure` (created without pyplot, so no
+global state; Jupyter displays it) and takes ``ax=`` where one axes makes sense.
+Matplotlib is imported on first use.
+
+- :func:`trajectories`: data with each estimate's trajectory, its delta-method band and the
+  posterior predictive band;
+- :func:`residuals`: residuals of one estimate per observed state;
+- :func:`regions`: Wald confidence ellipses against the posterior's highest-density region;
+- :func:`forest`: every estimator's interval next to the posterior's (from
+  :func:`odeinfer.compare_intervals`);
+- :func:`study`: Monte Carlo study plots (estimates vs truth, coverage);
+- :func:`to_png_base64`: a figure as base64 PNG text for HTML reports.
+"""
+
+from odeinfer.plots.export import to_png_base64
+from odeinfer.plots.forest import forest
+from odeinfer.plots.regions import ellipse, regions
+from odeinfer.plots.study import study
+from odeinfer.plots.trajectories import residuals, trajectories
+
+__all__ = ["trajectories", "residuals", "regions", "forest", "study", "to_png_base64", "ellipse"]
