@@ -1,6 +1,7 @@
 """Estimators. Each one is ``Estimator(config).fit(model, data, ...) -> Estimate``."""
 
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning
+from odeinfer.estimators.embedding import Embedding
 from odeinfer.estimators.gradient_matching import GradientMatching
 from odeinfer.estimators.newton import GradientDescent, NewtonRaphson, StochasticGradient, StochasticNewton
 from odeinfer.estimators.orthogonal import (
@@ -14,4 +15,5 @@ __all__ = [
     "Estimator", "EstimationError", "IdentifiabilityWarning",
     "GradientMatching", "OrthogonalConditions", "ConfidenceEllipsoid", "confidence_ellipsoid", "default_L_range",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
+    "Embedding",
 ]

@@ -137,6 +137,11 @@ class Estimate:
         cov = np.full((len(self.names),) * 2, np.nan) if self.cov is None else np.array(self.cov)
         return pd.DataFrame(cov, index=list(self.names), columns=list(self.names))
 
+    #: Profile-likelihood hook (not a field, never serialised): estimators that can re-optimise
+    #: set it after construction with ``object.__setattr__(est, "_profiler", obj)``; ``obj``
+    #: has ``conf_int(alpha) -> DataFrame`` (see :mod:`odeinfer.inference.profile`).
+    _profiler = None
+
     def conf_int(self, alpha: float = 0.05, method: str = "wald") -> pd.DataFrame:
         """Confidence intervals, columns ``lower`` and ``upper``.
 
@@ -144,18 +149,35 @@ class Estimate:
         ----------
         alpha : float, default 0.05
             1 - confidence level.
-        method : {"wald"}
-            ``"wald"``: estimate +- z_{1-alpha/2} * bse. Estimators that
-            support profile likelihood intervals provide them through their own
-            ``profile`` functions.
+        method : {"wald", "profile"}
+            ``"wald"``: estimate +- z_{1-alpha/2} * bse. ``"profile"``: profile
+            likelihood (re-optimising the other quantities), for estimates whose
+            estimator provides a profiler (e.g. ``oi.Embedding``); computed on
+            first use and cached. Not available after a JSON or pickle round trip.
         """
         if not (0 < alpha < 1):
             raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
-        if method != "wald":
-            raise ValueError(f"method: {method!r} is not available for {self.estimator} estimates; use 'wald'")
+        available = ["wald"] + (["profile"] if self._profiler is not None else [])
+        if method not in available:
+            why = (" (profile intervals need an estimate fitted in this session by an estimator that provides "
+                   "them, e.g. oi.Embedding)" if method == "profile" else "")
+            raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
+                             f"available: {available}")
+        if method == "profile":
+            return self._profiler.conf_int(alpha).reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
+
+    def to_priors(self, inflate: float = 10.0, **kwargs) -> dict:
+        """PyMC priors centred on this estimate, ``inflate`` times wider than its standard errors.
+
+        See :func:`odeinfer.bayes.priors_from_estimate` (``positive=``, ``names=``
+        are passed on); the result is meant for ``oi.bayes.build_model(priors=...)``.
+        """
+        from odeinfer.bayes.priors import priors_from_estimate
+
+        return priors_from_estimate(self, inflate=inflate, **kwargs)
 
     def correlation(self) -> pd.DataFrame:
         """Correlation matrix of the estimates."""

@@ -1,0 +1,100 @@
+"""odeinfer.inference.profile.ProfileLikelihood on problems with closed-form profiles."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from odeinfer.estimators import IdentifiabilityWarning
+from odeinfer.inference import ProfileLikelihood, ProfileWarning, sample_starts
+
+
+def _linear(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(30, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + rng.normal(0, 0.3, 30)
+    u_hat, *_ = np.linalg.lstsq(X, y, rcond=None)
+    r = y - X @ u_hat
+    s = math.sqrt(r @ r / 27)
+    Xw, yw = X / s, y / s
+
+    def reopt(u, i):
+        keep = [j for j in range(3) if j != i]
+        b, *_ = np.linalg.lstsq(Xw[:, keep], yw - Xw[:, i] * u[i], rcond=None)
+        out = u.copy()
+        out[keep] = b
+        res = yw - Xw @ out
+        return 0.5 * res @ res, out
+
+    cov = np.linalg.inv(Xw.T @ Xw)
+    res = yw - Xw @ u_hat
+    prof = ProfileLikelihood(["a", "b", "c"], u_hat, 0.5 * res @ res, np.sqrt(np.diag(cov)), np.full(3, -np.inf),
+                             np.full(3, np.inf), reopt, lambda i, v: v)
+    return prof, u_hat, np.sqrt(np.diag(cov))
+
+
+def test_linear_model_profile_equals_wald():
+    """For linear least squares D(v) = (v - u_hat)^2 / se^2 exactly, so the chi2(1) profile
+    interval is u_hat +- z se."""
+    prof, u_hat, se = _linear()
+    ci = prof.conf_int(0.05)
+    z = math.sqrt(chi2.ppf(0.95, 1))
+    np.testing.assert_allclose(ci["lower"].to_numpy(), u_hat - z * se, rtol=1e-7)
+    np.testing.assert_allclose(ci["upper"].to_numpy(), u_hat + z * se, rtol=1e-7)
+    ci90 = prof.conf_int(0.10)
+    assert np.all(ci90["upper"] < ci["upper"])
+
+
+def test_asymmetric_profile_analytic_and_warned():
+    """C(v) = 0.5 (exp(v) - 1)^2 / s^2 with minimum at 0: D(v) = thr at v = log(1 +- s sqrt(thr))."""
+    s = 0.4  # half-widths 1.53 and 0.58
+    reopt = lambda u, i: (0.5 * (math.exp(u[0]) - 1) ** 2 / s ** 2, u.copy())  # noqa: E731
+    prof = ProfileLikelihood(["v"], np.zeros(1), 0.0, np.array([s]), np.full(1, -np.inf), np.full(1, np.inf), reopt,
+                             lambda i, v: v)
+    thr = chi2.ppf(0.95, 1)
+    with pytest.warns(ProfileWarning, match=r"'v' is strongly asymmetric"):
+        ci = prof.conf_int(0.05)
+    assert ci.loc["v", "lower"] == pytest.approx(math.log(1 - s * math.sqrt(thr)), rel=1e-6)
+    assert ci.loc["v", "upper"] == pytest.approx(math.log(1 + s * math.sqrt(thr)), rel=1e-6)
+
+
+def test_flat_profile_gives_infinite_bounds_with_warning():
+    reopt = lambda u, i: (1.0 + 1e-6 * math.tanh(u[0]), u.copy())  # noqa: E731
+    prof = ProfileLikelihood(["k"], np.zeros(1), 1.0, np.array([np.nan]), np.full(1, -np.inf), np.full(1, np.inf),
+                             reopt, lambda i, v: v)
+    with pytest.warns(IdentifiabilityWarning, match=r"profile of 'k' is flat"):
+        ci = prof.conf_int()
+    assert ci.loc["k", "lower"] == -np.inf and ci.loc["k", "upper"] == np.inf
+
+
+def test_bound_reached_before_threshold_is_infinite_on_that_side():
+    reopt = lambda u, i: (0.5 * u[0] ** 2, u.copy())  # noqa: E731  se = 1
+    prof = ProfileLikelihood(["p"], np.zeros(1), 0.0, np.ones(1), np.array([-1.0]), np.array([np.inf]), reopt,
+                             lambda i, v: math.exp(v))
+    with pytest.warns(IdentifiabilityWarning, match=r"lower side"):
+        ci = prof.conf_int()
+    assert ci.loc["p", "lower"] == -np.inf
+    assert ci.loc["p", "upper"] == pytest.approx(math.exp(math.sqrt(chi2.ppf(0.95, 1))), rel=1e-6)
+
+
+def test_reoptimisation_failures_are_reported():
+    reopt = lambda u, i: None  # noqa: E731
+    prof = ProfileLikelihood(["q"], np.zeros(1), 0.0, np.ones(1), np.full(1, -np.inf), np.full(1, np.inf), reopt,
+                             lambda i, v: v)
+    with pytest.warns(ProfileWarning, match=r"re-optimisation failed"):
+        ci = prof.conf_int()
+    assert np.isinf(ci.loc["q"]).all()
+
+
+def test_sample_starts_inside_box_and_validated():
+    lo, hi = np.array([0.0, -1.0]), np.array([1.0, 3.0])
+    for sampler in ("sobol", "lhs"):
+        x = sample_starts(lo, hi, 7, sampler=sampler, rng=1)
+        assert x.shape == (7, 2) and np.all((x >= lo) & (x <= hi))
+    from odeinfer.errors import InputError
+
+    with pytest.raises(InputError, match=r"bounds: multi-start needs finite bounds"):
+        sample_starts(np.array([0.0]), np.array([np.inf]), 3)
+    with pytest.raises(InputError, match=r"sampler: expected 'sobol' or 'lhs'"):
+        sample_starts(lo, hi, 3, sampler="grid")
