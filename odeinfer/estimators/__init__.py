@@ -10,10 +10,11 @@ from odeinfer.estimators.orthogonal import (
     confidence_ellipsoid,
     default_L_range,
 )
+from odeinfer.estimators.simultaneous import Simultaneous
 
 __all__ = [
     "Estimator", "EstimationError", "IdentifiabilityWarning",
     "GradientMatching", "OrthogonalConditions", "ConfidenceEllipsoid", "confidence_ellipsoid", "default_L_range",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
-    "Embedding",
+    "Embedding", "Simultaneous",
 ]
