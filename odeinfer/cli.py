@@ -10,67 +10,88 @@ __all__ = ["main"]
 
 
 def _demo(args) -> int:
-    """Lynx-hare: the zoo's Lotka-Volterra model against the Hudson's Bay data."""
-    import numpy as np
-
+    """Lynx-hare (Hudson's Bay company, 1900-1920): the matching estimators, the embedding fit and
+    NUTS seeded by it, on Stan's Lotka-Volterra case-study model; writes a standalone HTML report."""
     import odeinfer as oi
+    from odeinfer.bayes.build import lynx_hare_stan
+    from odeinfer.pipeline import run
+    from odeinfer.spec import BayesSpec
 
-    def say(msg):
-        print(msg, flush=True)
-
+    say = _printer(args)
+    t0 = time.perf_counter()
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
-    data = oi.datasets.lynx_hare()
-    entry = oi.zoo.get("lotka_volterra")
-    model = entry.model
-    data = data.rename(dict(zip(("hare", "lynx"), model.states)))
-    say(f"\nData: {data.n_times} years from 1900 (t = 0) to 1920, states {list(data.states)}, "
-        f"{data.nobs} observations (thousands of pelts)")
-    say(f"Source: {oi.datasets.citation('lynx_hare').splitlines()[0]}")
-    say("\nModel:")
+    model, data, priors = lynx_hare_stan()
+    say(f"data: {data.n_times} years from 1900 (t = 0) to 1920, {data.nobs} observations of {list(data.states)} "
+        "(thousands of pelts); log-normal noise; initial state estimated")
     for s, e in model.equations().items():
         say(f"  d{s}/dt = {e}")
-    params, x0 = entry.params_array(), entry.x0_array()
-    say("Parameters (zoo defaults: posterior means of B. Carpenter's Stan case study, 2018):")
-    for n, v in zip(model.params, params):
-        say(f"  {n:>8} = {v:.4g}")
-    t0 = time.perf_counter()
-    solver = oi.solve.make_solver(model, data.t, sensitivities=True)
-    y, sens, status = solver(params, x0)
-    t1 = time.perf_counter()
-    reps = 2000
-    for _ in range(reps):
-        solver(params, x0)
-    t2 = time.perf_counter()
-    say(f"\nSolver: Dormand-Prince 5(4) with forward sensitivities for {model.n_params} parameters "
-        f"+ {model.n_states} initial states")
-    say(f"  first call (load or compile kernels): {t1 - t0:.2f} s; warm call: {(t2 - t1) / reps * 1e6:.1f} us")
-    resid = np.log(data.y) - np.log(y)
-    say("\nFit of the default parameters (log scale, as in the Stan case study):")
-    for k, s in enumerate(data.states):
-        say(f"  {s:>9}: RMS log residual {np.sqrt(np.mean(resid[:, k] ** 2)):.3f}")
-    say("\nSensitivity of the 1920 states to each parameter (d y / d theta):")
-    names = list(model.params) + [f"{s}(0)" for s in model.states]
-    for k, s in enumerate(model.states):
-        cells = ", ".join(f"{n}: {v:+.3g}" for n, v in zip(names, sens[-1, k]))
-        say(f"  {s:>9}: {cells}")
-    say("\nNext: fit it with oi.OrthogonalConditions, oi.GradientMatching or oi.NewtonRaphson (README);"
-        " the embedding fit, seeded NUTS and the HTML report are coming.")
+    bayes = None if args.no_bayes else BayesSpec(draws=args.draws, tune=args.tune, chains=args.chains,
+                                                 likelihood="lognormal")
+    result = run(model, data, estimators=("OrthogonalConditions", "GradientMatching", "Embedding"),
+                 bayes=bayes, priors=priors, title="odeinfer demo: Lotka-Volterra on the lynx-hare data",
+                 progress=say, rng=args.seed)
+    say(f"writing {args.out} ...")
+    result.export_html(args.out)
+    say(f"done in {time.perf_counter() - t0:.1f} s: open {args.out} in a browser")
     return 0
+
+
+def _report(args) -> int:
+    """Run the standard analysis of a TOML spec (model equations + CSV data) and write an HTML report."""
+    from odeinfer.pipeline import run_spec
+    from odeinfer.spec import load_spec
+
+    say = _printer(args)
+    t0 = time.perf_counter()
+    spec = load_spec(args.spec)
+    say(f"{spec.source}: model {spec.model.name!r} ({', '.join(spec.model.states)}), estimators {list(spec.estimators)}")
+    result = run_spec(spec, progress=say)
+    result.export_html(args.out)
+    say(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _printer(args):
+    def say(msg):
+        if not args.quiet:
+            print(msg, flush=True)
+    return say
 
 
 def main(argv=None) -> int:
     """Entry point of the ``odeinfer`` command."""
+    from odeinfer.errors import OdeinferError
+
     parser = argparse.ArgumentParser(
         prog="odeinfer", description="Parameter estimation for ODE and DDE models.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="run the lynx-hare demo and print a summary",
+    demo = sub.add_parser("demo", help="fit the lynx-hare data end to end and write odeinfer-demo.html",
                           description=_demo.__doc__)
+    demo.add_argument("-o", "--out", default="odeinfer-demo.html", help="report path (default: %(default)s)")
+    demo.add_argument("--draws", type=int, default=1000, help="NUTS draws per chain (default: %(default)s)")
+    demo.add_argument("--tune", type=int, default=500, help="NUTS tuning steps per chain (default: %(default)s)")
+    demo.add_argument("--chains", type=int, default=2, help="NUTS chains (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    demo.add_argument("--no-bayes", action="store_true", help="skip the Bayesian stage")
+    demo.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     demo.set_defaults(func=_demo)
+    report = sub.add_parser("report", help="analyse a model given in a TOML spec and write an HTML report",
+                            description=_report.__doc__ + "\n\nSpec format: see the odeinfer.spec module docstring "
+                            "(python -c 'import odeinfer.spec; help(odeinfer.spec)').",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("spec", help="the TOML spec file")
+    report.add_argument("-o", "--out", default="odeinfer-report.html", help="report path (default: %(default)s)")
+    report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    report.set_defaults(func=_report)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OdeinferError as exc:
+        print(f"odeinfer {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -214,11 +214,20 @@ def render_idata(idata) -> str:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ArviZ warns about single chains; the checks table says it
-        summary = az.summary(idata)
+        summary = az.summary(idata, var_names=_parameter_vars(idata) or None)
     n_chains = int(idata.posterior.sizes.get("chain", 1))
     n_draws = int(idata.posterior.sizes.get("draw", 0))
     return (f"<div class='idata'><p class='meta'>{n_chains} chain(s) x {n_draws} draw(s)</p>"
             f"{table_html(summary, '{:.4g}')}</div>")
+
+
+def _parameter_vars(idata):
+    """Posterior variables that are parameters: no time axis, and not the stacked ``param`` vector
+    (a deterministic copy of the scalar parameters)."""
+    from odeinfer.diagnostics._names import _is_parameter_like
+
+    post = idata.posterior
+    return [v for v in post.data_vars if _is_parameter_like(post[v]) and "param" not in post[v].dims]
 
 
 # figures and text ------------------------------------------------------------------------------
