@@ -293,3 +293,86 @@ def test_kernels_on_a_hand_written_module_agree_with_the_generated_one(method):
     ref = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, method=method, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(z[:, :2], ref.y, rtol=1e-12)
     np.testing.assert_allclose(z[:, 2:].reshape(21, 2, 6), ref.sens, rtol=1e-10, atol=1e-12)
+
+
+# --- sens_exclude: sensitivities with switching parameters held fixed ---------------------------
+
+
+def _riccati_scipy(a, c, d, T_r, phi0, t):
+    """Independent oracle: scipy DOP853 at rtol 1e-12, integrated in two pieces split at the
+    step time T_r (so no step straddles the jump)."""
+    from scipy.integrate import solve_ivp
+
+    def f(step):
+        return lambda s, y: [a * y[0] ** 2 + c * np.sqrt(s) - d * step]
+
+    t = np.asarray(t)
+    out = np.empty(t.size)
+    left = t <= T_r
+    s1 = solve_ivp(f(0.0), (0.0, T_r), [phi0], method="DOP853", rtol=1e-12, atol=1e-14, dense_output=True)
+    out[left] = s1.sol(t[left])[0]
+    s2 = solve_ivp(f(1.0), (T_r, t[-1]), [s1.y[0, -1]], method="DOP853", rtol=1e-12, atol=1e-14,
+                   dense_output=True)
+    out[~left] = s2.sol(t[~left])[0]
+    return out
+
+
+def test_sens_exclude_allows_sensitivities_with_a_fixed_switching_time():
+    """riccati (sharp step at T_r): with T_r excluded, d phi / d(a, c, d, phi0) match central
+    differences of an independent split-at-T_r scipy solve; the T_r column is NaN."""
+    z = oi.zoo.get("riccati")
+    t = np.array([1.0, 4.0, 6.0, 10.0, 14.0])
+    th = np.array([0.11, 0.09, 2.0, 5.0, -1.0])  # a, c, d, T_r, phi0
+    sol = solve_ode(z.model, th[:4], th[4:], t, t0=0.0, sensitivities=True, sens_exclude=["T_r"],
+                    rtol=1e-10, atol=1e-12)
+    assert sol.success and np.isnan(sol.sens[:, 0, 3]).all()
+    for j, col in ((0, 0), (1, 1), (2, 2), (4, 4)):
+        h = 1e-6 * max(abs(th[j]), 1.0)
+        up, dn = th.copy(), th.copy()
+        up[j] += h
+        dn[j] -= h
+        fd = (_riccati_scipy(*up, t) - _riccati_scipy(*dn, t)) / (2 * h)
+        np.testing.assert_allclose(sol.sens[:, 0, col], fd, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(sol.y[:, 0], _riccati_scipy(*th, t), rtol=1e-8)
+
+
+def test_sens_exclude_columns_are_nan_on_every_fast_path_call():
+    solver = make_solver(lotka_volterra, T, sensitivities=True, sens_exclude=("beta", "delta"))
+    full = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    assert solver.sens_exclude == ("beta", "delta")
+    for _ in range(2):  # the kernel rewrites the buffer on each call
+        y, sens, status = solver(P_ARR, X0)
+        assert status == 0
+        assert np.isnan(sens[:, :, [1, 3]]).all()
+        np.testing.assert_array_equal(sens[:, :, [0, 2, 4, 5]], full.sens[:, :, [0, 2, 4, 5]])
+    fixed = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, fixed_step=0.01, sens_exclude="beta")
+    assert np.isnan(fixed.sens[:, :, 1]).all() and np.isfinite(fixed.sens[:, :, [0, 2, 3]]).all()
+    assert make_solver(lotka_volterra, T, sens_exclude=["beta"]).sensitivities is False
+
+
+def test_switching_parameter_not_excluded_is_still_refused_with_a_hint():
+    z = oi.zoo.get("riccati")
+    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump.*sens_exclude=\['T_r'\]"):
+        make_solver(z.model, z.t, t0=0.0, sensitivities=True)
+    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump"):
+        make_solver(z.model, z.t, t0=0.0, sensitivities=True, sens_exclude=["a"])
+
+
+def test_sens_exclude_refused_when_the_jump_depends_on_the_states():
+    @oi.model(states=["x"], params=["k", "threshold"])
+    def switch(t, y, p):
+        return {"x": om.where(y.x > p.threshold, -p.k * y.x, 0.0)}
+
+    with pytest.raises(InputError, match=r"sens_exclude: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states"):
+        solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0], sensitivities=True, sens_exclude=["threshold"])
+
+
+@pytest.mark.parametrize("value, match", [
+    (["T_x"], r"sens_exclude: 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
+    (3, r"sens_exclude: expected a list of parameter names, got 3"),
+])
+def test_sens_exclude_bad_input(value, match):
+    z = oi.zoo.get("riccati")
+    with pytest.raises(InputError, match=match):
+        make_solver(z.model, z.t, t0=0.0, sensitivities=True, sens_exclude=value)

@@ -100,6 +100,12 @@ def build_setup(est, model, data, start, fixed, x0) -> Setup:
     pstart, x0start = _split_start(start, model)
     prob = prepare(model, data, start=pstart, fixed=fixed, estimator="Embedding")
     exps = prob.experiments
+    free_switch = [q for q in model.switching_params if q in prob.free]
+    if free_switch:
+        raise InputError(
+            f"fixed: {free_switch} move a sharp jump of the right-hand side; Embedding needs exact sensitivities, "
+            "which miss the jump term for them. Hold them fixed (fixed={name: value}), or use a smooth step "
+            "(om.heaviside(x, width=...), e.g. oi.zoo.riccati(width=...)) to estimate them")
     x0k = _x0_known(x0, exps, model, est.estimate_x0)
     if est.boundary == "optimal" and any(x0k):
         raise InputError("boundary: 'optimal' embeds every initial state in b = B1 x(t0) + B2 x(T); it cannot hold "

@@ -183,7 +183,7 @@ class ShootingProblem:
                 seg = _Segment()
                 seg.exp, seg.j = e, j
                 seg.solver = make_solver(model, out_t, t0=lo_t, sensitivities=True, method=method, rtol=rtol,
-                                         atol=atol, max_steps=max_steps)
+                                         atol=atol, max_steps=max_steps, sens_exclude=tuple(problem.fixed))
                 tidx = np.flatnonzero(sel)
                 a_idx, c_idx = np.nonzero(mask[np.ix_(tidx, cols_arr)])
                 k = a_idx.size

@@ -89,7 +89,9 @@ def predict(estimate, t, *, x0=None, t0=None, alpha=0.05, method="dopri5", rtol=
     y0 = np.array(y0)
     free_switch = [n for n in model.switching_params if n in values]
     want_sens = estimate.cov is not None and not free_switch
-    sol = solve_ode(model, params, y0, t, t0=t0, sensitivities=want_sens, method=method, rtol=rtol, atol=atol)
+    held = [n for n in model.switching_params if n not in values]  # fixed jump times: no band for them anyway
+    sol = solve_ode(model, params, y0, t, t0=t0, sensitivities=want_sens, method=method, rtol=rtol, atol=atol,
+                    sens_exclude=held if want_sens else ())
     se = np.full(sol.y.shape, np.nan)
     if want_sens:
         cols, rows = [], []

@@ -150,13 +150,73 @@ def first_step_value(first_step, name="first_step"):
     return h
 
 
-def check_sensitivities(cm, sensitivities):
+def check_sensitivities(cm, sensitivities, sens_exclude=()):
+    """Validated ``sensitivities`` (a bool), given the parameters ``sens_exclude`` whose
+    sensitivity columns the caller does not need.
+
+    Sensitivities are refused while a parameter that moves a jump of the right-hand side
+    (``model.switching_params``) is not excluded, and also when it is excluded but the jump
+    depends on the states (then the jump time moves with every parameter and initial state).
+    """
     if not isinstance(sensitivities, (bool, np.bool_)):
         raise InputError(f"sensitivities: expected True or False, got {sensitivities!r}")
-    if sensitivities and cm.model.switching_params:
-        raise InputError(
-            f"sensitivities: parameters {list(cm.model.switching_params)} move a jump of the right-hand "
-            "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
-            "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False"
-        )
+    excluded = sens_exclude_indices(cm, sens_exclude)
+    switching = cm.model.switching_params
+    if sensitivities and switching:
+        names = set(cm.params[i] for i in excluded)
+        needed = [q for q in switching if q not in names]
+        if needed:
+            raise InputError(
+                f"sensitivities: parameters {needed} move a jump of the right-hand "
+                "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
+                "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False "
+                f"(or, if {'it is' if len(needed) == 1 else 'they are'} held fixed, pass "
+                f"sens_exclude={needed!r})"
+            )
+        moving = _state_dependent_switches(cm.model)
+        if moving:
+            raise InputError(
+                f"sens_exclude: the jump of the right-hand side at {moving[0]} depends on the states, so its "
+                "time moves with every parameter and initial state and all sensitivities would miss the jump "
+                f"term, even with {sorted(names)} excluded; replace the sharp step by a smooth one "
+                "(om.heaviside(x, width=...)) or solve with sensitivities=False"
+            )
     return bool(sensitivities)
+
+
+def sens_exclude_indices(cm, sens_exclude):
+    """``sens_exclude`` (parameter names) as the sorted tuple of their indices in ``params``."""
+    if sens_exclude is None:
+        return ()
+    if isinstance(sens_exclude, str):
+        sens_exclude = (sens_exclude,)
+    try:
+        items = list(sens_exclude)
+    except TypeError:
+        raise InputError(f"sens_exclude: expected a list of parameter names, got {sens_exclude!r}") from None
+    out = set()
+    for name in items:
+        if name not in cm.params:
+            hint = _suggest(name, cm.params) if isinstance(name, str) else ""
+            raise InputError(f"sens_exclude: {name!r} is not a parameter of the model{hint}; "
+                             f"its parameters are {list(cm.params)}")
+        out.add(cm.params.index(name))
+    return tuple(sorted(out))
+
+
+def _state_dependent_switches(model):
+    """The switching conditions (as text) of ``model`` that involve a state."""
+    import sympy as sp
+
+    states = set(model.state_symbols)
+    found = []
+    for e in model.exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, (sp.Heaviside, sp.sign)):
+                conds = [node.args[0]]
+            elif isinstance(node, sp.Piecewise):
+                conds = [c for _, c in node.args]
+            else:
+                continue
+            found += [str(c) for c in conds if getattr(c, "free_symbols", set()) & states]
+    return found

@@ -107,7 +107,7 @@ class Solution:
 
 def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dopri5", rtol=1e-6,
               atol=1e-8, max_steps=100_000, first_step=None, sens_error_control=True,
-              fixed_step=None, raise_on_failure=True) -> Solution:
+              fixed_step=None, raise_on_failure=True, sens_exclude=()) -> Solution:
     """Solve ``y' = f(t, y, params)``, ``y(t0) = x0`` and return the states at ``t``.
 
     Parameters
@@ -141,6 +141,15 @@ def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dop
     raise_on_failure : bool, default True
         If False, a failed solve returns a :class:`Solution` with ``status`` set
         and NaN after the failure instead of raising.
+    sens_exclude : sequence of str, default ()
+        Parameters whose sensitivity columns are not needed (e.g. held fixed by an
+        estimator): those columns of ``sens`` are NaN (the layout is unchanged).
+        This is what allows sensitivities for a model with switching parameters
+        (``model.switching_params``, e.g. a change time ``T_r`` in
+        ``heaviside(t - T_r)``): their columns would miss the jump term, but the
+        other columns are exact when the jump happens at a time that does not
+        depend on the states. Sensitivities are still refused while a switching
+        parameter is not excluded, or when a jump depends on the states.
 
     Returns
     -------
@@ -167,7 +176,7 @@ def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dop
     """
     solver = make_solver(model, t, t0=t0, sensitivities=sensitivities, method=method, rtol=rtol,
                          atol=atol, max_steps=max_steps, first_step=first_step,
-                         sens_error_control=sens_error_control)
+                         sens_error_control=sens_error_control, sens_exclude=sens_exclude)
     cm = solver.compiled
     p = _inputs.named_values("params", params, cm.params, "parameter")
     y0 = _inputs.named_values("x0", x0, cm.states, "state")
@@ -235,6 +244,9 @@ class Solver:
     max_steps : int
     method : str
     sensitivities, sens_error_control : bool
+    sens_exclude : tuple of str
+        Parameters whose ``sens`` columns are set to NaN after each call (see
+        :func:`solve_ode`); calling ``kernel`` directly leaves them as integrated.
     kernel : numba dispatcher
         The kernel this solver calls, for use from numba code:
         ``module.dopri5_solve``, ``dopri5_solve_sens``, ``rodas_solve`` or
@@ -250,11 +262,11 @@ class Solver:
     """
 
     __slots__ = ("compiled", "t", "t0", "rtol", "atol", "max_steps", "first_step", "method",
-                 "sensitivities", "sens_error_control", "kernel", "z", "work", "info", "_y", "_sens",
-                 "_run")
+                 "sensitivities", "sens_error_control", "sens_exclude", "kernel", "z", "work", "info", "_y",
+                 "_sens", "_run", "_nan_cols")
 
     def __init__(self, compiled, t, t0, sensitivities, method, rtol, atol, max_steps, first_step,
-                 sens_error_control):
+                 sens_error_control, sens_exclude=()):
         module = compiled.module
         n, m = compiled.n_states, compiled.n_params
         k = n + m if sensitivities else 0
@@ -264,6 +276,8 @@ class Solver:
         self.max_steps, self.first_step = max_steps, first_step
         self.method = method
         self.sensitivities, self.sens_error_control = sensitivities, sens_error_control
+        self._nan_cols = np.array(sens_exclude if sensitivities else (), dtype=np.int64)
+        self.sens_exclude = tuple(compiled.params[i] for i in self._nan_cols)
         prefix = "dopri5" if method == "dopri5" else "rodas"
         self.kernel = getattr(module, f"{prefix}_solve_sens" if sensitivities else f"{prefix}_solve")
         self.work = np.empty(getattr(module, f"{prefix}_work_size")(sensitivities))
@@ -282,6 +296,14 @@ class Solver:
 
             def run(params, x0):
                 return kernel(t0, t, x0, params, sens_err, rtol, atol, h0, max_steps, z, work, info)
+
+            if self._nan_cols.size:
+                sens, cols, nan = self._sens, self._nan_cols, np.nan
+
+                def run(params, x0, _run=run):  # noqa: F811
+                    status = _run(params, x0)
+                    sens[:, :, cols] = nan
+                    return status
         else:
             def run(params, x0):
                 return kernel(t0, t, x0, params, rtol, atol, h0, max_steps, z, work, info)
@@ -295,6 +317,8 @@ class Solver:
         """Like ``__call__`` with the constant step ``h`` (dopri5 tableau, no error control)."""
         status = self.compiled.module.dopri5_fixed(self.t0, self.t, x0, params, self.sensitivities, h,
                                                    self.z, self.work, self.info)
+        if self._nan_cols.size:
+            self._sens[:, :, self._nan_cols] = np.nan
         return self._y, self._sens, status
 
     def __repr__(self):
@@ -304,12 +328,14 @@ class Solver:
 
 
 def make_solver(model, t, *, t0=None, sensitivities=False, method="dopri5", rtol=1e-6, atol=1e-8,
-                max_steps=100_000, first_step=None, sens_error_control=True) -> Solver:
+                max_steps=100_000, first_step=None, sens_error_control=True, sens_exclude=()) -> Solver:
     """A :class:`Solver` for repeated solves with new ``params`` / ``x0`` (estimators, benchmarks).
 
     All arguments are validated here, once; they mean the same as in
-    :func:`solve_ode`. The returned callable reuses its output buffers: see
-    :class:`Solver`.
+    :func:`solve_ode` (``sens_exclude``: parameters whose sensitivity columns
+    are not needed, set to NaN; it allows sensitivities for a model whose
+    switching parameters are held fixed). The returned callable reuses its
+    output buffers: see :class:`Solver`.
 
     Examples
     --------
@@ -325,11 +351,12 @@ def make_solver(model, t, *, t0=None, sensitivities=False, method="dopri5", rtol
     cm = _inputs.compiled_model(model)
     t_arr, t0 = _inputs.output_times(t, t0)
     method = _inputs.method_name(method)
-    sensitivities = _inputs.check_sensitivities(cm, sensitivities)
+    sensitivities = _inputs.check_sensitivities(cm, sensitivities, sens_exclude)
+    excluded = _inputs.sens_exclude_indices(cm, sens_exclude)
     rtol, atol = _inputs.tolerances(rtol, atol)
     max_steps = _inputs.positive_int("max_steps", max_steps)
     first_step = _inputs.first_step_value(first_step)
     if not isinstance(sens_error_control, (bool, np.bool_)):
         raise InputError(f"sens_error_control: expected True or False, got {sens_error_control!r}")
     return Solver(cm, t_arr, t0, sensitivities, method, rtol, atol, max_steps, first_step,
-                  bool(sens_error_control))
+                  bool(sens_error_control), excluded)
