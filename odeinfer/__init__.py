@@ -8,19 +8,19 @@ __version__ = "0.1.0"
 
 from odeinfer import datasets, errors, math, solve, studies, zoo  # noqa: E402
 from odeinfer.data import Data, Experiments  # noqa: E402
-from odeinfer.model import CompiledModel, Model, Observation, model  # noqa: E402
+from odeinfer.model import CompiledModel, History, Model, Observation, model  # noqa: E402
 from odeinfer.results import Estimate  # noqa: E402
 from odeinfer.simulate import Simulation, simulate  # noqa: E402
-from odeinfer.solve import Solution, make_solver, solve_ode  # noqa: E402
+from odeinfer.solve import DDESolution, Solution, make_dde_solver, make_solver, solve_dde, solve_ode  # noqa: E402
 
 __all__ = [
     "__version__",
     # modules
     "datasets", "errors", "estimators", "math", "smooth", "solve", "studies", "zoo",
     # models and data
-    "model", "Model", "Observation", "CompiledModel", "Data", "Experiments",
+    "model", "Model", "Observation", "CompiledModel", "History", "Data", "Experiments",
     # solving and simulating
-    "solve_ode", "make_solver", "Solution", "simulate", "Simulation",
+    "solve_ode", "make_solver", "Solution", "solve_dde", "make_dde_solver", "DDESolution", "simulate", "Simulation",
     # estimators and results
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",

@@ -16,11 +16,12 @@ import math as _m
 
 import sympy as _sp
 
+from odeinfer.model.lags import lag
 from odeinfer.model.traced import Traced, to_expr
 
 __all__ = [
     "exp", "log", "sqrt", "pow", "sin", "cos", "tan", "tanh", "abs",
-    "min", "max", "where", "heaviside", "pi", "e",
+    "min", "max", "where", "heaviside", "lag", "pi", "e",
 ]
 
 pi = _m.pi

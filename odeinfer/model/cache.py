@@ -46,13 +46,13 @@ def cache_dir() -> Path:
     return path
 
 
-def kernel_sources() -> str:
-    """The concatenated source text of the solver kernel files."""
+def kernel_sources(files=None) -> str:
+    """The concatenated source text of the solver kernel files (default ``KERNEL_FILES``)."""
     from odeinfer.solve import kernels
 
     parts = []
     kdir = Path(kernels.__file__).parent
-    for name in kernels.KERNEL_FILES:
+    for name in kernels.KERNEL_FILES if files is None else files:
         text = (kdir / name).read_text(encoding="utf-8")
         parts.append(f"\n# ---- odeinfer/solve/kernels/{name} ----\n{text}")
     return "".join(parts)
@@ -67,7 +67,7 @@ def _versions() -> str:
     return f"py{sys.version_info[:3]} numpy{numpy.__version__} numba{numba.__version__} odeinfer{__version__}"
 
 
-def build_module(model_source: str, title: str = "model"):
+def build_module(model_source: str, title: str = "model", kernel_files=None):
     """Write (once) and import the generated module for ``model_source``.
 
     Parameters
@@ -78,6 +78,10 @@ def build_module(model_source: str, title: str = "model"):
         ``math``, ``np`` and ``njit``, which the header imports.
     title : str
         Shown in the generated file's docstring.
+    kernel_files : tuple of str, optional
+        Solver kernel files to append (default
+        :data:`odeinfer.solve.kernels.KERNEL_FILES`; models with delays use
+        ``DDE_KERNEL_FILES``).
 
     Returns
     -------
@@ -86,7 +90,7 @@ def build_module(model_source: str, title: str = "model"):
     """
     from odeinfer import __version__
 
-    body = model_source + "\n" + kernel_sources()
+    body = model_source + "\n" + kernel_sources(kernel_files)
     key_text = _versions() + "\n" + body
     digest = hashlib.sha256(key_text.encode("utf-8")).hexdigest()[:20]
     modname = f"odeinfer_generated_m_{digest}"

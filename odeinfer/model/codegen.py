@@ -33,8 +33,12 @@ class _Printer(PythonCodePrinter):
         return "0.5"
 
 
-def _kernel(name, args, outputs, rename, n_in):
-    """Source of one kernel writing ``outputs`` (list of (index_str, expr))."""
+def _kernel(name, args, outputs, rename, n_in, loads=()):
+    """Source of one kernel writing ``outputs`` (list of (index_str, expr)).
+
+    ``n_in``: (array, count) pairs read as ``_<array><k> = <array>[k]``;
+    ``loads``: extra (local name, access text) pairs, e.g. ``("_l0_1", "ylag[0, 1]")``.
+    """
     printer = _Printer()
     exprs = [e.xreplace(rename) for _, e in outputs]
     nonzero = [(i, e) for i, e in enumerate(exprs) if e != 0]
@@ -47,10 +51,13 @@ def _kernel(name, args, outputs, rename, n_in):
         for k in range(count):
             if f"_{arr}{k}" in used:
                 lines.append(f"    _{arr}{k} = {arr}[{k}]")
+    for local, access in loads:
+        if local in used:
+            lines.append(f"    {local} = {access}")
     for sym, e in subs:
         lines.append(f"    {sym} = {printer.doprint(e)}")
-    ndim = "," in outputs[0][0] if outputs else False
-    lines.append("    out[:, :] = 0.0" if ndim else "    out[:] = 0.0")
+    ndim = 1 + outputs[0][0].count(",") if outputs else 1
+    lines.append(f"    out[{', '.join([':'] * ndim)}] = 0.0")
     for (i, _), e in zip(nonzero, reduced):
         lines.append(f"    out[{outputs[i][0]}] = {printer.doprint(e)}")
     return "\n".join(lines) + "\n"

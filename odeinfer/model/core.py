@@ -38,11 +38,13 @@ class Observation:
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    """An ODE model ``dy/dt = f(t, y, p)``: names, symbolic right-hand side, observation model.
+    """An ODE model ``dy/dt = f(t, y, p)``, or a DDE model ``dy/dt = f(t, y(t), y(t - tau_k), p)``:
+    names, symbolic right-hand side, observation model.
 
     Build it with :func:`odeinfer.model` on a plain Python function or with
     :meth:`Model.from_equations`. It is immutable; :meth:`compile` returns the
-    numba kernels (cached on disk).
+    numba kernels (cached on disk). A model with ``delays`` is solved with
+    :func:`odeinfer.solve.solve_dde`, not with the ODE solvers.
 
     Attributes
     ----------
@@ -53,6 +55,10 @@ class Model:
         The derivatives in terms of real symbols named after the states, the
         parameters and ``t``.
     observation : Observation
+    delays : tuple of str
+        The parameters that are constant delays (empty for an ODE). The
+        expressions hold the lagged states as the symbols of
+        :func:`odeinfer.model.lags.lag_symbol` (printed ``x(t - tau)``).
     """
 
     name: str
@@ -61,8 +67,11 @@ class Model:
     exprs: tuple
     observation: Observation = field(default_factory=Observation)
     doc: str = ""
+    delays: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if self.delays:
+            _check_delays(self.delays, self.params)
         if self.observation.noise not in _NOISE:
             raise ModelDefinitionError(
                 f"noise: expected one of {list(_NOISE)}, got {self.observation.noise!r}"
@@ -104,8 +113,51 @@ class Model:
 
     @cached_property
     def derivatives(self) -> Derivatives:
-        """Exact symbolic first and second derivatives (computed on first use)."""
+        """Exact symbolic first and second derivatives (computed on first use).
+
+        For a model with delays the lagged states are held constant (partial
+        derivatives in the current states and parameters); see
+        :attr:`delay_derivatives` for the derivatives in the lagged states.
+        """
         return Derivatives(T_SYMBOL, self.state_symbols, self.param_symbols, self.exprs)
+
+    # delays -------------------------------------------------------------------
+    @property
+    def n_delays(self) -> int:
+        return len(self.delays)
+
+    @property
+    def is_dde(self) -> bool:
+        """True when the model has delays (solve it with :func:`odeinfer.solve.solve_dde`)."""
+        return bool(self.delays)
+
+    @property
+    def delay_indices(self) -> tuple[int, ...]:
+        """Positions of the delays in ``params``."""
+        return tuple(self.params.index(d) for d in self.delays)
+
+    @cached_property
+    def lag_symbols(self):
+        """Matrix (n_states, n_delays) of the symbols ``state(t - delay)``."""
+        from odeinfer.model.lags import lag_symbol
+
+        return sp.Matrix(self.n_states, self.n_delays, lambda i, k: lag_symbol(self.states[i], self.delays[k]))
+
+    @cached_property
+    def lags(self) -> tuple[tuple[str, str], ...]:
+        """The ``(state, delay)`` pairs that occur in the right-hand side, in declaration order."""
+        free = set().union(*(e.free_symbols for e in self.exprs)) if self.exprs else set()
+        return tuple((s, d) for d in self.delays for i, s in enumerate(self.states)
+                     if self.lag_symbols[i, self.delays.index(d)] in free)
+
+    @cached_property
+    def delay_derivatives(self):
+        """Exact derivatives of a DDE's right-hand side (:class:`~odeinfer.model.derivatives.DelayDerivatives`)."""
+        from odeinfer.model.derivatives import DelayDerivatives
+
+        if not self.delays:
+            raise ModelDefinitionError(f"model {self.name!r} has no delays; use Model.derivatives")
+        return DelayDerivatives(T_SYMBOL, self.state_symbols, self.lag_symbols, self.param_symbols, self.exprs)
 
     @cached_property
     def switching_params(self) -> tuple[str, ...]:
@@ -129,6 +181,8 @@ class Model:
     def fingerprint(self) -> str:
         """Hash of the names and expressions: equal for models with the same equations."""
         text = repr((self.states, self.params, tuple(sp.srepr(e) for e in self.exprs)))
+        if self.delays:  # ODE fingerprints stay as they were
+            text += repr(("delays", self.delays))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # variants ---------------------------------------------------------------
@@ -146,14 +200,35 @@ class Model:
         """A plain numpy function ``g(t, y, p)`` of ``what`` in {"f", "jac_y", "jac_p"}.
 
         It accepts complex inputs (for complex-step checks) and is slow: it is
-        meant for tests and plotting, not for fitting.
+        meant for tests and plotting, not for fitting. For a model with delays
+        the function is ``g(t, y, ylag, p)`` with ``ylag`` of shape
+        (n_states, n_delays), ``ylag[i, k] = y_i(t - tau_k)``, and ``what`` may
+        also be ``"jac_ylag"`` (shape (n_delays, n_states, n_states)).
         """
+        if self.delays:
+            return self._lambdify_dde(what, modules)
         d = self.derivatives
         target = {"f": d.f, "jac_y": d.jac_y, "jac_p": d.jac_p}[what]
         g = sp.lambdify((T_SYMBOL, self.state_symbols, self.param_symbols), target, modules=modules)
         if what == "f":
             return lambda t, y, p: np.asarray(g(t, y, p)).reshape(self.n_states)
         return lambda t, y, p: np.asarray(g(t, y, p))
+
+    def _lambdify_dde(self, what, modules):
+        d = self.delay_derivatives
+        targets = {"f": d.f, "jac_y": d.jac_y, "jac_p": d.jac_p, "jac_ylag": list(d.jac_ylag)}
+        if what not in targets:
+            raise ModelDefinitionError(f"lambdify: what must be one of {list(targets)}, got {what!r}")
+        n, nd = self.n_states, self.n_delays
+        flat_lag = [self.lag_symbols[i, k] for i in range(n) for k in range(nd)]
+        g = sp.lambdify((T_SYMBOL, self.state_symbols, flat_lag, self.param_symbols), targets[what],
+                        modules=modules)
+
+        def call(t, y, ylag, p):
+            out = np.asarray(g(t, y, np.asarray(ylag).reshape(-1), p))
+            return out.reshape(n) if what == "f" else out
+
+        return call
 
     # display ------------------------------------------------------------------
     def equations(self) -> dict[str, str]:
@@ -169,7 +244,8 @@ class Model:
 
     def __repr__(self):
         eqs = "; ".join(f"d{s}/dt = {e}" for s, e in zip(self.states, self.exprs))
-        return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}, "
+        delays = f", delays={list(self.delays)}" if self.delays else ""
+        return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}{delays}, "
                 f"observed={list(self.observed)}, noise={self.observation.noise!r}: {eqs})")
 
     def _repr_latex_(self):
@@ -178,7 +254,7 @@ class Model:
 
     # construction ----------------------------------------------------------------
     @classmethod
-    def from_equations(cls, equations, params, *, name="model", observed=None, noise="additive"):
+    def from_equations(cls, equations, params, *, name="model", observed=None, noise="additive", delays=None):
         """A model from equation strings, parsed safely (no ``eval``).
 
         Parameters
@@ -191,6 +267,9 @@ class Model:
         observed : list of str, optional
             Observed states (default all).
         noise : {"additive", "log"}, default "additive"
+        delays : list of str, optional
+            Parameters that are constant delays, used as ``lag(x, tau)`` in the
+            equations.
 
         Examples
         --------
@@ -207,9 +286,10 @@ class Model:
         states = validate_names("states", list(equations))
         params = validate_names("params", params)
         _check_overlap(states, params)
-        exprs = parse_equations(equations, states, params)
+        delays_t = _delays_arg(delays, params)
+        exprs = parse_equations(equations, states, params, delays_t)
         obs = Observation(None if observed is None else validate_names("observed", observed), noise)
-        return cls(name, states, params, exprs, obs)
+        return _finish(cls(name, states, params, exprs, obs, delays=delays_t))
 
 
 def _check_overlap(states, params):
@@ -220,7 +300,37 @@ def _check_overlap(states, params):
         )
 
 
-def model(states, params, *, name=None, observed=None, noise="additive"):
+def _check_delays(delays, params):
+    missing = [d for d in delays if d not in params]
+    if missing:
+        raise ModelDefinitionError(
+            f"delays: {missing} {'is not a declared parameter' if len(missing) == 1 else 'are not declared parameters'} "
+            f"(params: {list(params)}); every delay must also be listed in params=[...]"
+        )
+
+
+def _delays_arg(delays, params):
+    if delays is None:
+        return ()
+    out = validate_names("delays", delays)
+    _check_delays(out, params)
+    return out
+
+
+def _finish(m: Model) -> Model:
+    """Check that every declared delay occurs in a lag."""
+    if m.delays:
+        used = {d for _, d in m.lags}
+        unused = [d for d in m.delays if d not in used]
+        if unused:
+            raise ModelDefinitionError(
+                f"delays: {unused} declared in model {m.name!r} but never used as lag(y.<state>, {unused[0]!r}); "
+                "use it in the right-hand side or remove it from delays=[...]"
+            )
+    return m
+
+
+def model(states, params, *, name=None, observed=None, noise="additive", delays=None):
     """Decorator: turn ``def rhs(t, y, p)`` into a :class:`Model`.
 
     The function is called once with symbols (``y.<state>``, ``p.<param>``,
@@ -238,6 +348,10 @@ def model(states, params, *, name=None, observed=None, noise="additive"):
     observed : list of str, optional
         Observed states (default all).
     noise : {"additive", "log"}, default "additive"
+    delays : list of str, optional
+        Parameters that are constant delays ``tau``; the right-hand side reads
+        delayed states as ``odeinfer.math.lag(y.x, "tau")``. Each delay must be
+        in ``params`` (estimated or fixed like any parameter). Default: none (an ODE).
 
     Examples
     --------
@@ -254,12 +368,14 @@ def model(states, params, *, name=None, observed=None, noise="additive"):
     if not states_t:
         raise ModelDefinitionError("states: a model needs at least one state")
     obs = Observation(None if observed is None else validate_names("observed", observed), noise)
+    delays_t = _delays_arg(delays, params_t)
 
     def decorate(fn):
         if not callable(fn):
             raise ModelDefinitionError(f"@model must decorate a function rhs(t, y, p), got {type(fn).__name__}")
-        exprs = trace_function(fn, states_t, params_t)
-        return Model(name or fn.__name__, states_t, params_t, exprs, obs, doc=fn.__doc__ or "")
+        exprs = trace_function(fn, states_t, params_t, delays_t)
+        return _finish(Model(name or fn.__name__, states_t, params_t, exprs, obs, doc=fn.__doc__ or "",
+                             delays=delays_t))
 
     return decorate
 
@@ -295,21 +411,40 @@ class CompiledModel:
     def params(self):
         return self.model.params
 
-    def f(self, t, y, params):
-        """f(t, y, p) as a new float64 array (convenience; kernels use out-buffers)."""
-        out = np.empty(self.n_states)
-        self.module.model_f(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
+    def _call(self, kernel, shape, t, y, params, ylag):
+        out = np.empty(shape)
+        y = np.ascontiguousarray(y, float)
+        params = np.ascontiguousarray(params, float)
+        if self.model.delays:
+            if ylag is None:
+                raise ModelDefinitionError(
+                    f"model {self.model.name!r} has delays: pass ylag, shape (n_states, n_delays) = "
+                    f"({self.n_states}, {self.model.n_delays}), ylag[i, k] = y_i(t - tau_k)")
+            ylag = np.ascontiguousarray(np.asarray(ylag, float).reshape(self.n_states, self.model.n_delays))
+            getattr(self.module, kernel)(float(t), y, ylag, params, out)
+        else:
+            getattr(self.module, kernel)(float(t), y, params, out)
         return out
 
-    def jac_y(self, t, y, params):
-        out = np.empty((self.n_states, self.n_states))
-        self.module.model_jac_y(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
-        return out
+    def f(self, t, y, params, ylag=None):
+        """f(t, y, p) as a new float64 array (convenience; kernels use out-buffers).
 
-    def jac_p(self, t, y, params):
-        out = np.empty((self.n_states, self.n_params))
-        self.module.model_jac_p(float(t), np.ascontiguousarray(y, float), np.ascontiguousarray(params, float), out)
-        return out
+        For a model with delays pass ``ylag`` (n_states, n_delays), ``ylag[i, k] = y_i(t - tau_k)``.
+        """
+        return self._call("model_f", (self.n_states,), t, y, params, ylag)
+
+    def jac_y(self, t, y, params, ylag=None):
+        return self._call("model_jac_y", (self.n_states, self.n_states), t, y, params, ylag)
+
+    def jac_p(self, t, y, params, ylag=None):
+        return self._call("model_jac_p", (self.n_states, self.n_params), t, y, params, ylag)
+
+    def jac_ylag(self, t, y, params, ylag):
+        """df/d y(t - tau_k): shape (n_delays, n_states, n_states) (models with delays only)."""
+        if not self.model.delays:
+            raise ModelDefinitionError(f"model {self.model.name!r} has no delays")
+        n = self.n_states
+        return self._call("model_jac_ylag", (self.model.n_delays, n, n), t, y, params, ylag)
 
 
 _COMPILED: dict[str, CompiledModel] = {}
@@ -322,7 +457,14 @@ def _compile(m: Model) -> CompiledModel:
 
     with _COMPILE_LOCK:
         hit = _COMPILED.get(m.fingerprint)
-        if hit is None:
+        if hit is None and m.delays:
+            from odeinfer.model.codegen_dde import dde_model_source
+            from odeinfer.solve.kernels import DDE_KERNEL_FILES
+
+            module = build_module(dde_model_source(m), title=f"delay model {m.name}",
+                                  kernel_files=DDE_KERNEL_FILES)
+            hit = _COMPILED[m.fingerprint] = CompiledModel(m, module)
+        elif hit is None:
             module = build_module(model_source(m.derivatives), title=f"model {m.name}")
             hit = _COMPILED[m.fingerprint] = CompiledModel(m, module)
         elif hit.model is not m:

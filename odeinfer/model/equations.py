@@ -7,7 +7,7 @@ import difflib
 import operator
 
 from odeinfer import math as om
-from odeinfer.errors import EquationParseError
+from odeinfer.errors import EquationParseError, ModelDefinitionError
 from odeinfer.model.trace import T_SYMBOL, symbols_for
 from odeinfer.model.traced import Traced, to_expr
 
@@ -16,7 +16,7 @@ __all__ = ["parse_equations", "FUNCTIONS", "CONSTANTS"]
 FUNCTIONS = {
     "exp": om.exp, "log": om.log, "sqrt": om.sqrt, "sin": om.sin, "cos": om.cos, "tan": om.tan,
     "tanh": om.tanh, "abs": om.abs, "pow": om.pow, "min": om.min, "max": om.max,
-    "where": om.where, "heaviside": om.heaviside,
+    "where": om.where, "heaviside": om.heaviside, "lag": om.lag,
 }
 CONSTANTS = {"pi": om.pi, "e": om.e}
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -26,8 +26,15 @@ _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.
 _MAX_LEN = 10_000
 
 
-def parse_equations(equations, states, params):
-    """One sympy expression per state, from ``{state: "text"}``."""
+def parse_equations(equations, states, params, delays=()):
+    """One sympy expression per state, from ``{state: "text"}`` (``lag(x, tau)`` needs ``tau`` in ``delays``)."""
+    from odeinfer.model.lags import tracing_context
+
+    with tracing_context(states, params, delays):
+        return _parse(equations, states, params)
+
+
+def _parse(equations, states, params):
     names = {s: Traced(sym) for s, sym in zip(states, symbols_for(states))}
     names.update({s: Traced(sym) for s, sym in zip(params, symbols_for(params))})
     names["t"] = Traced(T_SYMBOL)
@@ -46,7 +53,12 @@ def parse_equations(equations, states, params):
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
             raise EquationParseError(f"equations[{state!r}]: {text!r} is not a valid expression ({exc.msg})") from None
-        value = _Evaluator(state, text, names).visit(tree.body)
+        try:
+            value = _Evaluator(state, text, names).visit(tree.body)
+        except EquationParseError:
+            raise
+        except ModelDefinitionError as exc:
+            raise EquationParseError(f"equations[{state!r}]: {exc}") from None
         exprs.append(to_expr(value))
     return tuple(exprs)
 

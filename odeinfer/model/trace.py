@@ -115,13 +115,20 @@ def _hint_from_line(line):
     return ""
 
 
-def trace_function(fn, states, params):
-    """Call ``fn(t, y, p)`` on symbols and return one sympy expression per state."""
+def trace_function(fn, states, params, delays=()):
+    """Call ``fn(t, y, p)`` on symbols and return one sympy expression per state.
+
+    ``delays`` names the parameters that :func:`odeinfer.math.lag` may use as
+    delays (empty for an ODE: then ``lag`` raises).
+    """
+    from odeinfer.model.lags import tracing_context
+
     name = getattr(fn, "__qualname__", repr(fn))
     y = Namespace("y", {s: Traced(sym) for s, sym in zip(states, symbols_for(states))})
     p = Namespace("p", {s: Traced(sym) for s, sym in zip(params, symbols_for(params))})
     try:
-        result = fn(Traced(T_SYMBOL), y, p)
+        with tracing_context(states, params, delays):
+            result = fn(Traced(T_SYMBOL), y, p)
     except ModelDefinitionError as exc:
         lineno, line = _user_line(exc, fn)
         where = f" (line {lineno}: `{line}`)" if lineno else ""

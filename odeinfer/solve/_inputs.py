@@ -18,6 +18,10 @@ def compiled_model(model):
     """The :class:`~odeinfer.model.CompiledModel` of a ``Model`` or ``CompiledModel``."""
     from odeinfer.model import CompiledModel, Model
 
+    m = model.model if isinstance(model, CompiledModel) else model
+    if isinstance(m, Model) and m.delays:
+        raise InputError(f"model: {m.name!r} has delays {list(m.delays)}; the ODE solvers cannot integrate it: "
+                         "use odeinfer.solve.solve_dde / make_dde_solver")
     if isinstance(model, CompiledModel):
         return model
     if isinstance(model, Model):

@@ -161,9 +161,26 @@ _ENTRIES: dict[str, tuple[str, str]] = {
     "linear_decay": ("odeinfer.zoo.classic", "linear_decay"),
 }
 
+# delay differential equations (entries are DDEZooEntry, see odeinfer.zoo.dde)
+_DDE_ENTRIES: dict[str, tuple[str, str]] = {
+    "delay_exponential_decay": ("odeinfer.zoo.dde", "delay_exponential_decay"),
+    "logistic_delay": ("odeinfer.zoo.dde", "logistic_delay"),
+    "enso": ("odeinfer.zoo.dde", "enso"),
+    "cheyne_stokes": ("odeinfer.zoo.dde", "cheyne_stokes"),
+    "hiv": ("odeinfer.zoo.dde", "hiv"),
+    "nicholson_blowflies": ("odeinfer.zoo.dde", "nicholson_blowflies"),
+}
+_KINDS = ("ode", "dde", "all")
 
-def available() -> tuple[str, ...]:
+
+def available(kind: str = "ode") -> tuple[str, ...]:
     """Names of the zoo's entries, in a fixed order.
+
+    Parameters
+    ----------
+    kind : {"ode", "dde", "all"}, default "ode"
+        ODE entries (:class:`ZooEntry`), delay entries
+        (:class:`~odeinfer.zoo.dde.DDEZooEntry`), or both.
 
     Examples
     --------
@@ -171,7 +188,13 @@ def available() -> tuple[str, ...]:
     >>> "lorenz" in zoo.available()
     True
     """
-    return tuple(_ENTRIES)
+    if kind not in _KINDS:
+        raise ModelDefinitionError(f"zoo.available: kind must be one of {list(_KINDS)}, got {kind!r}")
+    if kind == "ode":
+        return tuple(_ENTRIES)
+    if kind == "dde":
+        return tuple(_DDE_ENTRIES)
+    return tuple(_ENTRIES) + tuple(_DDE_ENTRIES)
 
 
 def get(name: str) -> ZooEntry:
@@ -200,11 +223,12 @@ def get(name: str) -> ZooEntry:
             f"zoo.get: name must be a string, got {type(name).__name__}; available: {list(_ENTRIES)}"
         )
     try:
-        module, function = _ENTRIES[name]
+        module, function = _ENTRIES[name] if name in _ENTRIES else _DDE_ENTRIES[name]
     except KeyError:
-        close = difflib.get_close_matches(name, list(_ENTRIES), n=1)
+        close = difflib.get_close_matches(name, list(_ENTRIES) + list(_DDE_ENTRIES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ModelDefinitionError(
-            f"zoo.get: no entry named {name!r}; available: {list(_ENTRIES)}.{hint}"
+            f"zoo.get: no entry named {name!r}; available: {list(_ENTRIES)}, delay models: "
+            f"{list(_DDE_ENTRIES)}.{hint}"
         ) from None
     return getattr(importlib.import_module(module), function)()

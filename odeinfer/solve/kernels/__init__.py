@@ -35,3 +35,7 @@ so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_`
 """
 
 KERNEL_FILES: tuple[str, ...] = ("common.py", "linalg.py", "dopri.py", "rodas.py", "residuals.py")
+
+#: Kernel files of models with delays (their model kernels take the lagged
+#: states: see :mod:`odeinfer.model.codegen_dde` and ``dde.py``).
+DDE_KERNEL_FILES: tuple[str, ...] = ("common.py", "dde.py", "dde_adjoint.py")
