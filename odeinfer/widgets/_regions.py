@@ -4,42 +4,11 @@ from __future__ import annotations
 
 import importlib
 
+from odeinfer.diagnostics.intervals import as_estimates, source_labels
 from odeinfer.errors import InputError
 from odeinfer.widgets._common import close_figure, message_html, png_bytes
 
-__all__ = ["RegionPanel", "estimate_labels"]
-
-
-def estimate_labels(estimates):
-    """The estimator's name per estimate, numbered ``"#2"`` when repeated (as in compare_intervals)."""
-    counts, seen, out = {}, {}, []
-    for e in estimates:
-        counts[e.estimator] = counts.get(e.estimator, 0) + 1
-    for e in estimates:
-        seen[e.estimator] = seen.get(e.estimator, 0) + 1
-        out.append(e.estimator if counts[e.estimator] == 1 else f"{e.estimator}#{seen[e.estimator]}")
-    return out
-
-
-def _check_estimates(estimates):
-    from odeinfer.results import Estimate
-
-    if isinstance(estimates, Estimate):
-        estimates = [estimates]
-    if isinstance(estimates, (str, bytes)) or not isinstance(estimates, (list, tuple)):
-        raise InputError(f"estimates: expected an Estimate or a list of Estimates, got {type(estimates).__name__}")
-    bad = [f"{i}: {type(e).__name__}" for i, e in enumerate(estimates) if not isinstance(e, Estimate)]
-    if bad:
-        raise InputError(f"estimates: every item must be an odeinfer Estimate; got {', '.join(bad)}")
-    if estimates:
-        first = estimates[0].model
-        other = [f"{e.estimator} (model {e.model.name!r})" for e in estimates[1:]
-                 if e.model.fingerprint != first.fingerprint]
-        if other:
-            raise InputError(f"estimates: all estimates must be of one model; the first is of model {first.name!r} "
-                             f"but {other} are of different models (states, parameters or equations); "
-                             "make one panel per model")
-    return list(estimates)
+__all__ = ["RegionPanel"]
 
 
 def _posterior_names(idata):
@@ -91,7 +60,7 @@ class RegionPanel:
     def __init__(self, estimates, idata=None, *, pair=None, level=0.95, dpi=80):
         import ipywidgets as w
 
-        self.estimates = _check_estimates(estimates)
+        self.estimates = as_estimates(estimates)
         if idata is not None and not (type(idata).__name__ == "InferenceData" and "posterior" in idata.groups()):
             raise InputError(f"idata: expected an arviz.InferenceData with a posterior group, got {type(idata).__name__}")
         if not self.estimates and idata is None:
@@ -109,7 +78,7 @@ class RegionPanel:
             raise InputError(f"pair: expected two different names from {names}, got {pair!r}")
         if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level <= 0.99:
             raise InputError(f"level: expected a number in [0.5, 0.99], got {level!r}")
-        self.labels = estimate_labels(self.estimates)
+        self.labels = source_labels(self.estimates)
         self.x = w.Dropdown(options=names, value=pair[0], description="x")
         self.y = w.Dropdown(options=names, value=pair[1], description="y")
         self.level = w.FloatSlider(value=float(level), min=0.5, max=0.99, step=0.01, description="level",
