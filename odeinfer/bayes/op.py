@@ -1,0 +1,346 @@
+"""A PyTensor Op around odeinfer's numba solvers: :class:`ODEOp` and its forward problem.
+
+The Op maps ``(theta, x0)`` to the states at the observation times **and** their
+forward sensitivities, in one solve. The sensitivities are a second output that
+only the gradient uses: ``L_op`` builds the vector-Jacobian product
+``g_theta = sum_{i,s} g_y[i, s] * sens[i, s, :]`` as an ordinary tensor
+contraction, so a log density and its gradient cost one solve (PyTensor merges
+the forward node of ``logp`` and ``dlogp``). A graph that never uses the
+sensitivities (a plain ``logp``, posterior predictive draws) is rewritten to the
+cheaper states-only solve (:func:`_drop_unused_sensitivities`).
+
+Failure policy (DESIGN.md, house style 4): a failed solve (blow-up, stiffness,
+too many steps) gives NaN outputs, so the sampler sees a NaN log density and
+rejects the point (a divergence in NUTS); nothing raises, nothing hangs
+(``max_steps`` bounds the work of one solve).
+
+The forward map is an object with a small interface (:class:`ODEProblem`):
+``n_params``, ``n_states``, ``t``, ``python_solve(theta, x0, sens)`` and
+``numba_solve(sens)``. A delay-differential problem plugs in by providing the
+same methods (its ``params`` then include the delays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.gradient import DisconnectedType
+from pytensor.graph.basic import Apply
+from pytensor.graph.null_type import NullType
+from pytensor.graph.op import Op
+
+from odeinfer.errors import InputError
+
+__all__ = ["ODEProblem", "ODEOp", "ode_op"]
+
+
+class ODEProblem:
+    """The forward map of an ODE model at fixed output times, for :class:`ODEOp`.
+
+    Parameters
+    ----------
+    model : Model or CompiledModel
+    t : array-like (n_times,)
+        Output (observation) times, sorted, ``>= t0``.
+    t0 : float, optional
+        Time of the initial state; default ``t[0]``.
+    method : {"dopri5", "rodas"}, default "dopri5"
+    rtol, atol : float, default 1e-6, 1e-8
+        Solver tolerances (the sensitivities are error-controlled as well).
+    max_steps : int, default 20000
+        Steps per solve before it counts as failed (NaN): bounds the cost of a
+        bad point in the sampler.
+    sens_error_control : bool, default False
+        Control the step size by the sensitivities' error as well. Off by
+        default: the sensitivities are then integrated by the same Runge-Kutta
+        steps as the states, which makes them the exact derivative of the
+        computed solution (internal differentiation), so the gradient is
+        consistent with the log density the sampler sees, and solves take
+        fewer steps.
+
+    Notes
+    -----
+    Equal problems (same model equations, times, options) compare and hash
+    equal, so PyTensor can merge identical Op applications. The problem pickles
+    without its compiled kernels (worker processes rebuild them from the disk cache).
+    """
+
+    kind = "ode"
+
+    def __init__(self, model, t, t0=None, *, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000,
+                 sens_error_control=False):
+        from odeinfer.solve import make_solver
+
+        # make_solver validates every argument once
+        solver = make_solver(model, t, t0=t0, sensitivities=False, method=method, rtol=rtol, atol=atol,
+                             max_steps=max_steps)
+        self.model = solver.compiled.model
+        self.t = np.array(solver.t)
+        self.t.flags.writeable = False
+        self.t0 = float(solver.t0)
+        self.method, self.rtol, self.atol, self.max_steps = method, solver.rtol, solver.atol, solver.max_steps
+        self.sens_error_control = bool(sens_error_control)
+        self._solvers = {}
+
+    # sizes and identity ---------------------------------------------------------------------
+    @property
+    def n_params(self) -> int:
+        return self.model.n_params
+
+    @property
+    def n_states(self) -> int:
+        return self.model.n_states
+
+    @property
+    def n_times(self) -> int:
+        return int(self.t.size)
+
+    @property
+    def key(self) -> str:
+        """Hash of the equations, times and solver options (identity of the forward map)."""
+        text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, self.method,
+                     self.rtol, self.atol, self.max_steps, self.sens_error_control))
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def __eq__(self, other):
+        return isinstance(other, ODEProblem) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_solvers"] = {}
+        return state
+
+    def __repr__(self):
+        return (f"ODEProblem({self.model.name!r}, n_times={self.n_times}, t0={self.t0:g}, "
+                f"method={self.method!r}, rtol={self.rtol:g}, atol={self.atol:g})")
+
+    # solving ----------------------------------------------------------------------------------
+    def _solver(self, sens):
+        solver = self._solvers.get(sens)
+        if solver is None:
+            from odeinfer.solve import make_solver
+
+            solver = self._solvers[sens] = make_solver(
+                self.model, self.t, t0=self.t0, sensitivities=sens, method=self.method, rtol=self.rtol,
+                atol=self.atol, max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+        return solver
+
+    def python_solve(self, theta, x0, sens=True):
+        """``(y, S, status)`` as new arrays; NaN everywhere when the solve fails.
+
+        ``y`` has shape (n_times, n_states), ``S`` (n_times, n_states, n_params +
+        n_states) (``None`` when ``sens`` is False).
+        """
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        x0 = np.ascontiguousarray(x0, dtype=np.float64)
+        solver = self._solver(bool(sens))
+        if theta.shape != (self.n_params,) or x0.shape != (self.n_states,):
+            status = 6  # Status.BAD_INPUT
+        elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0))):
+            status = 4  # Status.NON_FINITE
+        else:
+            _, _, status = solver(theta, x0)
+        y = np.array(solver._y)
+        s = None if not sens else np.array(solver._sens)
+        if status != 0:
+            y.fill(np.nan)
+            if s is not None:
+                s.fill(np.nan)
+        return y, s, int(status)
+
+    def numba_solve(self, sens=True):
+        """An ``@njit`` function ``(theta, x0) -> (y, S)`` with NaN outputs on failure.
+
+        It calls the model's generated dopri5/rodas kernel directly (no Python);
+        with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
+        """
+        from numba import njit
+
+        module = self.model.compile().module
+        prefix = "dopri5" if self.method == "dopri5" else "rodas"
+        n, m, n_out = self.n_states, self.n_params, self.n_times
+        k = n + m if sens else 0
+        work_size = int(getattr(module, f"{prefix}_work_size")(bool(sens)))
+        t_eval = np.array(self.t)
+        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
+        sens_err = self.sens_error_control
+        width = n * (1 + k)
+        if sens:
+            kernel = getattr(module, f"{prefix}_solve_sens")
+
+            @njit(error_model="numpy")
+            def run(theta, x0, z, work, info):
+                return kernel(t0, t_eval, x0, theta, sens_err, rtol, atol, 0.0, max_steps, z, work, info)
+        else:
+            kernel = getattr(module, f"{prefix}_solve")
+
+            @njit(error_model="numpy")
+            def run(theta, x0, z, work, info):
+                return kernel(t0, t_eval, x0, theta, rtol, atol, 0.0, max_steps, z, work, info)
+
+        @njit(error_model="numpy")
+        def solve(theta, x0):
+            z = np.empty((n_out, width))
+            work = np.empty(work_size)
+            info = np.zeros(6)
+            p = np.ascontiguousarray(theta)
+            y0 = np.ascontiguousarray(x0)
+            ok = p.shape[0] == m and y0.shape[0] == n
+            if ok:
+                for j in range(m):
+                    ok = ok and np.isfinite(p[j])
+                for j in range(n):
+                    ok = ok and np.isfinite(y0[j])
+            status = run(p, y0, z, work, info) if ok else 4
+            y = np.empty((n_out, n))
+            s = np.empty((n_out, n, k))
+            if status != 0:
+                y[:] = np.nan
+                s[:] = np.nan
+                return y, s
+            for i in range(n_out):
+                for a in range(n):
+                    y[i, a] = z[i, a]
+                    for b in range(k):
+                        s[i, a, b] = z[i, n + a * k + b]
+            return y, s
+
+        return solve
+
+
+class ODEOp(Op):
+    """``(theta, x0) -> (y, sens)``: states at the observation times and their sensitivities.
+
+    Parameters
+    ----------
+    problem : ODEProblem (or another forward problem with the same interface)
+    sensitivities : bool, default True
+        Compute ``sens`` (needed by the gradient). The states-only variant is
+        put in automatically where the sensitivities are not used.
+
+    Inputs: ``theta`` float64 (n_params,), ``x0`` float64 (n_states,).
+    Outputs: ``y`` float64 (n_times, n_states); ``sens`` float64 (n_times,
+    n_states, n_params + n_states) (columns: parameters then initial states;
+    width 0 when ``sensitivities=False``). NaN outputs mean the solve failed.
+    """
+
+    __props__ = ("problem", "sensitivities")
+
+    def __init__(self, problem, sensitivities=True):
+        self.problem = problem
+        self.sensitivities = bool(sensitivities)
+        super().__init__()
+
+    def make_node(self, theta, x0):
+        p = self.problem
+        theta, x0 = pt.cast(pt.as_tensor_variable(theta), "float64"), pt.cast(pt.as_tensor_variable(x0), "float64")
+        if theta.ndim != 1 or x0.ndim != 1:
+            raise InputError(f"ODEOp: theta and x0 must be vectors, got ndim {theta.ndim} and {x0.ndim}")
+        for name, var, size in (("theta", theta, p.n_params), ("x0", x0, p.n_states)):
+            if var.type.shape[0] is not None and var.type.shape[0] != size:
+                raise InputError(f"ODEOp: {name} must have length {size}, got {var.type.shape[0]}")
+        k = p.n_params + p.n_states if self.sensitivities else 0
+        y = pt.tensor(dtype="float64", shape=(p.n_times, p.n_states))
+        s = pt.tensor(dtype="float64", shape=(p.n_times, p.n_states, k))
+        return Apply(self, [theta, x0], [y, s])
+
+    def perform(self, node, inputs, output_storage):
+        theta, x0 = inputs
+        y, s, _ = self.problem.python_solve(theta, x0, sens=self.sensitivities)
+        if s is None:
+            s = np.empty((self.problem.n_times, self.problem.n_states, 0))
+        output_storage[0][0] = y
+        output_storage[1][0] = s
+
+    def infer_shape(self, fgraph, node, input_shapes):
+        p = self.problem
+        k = p.n_params + p.n_states if self.sensitivities else 0
+        return [(p.n_times, p.n_states), (p.n_times, p.n_states, k)]
+
+    def L_op(self, inputs, outputs, output_grads):
+        theta, x0 = inputs
+        m = self.problem.n_params
+        g_y, g_s = output_grads
+        if not isinstance(g_s.type, DisconnectedType):
+            return [NullType("the sensitivities output of ODEOp has no gradient")(),
+                    NullType("the sensitivities output of ODEOp has no gradient")()]
+        if isinstance(g_y.type, DisconnectedType):
+            return [pt.zeros_like(theta), pt.zeros_like(x0)]
+        if not self.sensitivities:
+            full = ODEOp(self.problem, True)(theta, x0)
+            sens = full[1]
+        else:
+            sens = outputs[1]
+        g = pt.tensordot(g_y, sens, axes=[[0, 1], [0, 1]])
+        return [g[:m], g[m:]]
+
+    def connection_pattern(self, node):
+        return [[True, True], [True, True]]
+
+    def __str__(self):
+        return f"ODEOp({self.problem.model.name}, sens={self.sensitivities})"
+
+
+def _register_rewrites():
+    """Register the two graph rewrites of :class:`ODEOp` with PyTensor.
+
+    * ``merge``: a states-only node and a node with sensitivities on the same
+      inputs (the first made by a log density, the second by its gradient) become
+      one solve with sensitivities (canonicalize and specialize).
+    * ``drop``: a node whose sensitivities nobody uses becomes the cheaper
+      states-only solve. Only at compile time (specialize): PyMC canonicalizes a
+      log density before taking its gradient, and dropping them there would make
+      the gradient solve a second time.
+    """
+    from pytensor.graph.rewriting.basic import node_rewriter
+    from pytensor.tensor.rewriting.basic import register_canonicalize, register_specialize
+
+    @node_rewriter([ODEOp])
+    def odeinfer_merge_ode_solves(fgraph, node):
+        op = node.op
+        if op.sensitivities:
+            return None
+        for client, _ in fgraph.clients.get(node.inputs[0], ()):
+            if (client is not node and isinstance(client.op, ODEOp) and client.op.sensitivities
+                    and client.op.problem == op.problem and client.inputs == node.inputs):
+                return {node.outputs[0]: client.outputs[0]}
+        return None
+
+    @node_rewriter([ODEOp])
+    def odeinfer_drop_unused_sensitivities(fgraph, node):
+        op = node.op
+        if not op.sensitivities or fgraph.clients.get(node.outputs[1]):
+            return None
+        y_new, _ = ODEOp(op.problem, False)(*node.inputs, return_list=True)
+        return {node.outputs[0]: y_new}
+
+    register_canonicalize(odeinfer_merge_ode_solves, name="odeinfer_merge_ode_solves")
+    register_specialize(odeinfer_merge_ode_solves, name="odeinfer_merge_ode_solves_spec")
+    register_specialize(odeinfer_drop_unused_sensitivities, name="odeinfer_drop_unused_sensitivities")
+
+
+_register_rewrites()
+
+# registers the numba implementation of ODEOp
+from odeinfer.bayes import numba_op  # noqa: E402, F401
+
+
+def ode_op(model, t, t0=None, **options):
+    """The :class:`ODEOp` for ``model`` at output times ``t`` (options as for :class:`ODEProblem`).
+
+    Examples
+    --------
+    >>> import numpy as np, pytensor.tensor as pt, odeinfer as oi
+    >>> entry = oi.zoo.get("linear_decay")
+    >>> op = oi.bayes.ode_op(entry.model, entry.t)
+    >>> theta, x0 = pt.dvector("theta"), pt.dvector("x0")
+    >>> y, sens = op(theta, x0)
+    >>> y.eval({theta: [0.5, 0.2], x0: [1.0, 0.0]}).shape
+    (20, 2)
+    """
+    return ODEOp(ODEProblem(model, t, t0, **options))

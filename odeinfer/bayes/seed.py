@@ -1,0 +1,205 @@
+"""Seeding NUTS with a frequentist estimate: initial points and a dense mass matrix.
+
+An estimate gives a point ``x`` and an asymptotic covariance ``C`` in the
+model's natural (constrained) space. NUTS moves in PyMC's unconstrained space
+``u = f(x)`` (``f`` = the variables' transforms: log, interval, ...). To first
+order the posterior covariance there is ``J C J^T`` with ``J = df/dx`` at the
+estimate (the delta method); its inverse is the ideal mass matrix near a
+Gaussian posterior. The transforms are elementwise, so ``J`` is diagonal and
+each entry is the exact derivative of the transform (PyTensor's ``grad`` of the
+transform's graph). Quantities the estimate lacks (e.g. the noise scales) get
+``Var(log sigma) = 1 / (2 n)`` when the estimate has a sigma for that state
+(the asymptotic variance of a log standard deviation from ``n`` residuals), and
+unit variance otherwise.
+
+A covariance that is missing, not finite or not positive definite gives a
+:class:`SeedingWarning` and ``Seed.cov = None``: the sampler then falls back to
+PyMC's diagonal adaptation started at the estimate.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from odeinfer.errors import OdeinferWarning
+
+__all__ = ["SeedingWarning", "Seed", "seed_from_estimate"]
+
+
+class SeedingWarning(OdeinferWarning):
+    """The estimate could not seed the sampler fully (covariance not usable, values outside a prior's support)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Seed:
+    """Unconstrained initial point and covariance for NUTS, in the order of ``value_names``.
+
+    Attributes
+    ----------
+    value_names : tuple of str
+        PyMC value variables (``"alpha_log__"``, ...), in ``pm_model.value_vars`` order.
+    rv_names : tuple of str
+        The matching random variables (``"alpha"``).
+    sizes : tuple of int
+        Number of entries of each variable.
+    mean : ndarray (n,)
+        The estimate mapped to the unconstrained space (initial point of other variables where the estimate has none).
+    cov : ndarray (n, n) or None
+        ``J C J^T`` (plus defaults); None when not usable (see the warnings).
+    seeded : tuple of str
+        Random variables the estimate gave a value for.
+    """
+
+    value_names: tuple
+    rv_names: tuple
+    sizes: tuple
+    mean: np.ndarray
+    cov: np.ndarray | None
+    seeded: tuple
+    shapes: tuple = ()
+    _backward: object = None
+
+    def points(self, n_points, rng, jitter=0.1):
+        """``n_points`` initial values in the constrained space, keyed by random-variable name.
+
+        Each is the seed mean plus ``jitter`` x a draw from ``N(0, cov)``
+        (``N(0, I)`` without a covariance) in the unconstrained space, mapped back.
+        """
+        n = self.mean.size
+        if self.cov is not None:
+            chol = np.linalg.cholesky(self.cov)
+        else:
+            chol = np.eye(n)
+        out = []
+        for _ in range(n_points):
+            u = self.mean + jitter * chol @ rng.standard_normal(n)
+            parts = np.split(u, np.cumsum(self.sizes)[:-1])
+            xs = self._backward(*[p.reshape(s) for p, s in zip(parts, self.shapes)])
+            out.append({name: np.asarray(x).reshape(np.shape(x)) for name, x in zip(self.rv_names, xs)})
+        return out
+
+
+def seed_from_estimate(pm_model, est, nobs_per_state=None):
+    """The :class:`Seed` of ``pm_model`` at estimate ``est``.
+
+    Parameters
+    ----------
+    pm_model : pymc.Model
+    est : Estimate
+        Its names are matched to the model's random variables by name
+        (``"alpha"``, ``"x0[prey]"``); ``est.sigma[state]`` seeds ``"sigma[state]"``.
+    nobs_per_state : mapping of str to int, optional
+        Observations per observed state (for the default variance of ``log sigma``).
+
+    Returns
+    -------
+    Seed
+
+    Warns
+    -----
+    SeedingWarning
+        Covariance missing, not finite or not positive definite (``Seed.cov`` is
+        then None); an estimated value outside its prior's support (the model's
+        initial point is used for it).
+    """
+    import pytensor
+    import pytensor.tensor as pt
+
+    value_vars = list(pm_model.value_vars)
+    rvs = [pm_model.values_to_rvs[v] for v in value_vars]
+    ip = pm_model.initial_point()
+    est_values = dict(zip(est.names, est.values))
+    sigma_est = {f"sigma[{k}]": float(v) for k, v in dict(est.sigma).items()}
+    idx = {n: i for i, n in enumerate(est.names)}
+    cov_x = None if est.cov is None else np.asarray(est.cov, dtype=float)
+
+    xs, us, jacs, backs, us_in = [], [], [], [], []
+    for rv, v in zip(rvs, value_vars):
+        x = pt.tensor(dtype="float64", shape=v.type.shape, name=f"{rv.name}_x")
+        u_in = v.type(name=f"{v.name}_u")
+        tr = pm_model.rvs_to_transforms.get(rv)
+        if tr is None:
+            u, back = x, u_in
+        else:
+            u = tr.forward(x, *rv.owner.inputs)
+            back = tr.backward(u_in, *rv.owner.inputs)
+        xs.append(x)
+        us_in.append(u_in)
+        us.append(u)
+        jacs.append(pt.grad(pt.sum(u), x))  # elementwise transforms: the diagonal of du/dx
+        backs.append(back)
+    outs = pm_model.replace_rvs_by_values(us + jacs + backs)
+    n_v = len(value_vars)
+    fwd = pytensor.function(xs + value_vars, outs[:2 * n_v], on_unused_input="ignore", mode="FAST_COMPILE")
+    bwd_fn = pytensor.function(us_in + value_vars, outs[2 * n_v:], on_unused_input="ignore", mode="FAST_COMPILE")
+    ip_values = [ip[v.name] for v in value_vars]
+
+    def backward(*u_parts):
+        return bwd_fn(*u_parts, *ip_values)
+
+    x_ip = bwd_fn(*ip_values, *ip_values)
+    x_vals, seeded, problems = [], [], []
+    for rv, v in zip(rvs, value_vars):
+        name = rv.name
+        if name in est_values and np.size(ip[v.name]) == 1:
+            x_vals.append(np.asarray(est_values[name], dtype=float).reshape(np.shape(ip[v.name])))
+            seeded.append(name)
+        elif name in sigma_est and np.isfinite(sigma_est[name]) and sigma_est[name] > 0:
+            x_vals.append(np.asarray(sigma_est[name]).reshape(np.shape(ip[v.name])))
+            seeded.append(name)
+        else:
+            x_vals.append(x_ip[value_vars.index(v)])
+    res = fwd(*x_vals, *ip_values)
+    u_vals, j_vals = res[:n_v], res[n_v:]
+    sizes = [int(np.size(ip[v.name])) for v in value_vars]
+    mean, var_default, jac = [], [], []
+    for rv, v, u, j in zip(rvs, value_vars, u_vals, j_vals):
+        u = np.atleast_1d(np.asarray(u, dtype=float)).ravel()
+        j = np.atleast_1d(np.asarray(j, dtype=float)).ravel()
+        if rv.name in seeded and not (np.all(np.isfinite(u)) and np.all(np.isfinite(j))):
+            problems.append(f"{rv.name}={est_values.get(rv.name, sigma_est.get(rv.name))!r} is outside the support "
+                            "of its prior")
+            seeded.remove(rv.name)
+            u = np.atleast_1d(np.asarray(ip[v.name], dtype=float)).ravel()
+            j = np.full(u.size, np.nan)
+        mean.append(u)
+        jac.append(j)
+        if rv.name in sigma_est and rv.name not in est_values and nobs_per_state:
+            state = rv.name[len("sigma["):-1]
+            var_default.append(np.full(u.size, 1.0 / (2.0 * max(int(nobs_per_state.get(state, 1)), 1))))
+        else:
+            var_default.append(np.ones(u.size))
+    if problems:
+        warnings.warn("seeding: " + "; ".join(problems) + "; those variables start at the model's initial point",
+                      SeedingWarning, stacklevel=3)
+    mean = np.concatenate(mean)
+    jac = np.concatenate(jac)
+    var_default = np.concatenate(var_default)
+    names_flat = [rv.name for rv, s in zip(rvs, sizes) for _ in range(s)]
+    in_cov = [i for i, n in enumerate(names_flat) if n in seeded and n in idx]
+    cov = np.diag(var_default)
+    reason = None
+    if cov_x is None:
+        reason = "the estimate has no covariance"
+    else:
+        sub = cov_x[np.ix_([idx[names_flat[i]] for i in in_cov], [idx[names_flat[i]] for i in in_cov])]
+        cu = jac[in_cov][:, None] * sub * jac[in_cov][None, :]
+        cov[np.ix_(in_cov, in_cov)] = cu
+        if not np.all(np.isfinite(cov)):
+            reason = "its covariance has entries that are not finite"
+        else:
+            cov = 0.5 * (cov + cov.T)
+            try:
+                np.linalg.cholesky(cov)
+            except np.linalg.LinAlgError:
+                w = np.linalg.eigvalsh(cov)
+                reason = f"its covariance is not positive definite (smallest eigenvalue {w[0]:.3g})"
+    if reason is not None:
+        warnings.warn(f"seeding the mass matrix: {reason}; falling back to PyMC's diagonal mass-matrix "
+                      "adaptation (the chains still start at the estimate)", SeedingWarning, stacklevel=3)
+        cov = None
+    return Seed(tuple(v.name for v in value_vars), tuple(rv.name for rv in rvs), tuple(sizes), mean, cov,
+                tuple(seeded), tuple(np.shape(ip[v.name]) for v in value_vars), backward)

@@ -1,0 +1,143 @@
+"""ODEOp: values against scipy, gradient of a log density against central finite differences,
+NaN on failed solves, the numba implementation, and sampling through a blow-up region."""
+
+import numpy as np
+import pytest
+
+pytensor = pytest.importorskip("pytensor")
+pm = pytest.importorskip("pymc")
+import pytensor.tensor as pt  # noqa: E402
+from scipy.integrate import solve_ivp  # noqa: E402
+
+import odeinfer as oi  # noqa: E402
+from odeinfer.bayes import ODEProblem, ode_op  # noqa: E402
+
+
+def _logdensity_fn(entry, y_obs, sigma, mode, **options):
+    """Gaussian log density of y_obs through the Op, and its gradient, compiled."""
+    op = ode_op(entry.model, entry.t, entry.t0, **options)
+    theta, x0 = pt.dvector("theta"), pt.dvector("x0")
+    y, _ = op(theta, x0)
+    logp = -0.5 * pt.sum(((y - y_obs) / sigma) ** 2) + pt.sum(pt.log(theta ** 2 + 1.0))
+    grads = pytensor.grad(logp, [theta, x0])
+    return pytensor.function([theta, x0], [logp, *grads], mode=mode)
+
+
+def _central_fd(f, v, m, h_rel=1e-5):
+    g = np.empty_like(v)
+    for j in range(v.size):
+        h = h_rel * max(abs(v[j]), 1e-3)
+        vp, vm = v.copy(), v.copy()
+        vp[j] += h
+        vm[j] -= h
+        g[j] = (f(vp[:m], vp[m:])[0] - f(vm[:m], vm[m:])[0]) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("name", ["lotka_volterra", "population"])
+def test_gradient_matches_central_differences(name):
+    """d logp / d (theta, x0) through the Op's vector-Jacobian product vs central finite
+    differences of the same log density (the oracle), to 1e-6 relative. Tight solver
+    tolerances so that the difference quotient sees the ODE, not the step-size controller."""
+    entry = oi.zoo.get(name)
+    p = np.array(list(entry.params.values()))
+    x0 = np.array(list(entry.x0.values()))
+    truth = oi.solve_ode(entry.model, p, x0, entry.t, t0=entry.t0, rtol=1e-12, atol=1e-12).y
+    y_obs = truth + 0.3 * np.random.default_rng(0).standard_normal(truth.shape) * np.abs(truth).mean()
+    f = _logdensity_fn(entry, y_obs, 0.5, "FAST_COMPILE", rtol=1e-11, atol=1e-12)
+    # a point away from the truth, so that the gradient is not ~0
+    pv, xv = p * 1.03, x0 * 0.98
+    _, g_theta, g_x0 = f(pv, xv)
+    g = np.concatenate([g_theta, g_x0])
+    g_fd = _central_fd(f, np.concatenate([pv, xv]), p.size)
+    np.testing.assert_allclose(g, g_fd, rtol=1e-6, atol=1e-6 * np.abs(g_fd).max())
+
+
+def test_values_match_scipy_and_numba_matches_python():
+    """Op output vs scipy solve_ivp (DOP853, rtol 1e-12), and the NUMBA-mode graph vs the
+    Python perform (same kernels: equal to 1e-12)."""
+    entry = oi.zoo.get("lotka_volterra")
+    p = np.array(list(entry.params.values()))
+    x0 = np.array(list(entry.x0.values()))
+    a, b, c, d = p
+    ref = solve_ivp(lambda t, z: [z[0] * (a - b * z[1]), z[1] * (d * z[0] - c)], (0, entry.t[-1]), x0,
+                    t_eval=entry.t, method="DOP853", rtol=1e-12, atol=1e-12).y.T
+    y_obs = ref * 1.1
+    outs = []
+    for mode in ("FAST_COMPILE", "NUMBA"):
+        f = _logdensity_fn(entry, y_obs, 0.5, mode, rtol=1e-10, atol=1e-12)
+        outs.append(np.concatenate([np.atleast_1d(v) for v in f(p, x0)]))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12)
+    op = ode_op(entry.model, entry.t, rtol=1e-10, atol=1e-12)
+    theta, xx = pt.dvector(), pt.dvector()
+    y = op(theta, xx)[0].eval({theta: p, xx: x0}, mode="NUMBA")
+    np.testing.assert_allclose(y, ref, rtol=1e-7)
+    expected = -0.5 * np.sum(((ref - y_obs) / 0.5) ** 2) + np.sum(np.log(p ** 2 + 1))
+    np.testing.assert_allclose(outs[0][0], expected, rtol=1e-7)
+
+
+@oi.model(states=["x"], params=["k"])
+def blowup(t, y, p):
+    return {"x": p.k * y.x ** 2}
+
+
+def test_failed_solve_gives_nan_not_error():
+    """x' = k x^2, x(0) = 1 blows up at t = 1/k: with k = 1 and t up to 2 the solve fails;
+    the Op returns NaN values and NaN gradients in both backends, and does not raise."""
+    t = np.linspace(0.0, 2.0, 11)
+    problem = ODEProblem(blowup, t)
+    y, s, status = problem.python_solve(np.array([1.0]), np.array([1.0]))
+    assert status != 0 and np.isnan(y).all() and np.isnan(s).all()
+    y_ok, _, status_ok = problem.python_solve(np.array([0.2]), np.array([1.0]))
+    assert status_ok == 0
+    np.testing.assert_allclose(y_ok[:, 0], 1.0 / (1.0 - 0.2 * t), rtol=1e-5)  # analytic solution
+    op = ode_op(blowup, t)
+    k, x0 = pt.dvector("k"), pt.dvector("x0")
+    logp = -pt.sum(op(k, x0)[0] ** 2)
+    for mode in ("FAST_COMPILE", "NUMBA"):
+        f = pytensor.function([k, x0], [logp, *pytensor.grad(logp, [k, x0])], mode=mode)
+        bad = f(np.array([1.0]), np.array([1.0]))
+        assert all(np.isnan(v).all() for v in bad)
+        good = f(np.array([0.2]), np.array([1.0]))
+        assert all(np.isfinite(v).all() for v in good)
+    # non-finite inputs are a failed solve too, not an exception
+    assert np.isnan(problem.python_solve(np.array([np.nan]), np.array([1.0]))[0]).all()
+
+
+def test_pymc_samples_through_blowup_region():
+    """The prior puts mass on k > 0.5, where the solution blows up before t = 2: NUTS rejects
+    those points (NaN log density) and keeps sampling; every kept draw has k < 0.5."""
+    t = np.linspace(0.0, 2.0, 11)
+    rng = np.random.default_rng(3)
+    y_obs = 1.0 / (1.0 - 0.2 * t) + 0.05 * rng.standard_normal(t.size)
+    op = ode_op(blowup, t)
+    with pm.Model():
+        k = pm.HalfNormal("k", 1.0)
+        y = op(pt.stack([k]), pt.constant(np.array([1.0])))[0]
+        pm.Normal("y", mu=y[:, 0], sigma=0.05, observed=y_obs)
+        idata = pm.sample(draws=100, tune=100, chains=1, cores=1, random_seed=1, progressbar=False,
+                          initvals={"k": 0.3}, compute_convergence_checks=False,
+                          compile_kwargs={"mode": "NUMBA"})
+    ks = idata.posterior["k"].values.ravel()
+    assert ks.size == 100 and np.all(ks < 0.5)
+    assert abs(np.median(ks) - 0.2) < 0.05
+
+
+def test_op_pickles_and_compares_by_problem():
+    import pickle
+
+    entry = oi.zoo.get("lotka_volterra")
+    a = ode_op(entry.model, entry.t)
+    b = pickle.loads(pickle.dumps(a))
+    assert a == b and hash(a) == hash(b)
+    assert a != ode_op(entry.model, entry.t, rtol=1e-8)
+    p = np.array(list(entry.params.values()))
+    x0 = np.array(list(entry.x0.values()))
+    np.testing.assert_array_equal(b.problem.python_solve(p, x0)[0], a.problem.python_solve(p, x0)[0])
+
+
+def test_op_rejects_wrong_input_lengths():
+    entry = oi.zoo.get("lotka_volterra")
+    op = ode_op(entry.model, entry.t)
+    with pytest.raises(oi.errors.InputError, match="theta must have length 4"):
+        op(pt.as_tensor_variable(np.ones(3)), pt.as_tensor_variable(np.ones(2)))

@@ -1,0 +1,136 @@
+"""sample(): seeding (initial points, mass matrix mapped through PyMC's transforms), the
+InferenceData groups, the diagonal fallback, interruption, and nutpie when installed."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+pm = pytest.importorskip("pymc")
+from scipy.optimize import least_squares  # noqa: E402
+
+import odeinfer as oi  # noqa: E402
+from odeinfer.bayes.sample import SamplingInterruptedWarning  # noqa: E402
+from odeinfer.bayes.seed import SeedingWarning, seed_from_estimate  # noqa: E402
+from odeinfer.errors import InputError  # noqa: E402
+from odeinfer.results import Estimate  # noqa: E402
+
+
+def gn_estimate(model, data, params, x0):
+    """Independent frequentist estimate: scipy least_squares over the solver (Jacobian from the
+    sensitivities), cov = s^2 (J^T J)^-1, sigma = RMS residual per state."""
+    m, n = model.n_params, model.n_states
+    solver = oi.make_solver(model, data.t, t0=data.t0, sensitivities=True, rtol=1e-10, atol=1e-12)
+    cols = [model.states.index(s) for s in data.states]
+    y = np.asarray(data.y)
+
+    def fun(v):
+        return (solver(np.ascontiguousarray(v[:m]), np.ascontiguousarray(v[m:]))[0][:, cols] - y).ravel()
+
+    def jac(v):
+        return solver(np.ascontiguousarray(v[:m]), np.ascontiguousarray(v[m:]))[1][:, cols, :].reshape(-1, m + n)
+
+    r = least_squares(fun, np.concatenate([params, x0]), jac=jac, x_scale="jac")
+    res, J = fun(r.x), jac(r.x)
+    cov = res @ res / (res.size - r.x.size) * np.linalg.inv(J.T @ J)
+    names = list(model.params) + [f"x0[{s}]" for s in model.states]
+    sigma = {s: float(np.sqrt(np.mean(res.reshape(y.shape)[:, j] ** 2))) for j, s in enumerate(data.states)}
+    return Estimate("LeastSquares", model, names, r.x, cov, "converged", nobs=res.size, sigma=sigma)
+
+
+@pytest.fixture(scope="module")
+def lv():
+    entry = oi.zoo.get("lotka_volterra")
+    p = np.array(list(entry.params.values()))
+    x0 = np.array(list(entry.x0.values()))
+    data = oi.simulate(entry.model, p, x0, entry.t, noise=entry.sigma, rng=1).data
+    return entry.model, data, gn_estimate(entry.model, data, p, x0)
+
+
+def test_seed_maps_covariance_through_log_transform(lv):
+    """Priors from the estimate are log-normal (log transform), so the unconstrained covariance
+    must be diag(1/x) C diag(1/x) (delta method); the noise scales get Var(log sigma) = 1/(2n)."""
+    model, data, est = lv
+    m = oi.bayes.build_model(model, data, init=est)
+    seed = seed_from_estimate(m, est, {"prey": 21, "predator": 21})
+    assert seed.rv_names[:6] == tuple(est.names)
+    x = np.asarray(est.values)
+    np.testing.assert_allclose(seed.mean[:6], np.log(x), rtol=1e-12)
+    np.testing.assert_allclose(seed.cov[:6, :6], est.cov / np.outer(x, x), rtol=1e-10)
+    np.testing.assert_allclose(np.diag(seed.cov)[6:], 1 / 42, rtol=1e-12)
+    np.testing.assert_allclose(seed.mean[6:], np.log([est.sigma["prey"], est.sigma["predator"]]), rtol=1e-12)
+    pts = seed.points(3, np.random.default_rng(0), jitter=0.1)
+    assert len(pts) == 3 and all(abs(p["alpha"] / est.values[0] - 1) < 0.05 for p in pts)
+
+
+def test_non_pd_covariance_warns_and_falls_back(lv):
+    model, data, est = lv
+    cov = np.array(est.cov)
+    cov[0, 1] = cov[1, 0] = 10 * np.sqrt(cov[0, 0] * cov[1, 1])  # correlation 10: indefinite
+    bad = Estimate(est.estimator, model, est.names, est.values, cov, "converged", sigma=est.sigma)
+    m = oi.bayes.build_model(model, data, init=est)
+    with pytest.warns(SeedingWarning, match="not positive definite .* falling back to PyMC's diagonal"):
+        seed = seed_from_estimate(m, bad)
+    assert seed.cov is None
+    no_cov = Estimate(est.estimator, model, est.names, est.values, None, "converged")
+    with pytest.warns(SeedingWarning, match="the estimate has no covariance"):
+        assert seed_from_estimate(m, no_cov).cov is None
+
+
+def test_seeded_sampling_returns_all_groups(lv):
+    model, data, est = lv
+    idata = oi.bayes.sample(model, data, init=est, draws=150, tune=150, chains=2, cores=1, rng=4,
+                            n_trajectory_times=50)
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data",
+                  "posterior_predictive", "estimate"):
+        assert group in idata.groups(), group
+    post = idata.posterior
+    assert post.attrs["odeinfer_seeded_mass_matrix"] == 1 and post.sizes["draw"] == 150
+    assert idata.posterior_predictive["trajectory"].dims == ("chain", "draw", "t_fine", "state")
+    assert idata.posterior_predictive["y_obs"].shape == (2, 150, 21, 2)
+    assert idata.log_likelihood["y_obs"].shape == (2, 150, 21, 2)
+    np.testing.assert_array_equal(idata.constant_data["t"], data.t)
+    assert list(idata.estimate["name"].values) == list(est.names)
+    assert int(idata.sample_stats["diverging"].sum()) == 0
+    # posterior means agree with the least-squares estimate within 3 of its standard errors
+    for name, value, se in zip(est.names, est.values, est.bse):
+        assert abs(float(post[name].mean()) - value) < 3 * se, name
+
+
+def test_interrupted_sampling_keeps_draws(lv):
+    model, data, est = lv
+
+    def stop(trace, draw):
+        if draw.draw_idx >= 60:
+            raise KeyboardInterrupt
+
+    m = oi.bayes.build_model(model, data, init=est)
+    with pytest.warns(SamplingInterruptedWarning, match=r"kept \d+ of 100 draws"):
+        idata = oi.bayes.sample(m, init=est, draws=100, tune=50, chains=1, cores=1, rng=1, callback=stop,
+                                posterior_predictive=False)
+    assert 0 < idata.posterior.sizes["draw"] < 100
+    assert idata.posterior.attrs["odeinfer_interrupted"] == 1
+
+
+def test_sample_bad_arguments(lv):
+    model, data, est = lv
+    with pytest.raises(InputError, match="sampler: expected one of"):
+        oi.bayes.sample(model, data, init=est, sampler="stan")
+    with pytest.raises(InputError, match="draws: expected a positive integer"):
+        oi.bayes.sample(model, data, init=est, draws=0)
+    with pytest.raises(InputError, match="data: required"):
+        oi.bayes.sample(model, init=est)
+    m = oi.bayes.build_model(model, data, init=est)
+    with pytest.raises(InputError, match="a pymc.Model is already built"):
+        oi.bayes.sample(m, data)
+
+
+def test_nutpie_samples_numba_op(lv):
+    nutpie = pytest.importorskip("nutpie", reason="nutpie is an optional dependency")  # noqa: F841
+    model, data, est = lv
+    idata = oi.bayes.sample(model, data, init=est, draws=200, tune=200, chains=2, rng=2, sampler="nutpie",
+                            n_trajectory_times=20)
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive"):
+        assert group in idata.groups(), group
+    for name, value, se in zip(est.names, est.values, est.bse):
+        assert abs(float(idata.posterior[name].mean()) - value) < 3 * se, name
