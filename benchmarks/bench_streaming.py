@@ -10,6 +10,11 @@ mark of this process's own address space, which counts the pages of the memory m
 The data are generated in another subprocess, so no process inherits a large footprint. A warm-up fit on a short series
 first loads the cached numba kernels, so the timing excludes compilation.
 
+The fit's time includes its final pass at the estimate, which computes the delta-method covariance
+through the observations (``odeinfer.estimators._noise_cov``). After the fit, the child also times
+that pass alone and a plain normal-equations pass (``J^T J``, ``J^T E``) at the estimate, so the
+covariance's extra cost is printed as their difference.
+
 Usage::
 
     python benchmarks/bench_streaming.py [--n 10000000] [--dt 0.001] [--sigma 0.01]
@@ -85,10 +90,26 @@ def child(path, which, batch, epochs, chunk):
     e = est.fit_stream(z.model, np.load(path, mmap_mode="r"), start=[1.0, 1.0, 1.0], chunk_size=chunk, **kw)
     elapsed = time.perf_counter() - t0
     rss = _peak_kb()
+    passes = _time_passes(est, z.model, path, chunk, e.values)
     print(json.dumps({"estimator": type(est).__name__, "seconds": elapsed, "maxrss_mb": rss / 1024,
                       "maxrss_before_fit_mb": rss0 / 1024, "values": e.values.tolist(),
                       "bse": e.bse.tolist(), "status": e.status, "message": e.message, "n_iter": e.n_iter,
-                      "nobs": e.nobs}))
+                      "nobs": e.nobs, "cov_type": e.extras["cov_type"], **passes}))
+
+
+def _time_passes(est, model, path, chunk, theta):
+    """Seconds of one plain normal-equations pass and of the delta-method pass at ``theta``."""
+    from odeinfer.estimators import newton as nw
+    from odeinfer.estimators.streaming import as_row_source
+
+    problem = nw._problem_stream(est, model, None, None)
+    acc = nw._accumulator(problem)
+    src = as_row_source(np.load(path, mmap_mode="r"), nw._scheme(est), model.states, None, chunk)
+    t0 = time.perf_counter()
+    acc.evaluate(src.blocks(), np.asarray(theta))
+    t1 = time.perf_counter()
+    nw._delta_method_pass(est, problem, src, acc, np.asarray(theta), False)
+    return {"plain_pass_s": t1 - t0, "cov_pass_s": time.perf_counter() - t1}
 
 
 def main():
@@ -127,7 +148,10 @@ def main():
             print(f"{r['estimator']:>20}: {r['seconds']:6.2f} s, peak RSS {r['maxrss_mb']:6.0f} MB "
                   f"(before fit {r['maxrss_before_fit_mb']:.0f} MB), {r['n_iter']} steps, {r['status']} "
                   f"({r['message']}); a = {np.round(r['values'], 4).tolist()}, bse = "
-                  f"{np.round(r['bse'], 5).tolist()}, nobs = {r['nobs']}")
+                  f"{[float(f'{b:.3g}') for b in r['bse']]}, nobs = {r['nobs']}")
+            print(f"{'':>22}covariance: {r['cov_type'].split(' (')[0]}; final pass {r['cov_pass_s']:.2f} s "
+                  f"vs plain normal-equations pass {r['plain_pass_s']:.2f} s "
+                  f"(+{r['cov_pass_s'] - r['plain_pass_s']:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -311,15 +311,49 @@ def test_standard_errors_match_the_monte_carlo_spread(derivative):
     assert np.all((ratio > 0.85) & (ratio < 1.15)), ratio
 
 
-def test_stream_covariance_is_the_residual_sandwich(lorenz, lorenz_noisy):
-    """Streamed fits keep HC0 (no pass over the raw samples): check its explicit formula."""
-    est = NewtonRaphson().fit_stream(lorenz.model, (lorenz_noisy.t, lorenz_noisy.y), start=[1, 1, 1])
-    _, J, rhs = _lorenz_ols(lorenz_noisy.t, lorenz_noisy.y)
-    e = J @ est.values - rhs
+def test_spline_covariance_is_the_residual_sandwich(lorenz, lorenz_noisy):
+    """Spline derivatives (a global smoother) keep HC0: check its explicit formula with the paper's
+    Jacobian (56) coded here, at the spline's rows."""
+    est = NewtonRaphson(derivative="spline").fit(lorenz.model, lorenz_noisy, start=[1, 1, 1])
+    _, x, D = DerivativeScheme("spline").rows(lorenz_noisy.t, np.array(lorenz_noisy.y))
+    N = len(x)
+    J, c = np.zeros((3 * N, 3)), np.zeros(3 * N)
+    J[0::3, 0], J[1::3, 1], J[2::3, 2] = x[:, 1] - x[:, 0], x[:, 0], -x[:, 2]
+    c[1::3], c[2::3] = -x[:, 0] * x[:, 2] - x[:, 1], x[:, 0] * x[:, 1]
+    e = J @ est.values + c - D.reshape(-1)
     Bi = np.linalg.inv(J.T @ J)
     np.testing.assert_allclose(est.cov, Bi @ (J.T * e**2) @ J @ Bi, rtol=1e-8)
     assert est.cost == pytest.approx(0.5 * e @ e, rel=1e-10)
     assert "HC0" in est.extras["cov_type"]
+
+
+@pytest.mark.parametrize("scheme", ["forward", "local_polynomial"])
+def test_stream_delta_method_with_missing_values_equals_in_memory(lorenz, lorenz_noisy, scheme):
+    """Missing samples around chunk boundaries (chunks shorter than the stencil, a chunk of NaN only):
+    the streamed covariance and noise variances equal the in-memory ones; the noise variances equal
+    :func:`noise_variance` of each whole column (oracle: the in-memory function on the full series)."""
+    t, y = lorenz_noisy.t, np.array(lorenz_noisy.y)
+    y[[5, 6, 17, 18, 19, 40], [0, 1, 2, 2, 2, 1]] = np.nan
+    y[60:63, 0] = np.nan
+    est = NewtonRaphson(derivative=scheme)
+    ref = est.fit(lorenz.model, oi.Data(t, y, lorenz_noisy.states), start=[1, 1, 1])
+    chunks = _chunks(t, y, [4, 2, 1, 11, 2, 40, 3, 3])
+    s = est.fit_stream(lorenz.model, chunks, start=[1, 1, 1])
+    np.testing.assert_allclose(s.values, ref.values, rtol=1e-10)
+    np.testing.assert_allclose(s.cov, ref.cov, rtol=1e-8)
+    s2 = [noise_variance(t, y[:, k]) for k in range(3)]
+    np.testing.assert_allclose(s.extras["noise_variance"][0], s2, rtol=1e-12)
+    np.testing.assert_allclose(ref.extras["noise_variance"][0], s2, rtol=1e-12)
+    assert "delta method" in s.extras["cov_type"] and s.nobs == ref.nobs
+
+
+def test_stochastic_stream_covariance_equals_in_memory(lorenz, lorenz_noisy):
+    est = StochasticNewton(derivative="second_order", max_epochs=5)
+    ref = est.fit(lorenz.model, lorenz_noisy, start=[1, 1, 1], rng=0)
+    s = est.fit_stream(lorenz.model, (lorenz_noisy.t, lorenz_noisy.y), start=[1, 1, 1], chunk_size=33, rng=0)
+    np.testing.assert_allclose(s.values, ref.values, rtol=1e-9)
+    np.testing.assert_allclose(s.cov, ref.cov, rtol=1e-8)
+    assert "delta method" in s.extras["cov_type"]
 
 
 def test_rank_deficient_gives_identifiability_warning_and_nan_bse():
@@ -374,8 +408,8 @@ def test_stream_equals_in_memory_across_chunk_boundaries(lorenz, lorenz_noisy, s
     s4 = est.fit_stream(lorenz.model, (t, y[:, ::-1]), start=[1, 1, 1], states=["x3", "x2", "x1"], chunk_size=40)
     for s in (s1, s2, s3, s4):
         np.testing.assert_allclose(s.values, ref.values, rtol=1e-10)
-        np.testing.assert_allclose(s.cov, s1.cov, rtol=1e-8)  # streamed fits: the residual sandwich (HC0)
-        assert s.nobs == ref.nobs and s.residuals is None
+        np.testing.assert_allclose(s.cov, ref.cov, rtol=1e-8)  # the same delta-method covariance
+        assert s.nobs == ref.nobs and s.residuals is None and s.extras["cov_type"] == ref.extras["cov_type"]
 
 
 def test_stream_errors(lorenz, lorenz_noisy):
@@ -405,6 +439,7 @@ def test_one_shot_stochastic_stream_reports_unchecked_convergence(lorenz, lorenz
     est = StochasticNewton(batch_size=50, max_epochs=1).fit_stream(lorenz.model, iter(_chunks(t, y, [60, 60])),
                                                                   start=[1, 1, 1], rng=0)
     assert est.status == "max_iter" and "not checked" in est.message and est.cov is None
+    assert any("one-shot iterator gives no pass" in w for w in est.warnings)
     assert np.all(np.abs(est.values - [10, 28, 8 / 3]) < [3, 2, 0.5])
 
 

@@ -11,23 +11,161 @@ then gives, to first order in the measurement noise ``eps`` (independent, varian
 with ``B = sum_r J_r^T J_r`` (Gauss-Newton), ``F_r = df/dx (t_r, x_r)`` and
 ``H_r[:, j] = sum_k e_rk d^2 f_k / dtheta dx_j`` (the regressors' effect on ``J_r``), so
 
-    Cov(theta_hat) = B^-1 (sum_i G_i diag(sigma^2) G_i^T) B^-1.
+    Cov(theta_hat) = B^-1 M B^-1,   M = sum_i G_i diag(sigma^2) G_i^T = sum_j sigma_j^2 Q_j,
+    Q_j = sum_{i: y_ij observed} G_i[:, j] G_i[:, j]^T.
 
 Unlike the residual sandwich (HC0), this accounts for the correlation a stencil puts between
 neighbouring rows (the ``1/dt`` parts of neighbouring forward differences cancel in the sum)
 and, to first order, for the noise in the regressors ``x_r`` (errors-in-variables). It ignores
 the bias of the differences (spec §5.3). ``sigma_j^2`` is estimated from the data alone by a
 difference-based estimator (:func:`noise_variance`, after Gasser, Sroka & Jennen-Steinmetz 1986).
+
+One pass, O(chunk) memory (:class:`ObservationMeat`): ``G_i`` only receives contributions from
+the rows whose stencil window (``w`` samples) contains ``i``, so consecutive chunks of samples are
+processed with a carry of the last ``w - 1`` samples and their partial ``G_i``; ``Q_j`` and the
+noise-variance sums (whose local cubic pseudo-residuals carry the last 4 finite samples per
+state) are accumulated in the same pass and combined at the end. The per-row model terms are a
+numba kernel appended to the model's generated module (like the solver kernels), so they call
+the exact ``model_f``, ``model_jac_y``, ``model_jac_p`` and ``model_jac_p_dir``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
 
-__all__ = ["noise_variance", "stencil_weights", "observation_meat"]
+__all__ = ["noise_variance", "stencil_weights", "observation_meat", "ObservationMeat"]
+
+_HALF_WIDTH = 2  # local cubic pseudo-residuals (see noise_variance)
+
+# Appended to the model's generated source (see _obs_module): model kernels are globals there.
+_KERNEL_SOURCE = '''
+@njit(cache=True, error_model="numpy")
+def nc_obs_accumulate(t, X, D, p, free, a, c, Y, carry, Q):
+    """Add the rows' terms to ``G`` and ``Q``; returns the partial ``G`` of the last ``w - 1`` samples.
+
+    Rows ``r = 0..R-1`` (time ``t[r]``, state ``X[r]``, derivative ``D[r]``) cover the samples
+    ``r .. r + w - 1`` of a buffer ``Y`` (R + w - 1, n): ``G[r + l] += (J_r^T F_r + H_r) a[r, l] - J_r^T c[r, l]``
+    with ``J_r = df/dp[:, free]`` restricted to the used equations (finite ``D[r, q]``; rows with a
+    non-finite state are skipped, as in the fit) and ``H_r[m, j] = sum_q e_rq d2f_q/dp_m dx_j``.
+    ``carry`` (w - 1, k, n) holds the partial ``G`` of the first ``w - 1`` samples (from earlier rows).
+    Row ``r`` is the last to reach sample ``r``, which is then complete:
+    ``Q[j] += G[r, :, j] G[r, :, j]^T`` where ``Y[r, j]`` is finite. Only ``w`` samples of ``G`` are
+    held (a ring buffer).
+    """
+    n = N_STATES
+    k = free.shape[0]
+    w = a.shape[1]
+    R = t.shape[0]
+    y = np.empty(n)
+    f = np.empty(n)
+    e = np.empty(n)
+    unit = np.zeros(n)
+    used = np.empty(n, dtype=np.bool_)
+    jp = np.empty((n, N_PARAMS))
+    jy = np.empty((n, n))
+    d2 = np.empty((n, N_PARAMS))
+    JF = np.empty((k, n))
+    Jt = np.empty((k, n))
+    ring = np.zeros((w, k, n))
+    for i in range(w - 1):
+        ring[i] = carry[i]
+    for r in range(R):
+        ok = True
+        for j in range(n):
+            y[j] = X[r, j]
+            if not math.isfinite(y[j]):
+                ok = False
+        if ok:
+            model_f(t[r], y, p, f)
+            model_jac_p(t[r], y, p, jp)
+            model_jac_y(t[r], y, p, jy)
+            for q in range(n):
+                used[q] = math.isfinite(D[r, q])
+                e[q] = f[q] - D[r, q] if used[q] else 0.0
+            for j in range(n):
+                unit[j] = 1.0
+                model_jac_p_dir(t[r], y, p, unit, d2)
+                unit[j] = 0.0
+                for m in range(k):
+                    pm = free[m]
+                    s = 0.0
+                    for q in range(n):
+                        if used[q]:
+                            s += jp[q, pm] * jy[q, j] + e[q] * d2[q, pm]
+                    JF[m, j] = s
+                    Jt[m, j] = jp[j, pm] if used[j] else 0.0
+            for l in range(w):
+                al = a[r, l]
+                cl = c[r, l]
+                g = ring[(r + l) % w]
+                for m in range(k):
+                    for j in range(n):
+                        g[m, j] += JF[m, j] * al - Jt[m, j] * cl
+        g = ring[r % w]
+        for j in range(n):
+            if math.isfinite(Y[r, j]):
+                for m in range(k):
+                    gm = g[m, j]
+                    if gm != 0.0:
+                        for l in range(k):
+                            Q[j, m, l] += gm * g[l, j]
+        g[:, :] = 0.0
+    out = np.empty((w - 1, k, n))
+    for i in range(w - 1):
+        out[i] = ring[(R + i) % w]
+    return out
+'''
+
+_MODULES: dict = {}
 
 
-def noise_variance(t, y, half_width: int = 2) -> float:
+def _obs_module(model):
+    """The model's kernels plus ``nc_obs_accumulate``, generated and cached on disk like the solver's."""
+    hit = _MODULES.get(model.fingerprint)
+    if hit is None:
+        from odeinfer.model.cache import build_module
+        from odeinfer.model.codegen import model_source
+
+        src = model_source(model.derivatives) + "\n\n# ---- odeinfer/estimators/_noise_cov.py ----\n" + _KERNEL_SOURCE
+        hit = _MODULES[model.fingerprint] = build_module(src, title=f"model {model.name} + delta-method covariance",
+                                                         kernel_files=())
+    return hit
+
+
+# --- noise variance ---------------------------------------------------------------------------
+@njit(cache=True, error_model="numpy")
+def _pseudo_residual_sums(t, y, s, out):
+    """``out[0] += sum_c r_c^2 / (1 + ||w_c||^2)``, ``out[1] += count`` over centres ``s .. N-s-1``.
+
+    ``r_c = y_c - sum_l w_cl y_l``: the Lagrange polynomial through the ``s`` samples on each side.
+    """
+    N = t.shape[0]
+    tau = np.empty(2 * s)
+    for c in range(s, N - s):
+        tc = t[c]
+        for m in range(s):
+            tau[m] = t[c - s + m] - tc
+            tau[s + m] = t[c + 1 + m] - tc
+        r = y[c]
+        ww = 0.0
+        for m in range(2 * s):
+            num = 1.0
+            den = 1.0
+            for l in range(2 * s):
+                if l != m:
+                    num *= -tau[l]
+                    den *= tau[m] - tau[l]
+            wm = num / den
+            r -= wm * y[c - s + m if m < s else c + 1 + m - s]
+            ww += wm * wm
+        out[0] += r * r / (1.0 + ww)
+        out[1] += 1.0
+
+
+def noise_variance(t, y, half_width: int = _HALF_WIDTH) -> float:
     """Difference-based estimate of the noise variance of one sampled series (no model needed).
 
     Each finite sample is compared with the Lagrange polynomial through its ``half_width``
@@ -38,24 +176,40 @@ def noise_variance(t, y, half_width: int = 2) -> float:
     matters on fast dynamics such as Lorenz at dt = 0.05). NaN with fewer than
     ``2 half_width + 1`` finite samples.
     """
+    y = np.asarray(y, float)
     ok = np.isfinite(y)
-    t, y = np.asarray(t, float)[ok], np.asarray(y, float)[ok]
-    s = int(half_width)
-    N = t.size
-    if N < 2 * s + 1:
-        return float("nan")
-    centre = np.arange(s, N - s)
-    nb = centre[:, None] + np.r_[-s:0, 1:s + 1][None, :]  # (R, 2s) neighbour indices
-    tau = t[nb] - t[centre][:, None]
-    w = np.ones(tau.shape)
-    for m in range(2 * s):
-        for l in range(2 * s):
-            if l != m:
-                w[:, m] *= -tau[:, l] / (tau[:, m] - tau[:, l])
-    r = y[centre] - np.sum(w * y[nb], axis=1)
-    return float(np.mean(r * r / (1.0 + np.sum(w * w, axis=1))))
+    out = np.zeros(2)
+    _pseudo_residual_sums(np.ascontiguousarray(np.asarray(t, float)[ok]), np.ascontiguousarray(y[ok]),
+                          int(half_width), out)
+    return float(out[0] / out[1]) if out[1] > 0 else float("nan")
 
 
+@njit(cache=True, error_model="numpy")
+def _noise_push(t, Y, s, ct, cy, cn, out):
+    """Noise-variance sums of the next samples, per state over its finite samples.
+
+    ``ct``, ``cy`` (n, 2s): the last ``cn[j]`` finite samples of state ``j`` seen before (updated);
+    ``out`` (n, 2): sums and counts of :func:`_pseudo_residual_sums`.
+    """
+    for j in range(Y.shape[1]):
+        m = cn[j]
+        tf = np.empty(m + t.shape[0])
+        yf = np.empty(m + t.shape[0])
+        tf[:m] = ct[j, :m]
+        yf[:m] = cy[j, :m]
+        for i in range(t.shape[0]):
+            if math.isfinite(Y[i, j]):
+                tf[m] = t[i]
+                yf[m] = Y[i, j]
+                m += 1
+        _pseudo_residual_sums(tf[:m], yf[:m], s, out[j])
+        keep = min(m, 2 * s)
+        ct[j, :keep] = tf[m - keep:m]
+        cy[j, :keep] = yf[m - keep:m]
+        cn[j] = keep
+
+
+# --- stencils ---------------------------------------------------------------------------------
 def stencil_weights(scheme, t):
     """Per row ``r``: the samples ``start[r] + 0..w-1`` and the weights of ``x_r`` (a) and ``d_r`` (c).
 
@@ -76,14 +230,12 @@ def stencil_weights(scheme, t):
         return np.arange(N - 2), a, c
     if scheme.name == "local_polynomial":
         h = scheme.window // 2
-        R, w = N - 2 * h, 2 * h + 1
-        a, c = np.zeros((R, w)), np.zeros((R, w))
-        powers = np.arange(int(scheme.degree) + 1)
-        for r in range(R):
-            tw = t[r:r + w] - t[r + h]
-            scale = max(tw[-1], -tw[0])
-            P = np.linalg.pinv((tw / scale)[:, None] ** powers)  # (degree + 1, w): LS coefficients
-            a[r], c[r] = P[0], P[1] / scale
+        R, w = max(N - 2 * h, 0), 2 * h + 1
+        tw = t[np.arange(R)[:, None] + np.arange(w)] - t[h:h + R, None]
+        scale = np.maximum(tw[:, -1], -tw[:, 0])
+        V = (tw / scale[:, None])[:, :, None] ** np.arange(int(scheme.degree) + 1)  # (R, w, degree + 1)
+        P = np.linalg.solve(np.einsum("rwa,rwb->rab", V, V), V.transpose(0, 2, 1))  # LS coefficients
+        a, c = P[:, 0].copy(), P[:, 1] / scale[:, None]
         if scheme.evaluate_at == "measured":
             a[:] = 0.0
             a[:, h] = 1.0
@@ -91,54 +243,106 @@ def stencil_weights(scheme, t):
     return None
 
 
-def observation_meat(module, free, p, scheme, t, Y, X, D, sigma2):
-    """``sum_i G_i diag(sigma^2) G_i^T`` over the samples of one series (free parameters only).
+# --- accumulation -----------------------------------------------------------------------------
+@njit(cache=True, error_model="numpy")
+def _add_q(G, Y, Q):
+    """``Q[j] += sum_i G[i, :, j] G[i, :, j]^T`` over the samples with finite ``Y[i, j]``."""
+    k = G.shape[1]
+    for i in range(G.shape[0]):
+        for j in range(G.shape[2]):
+            if not np.isfinite(Y[i, j]):
+                continue
+            for m in range(k):
+                g = G[i, m, j]
+                if g == 0.0:
+                    continue
+                for l in range(k):
+                    Q[j, m, l] += g * G[i, l, j]
+
+
+class ObservationMeat:
+    """One pass over consecutive chunks of one series: ``M = sum_i G_i diag(sigma^2) G_i^T``.
 
     Parameters
     ----------
-    module : generated model module (``model_jac_y``, ``eval_jac_p_batch``)
+    model : Model
+    free : ndarray of int (k,)
+        Indices of the free parameters.
+    p : ndarray (n_params,)
+        All parameters at the estimate.
+    scheme : DerivativeScheme
+        A difference stencil (not the spline).
+
+    Notes
+    -----
+    Call :meth:`push` with the samples in time order, chunk by chunk (any sizes), then
+    :meth:`finish`. Memory: the chunk plus ``w - 1`` carried samples (``w`` = stencil width).
+    The result does not depend on the chunking beyond rounding.
+    """
+
+    def __init__(self, model, free, p, scheme):
+        self.kernel = _obs_module(model).nc_obs_accumulate
+        self.free = np.ascontiguousarray(free, dtype=np.int64)
+        self.p = np.ascontiguousarray(p, dtype=float)
+        self.scheme = scheme
+        lo, hi = scheme.halo
+        self.carry_len = lo + hi  # w - 1
+        n, k = model.n_states, self.free.size
+        self.n = n
+        self.t = np.empty(0)
+        self.y = np.empty((0, n))
+        self.G = np.zeros((self.carry_len, k, n))  # partial G of the carried samples (zero beyond them)
+        self.Q = np.zeros((n, k, k))
+        self.nv = np.zeros((n, 2))
+        self.nv_t = np.zeros((n, 2 * _HALF_WIDTH))
+        self.nv_y = np.zeros((n, 2 * _HALF_WIDTH))
+        self.nv_n = np.zeros(n, dtype=np.int64)
+
+    def push(self, t, y):
+        """Add the next samples ``t`` (m,), ``y`` (m, n) (NaN = missing); returns their new rows ``(t_r, X, D)``."""
+        t = np.ascontiguousarray(t, dtype=float)
+        y = np.ascontiguousarray(y, dtype=float)
+        _noise_push(t, y, _HALF_WIDTH, self.nv_t, self.nv_y, self.nv_n, self.nv)
+        tb = np.concatenate([self.t, t])
+        yb = np.concatenate([self.y, y])
+        rows = self.scheme.rows(tb, yb)
+        if rows[0].size:
+            _, a, c = stencil_weights(self.scheme, tb)
+            self.G = self.kernel(rows[0], rows[1], rows[2], self.p, self.free, a, c, yb, self.G, self.Q)
+        keep = min(tb.size, self.carry_len)
+        self.t, self.y = tb[tb.size - keep:], yb[tb.size - keep:]
+        return rows
+
+    def finish(self):
+        """``(M (k, k), sigma2 (n,))``: the meat and the noise variance per state (NaN if too few samples)."""
+        _add_q(self.G[:self.t.size], self.y, self.Q)  # the last samples: no later row reaches them
+        self.t, self.y = self.t[:0], self.y[:0]
+        self.G[:] = 0.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sigma2 = np.where(self.nv[:, 1] > 0, self.nv[:, 0] / np.maximum(self.nv[:, 1], 1.0), np.nan)
+        M = np.einsum("j,jml->ml", np.nan_to_num(sigma2), self.Q)
+        return 0.5 * (M + M.T), sigma2
+
+
+def observation_meat(model, free, p, scheme, t, Y):
+    """``sum_i G_i diag(sigma^2) G_i^T`` over the samples of one in-memory series (free parameters only).
+
+    Parameters
+    ----------
+    model : Model
     free : ndarray of int (k,)
     p : ndarray (n_params,)
         All parameters at the estimate.
     scheme : DerivativeScheme
     t : ndarray (N,), Y : ndarray (N, n)
         The series (NaN = missing).
-    X, D : ndarray (R, n)
-        Its rows, as used in the fit.
+
+    Returns
+    -------
+    M : ndarray (k, k)
     sigma2 : ndarray (n,)
-        Noise variance per state.
+        Noise variance per state (:func:`noise_variance`).
     """
-    start, a, c = stencil_weights(scheme, t)
-    R, n = X.shape
-    used = np.isfinite(D) & np.all(np.isfinite(X), axis=1)[:, None]  # equations the fit used
-    Xs = np.where(np.isfinite(X), X, 0.0)
-    tr = _row_times(scheme, t, R)
-    J = np.empty((R, n, p.size))
-    module.eval_jac_p_batch(tr, Xs, p, J)
-    J = J[:, :, free] * used[:, :, None]
-    E = np.empty((R, n))
-    module.gm_residuals(tr, Xs, D, p, E)
-    E = np.where(used, E, 0.0)
-    F = np.empty((R, n, n))
-    d2 = np.empty((n, p.size))
-    E2 = np.zeros((R, free.size, n))  # sum_k e_rk d2f_k / dtheta dx_j: the x-dependence of J_r
-    unit = np.zeros(n)
-    for r in range(R):
-        module.model_jac_y(tr[r], Xs[r], p, F[r])
-        for j in range(n):
-            unit[:] = 0.0
-            unit[j] = 1.0
-            module.model_jac_p_dir(tr[r], Xs[r], p, unit, d2)
-            E2[r, :, j] = E[r] @ d2[:, free]
-    JF = np.einsum("rkm,rkj->rmj", J, F) + E2  # d(J_r^T e_r)/dx_r, (R, k, n)
-    Jt = J.transpose(0, 2, 1)
-    G = np.zeros((t.size, free.size, n))
-    for w in range(a.shape[1]):
-        np.add.at(G, start + w, JF * a[:, w, None, None] - Jt * c[:, w, None, None])
-    s2 = np.where(np.isfinite(Y), np.nan_to_num(sigma2)[None, :], 0.0)
-    return np.einsum("imj,ilj,ij->ml", G, G, s2)
-
-
-def _row_times(scheme, t, R):
-    lo = scheme.window // 2 if scheme.name == "local_polynomial" else 0
-    return np.ascontiguousarray(t[lo:lo + R])
+    acc = ObservationMeat(model, free, p, scheme)
+    acc.push(t, Y)
+    return acc.finish()

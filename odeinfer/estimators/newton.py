@@ -22,17 +22,20 @@ and ``0.5 ||E||^2`` (paper eq. 29) is minimised without ever solving the ODE.
   of ``batch_size`` time rows (the big-data version, not in the paper); pseudo-inverse for
   rank-deficient subsets.
 
-Covariance (all four). In-memory fits with a difference stencil (forward, second order, local
-polynomial): the delta method through the observations (:mod:`odeinfer.estimators._noise_cov`),
-``B^-1 (sum_i G_i diag(sigma^2) G_i^T) B^-1`` with ``G_i`` the derivative of the estimating
-equation w.r.t. sample ``i``. It accounts for the correlation a stencil puts between neighbouring
-rows and, to first order, for the noise in the regressors ``x_r`` (errors-in-variables); the
-noise variance comes from the data alone (local cubic pseudo-residuals). It matches central
-differences of the refitted estimate to 1e-5 and the Monte Carlo spread to a few per cent on a
-linear chain; on Lorenz (dt = 0.05, sigma = sqrt 2) it is 1.15x / 1.07x / 1.07x the spread, where
-the residual sandwich (HC0) was 1.25x / 2.4x / 2.6x (``tests/reference/seed000_tables.md``).
-Spline derivatives (a global smoother) and streamed fits use the residual sandwich HC0
-(rows treated as independent), as ``extras["cov_type"]`` says. Neither covariance accounts for
+Covariance (all four). Fits with a difference stencil (forward, second order, local polynomial),
+in memory or streamed from a re-iterable source: the delta method through the observations
+(:mod:`odeinfer.estimators._noise_cov`), ``B^-1 (sum_i G_i diag(sigma^2) G_i^T) B^-1`` with ``G_i``
+the derivative of the estimating equation w.r.t. sample ``i``. It accounts for the correlation a
+stencil puts between neighbouring rows and, to first order, for the noise in the regressors
+``x_r`` (errors-in-variables); the noise variance comes from the data alone (local cubic
+pseudo-residuals). It matches central differences of the refitted estimate to 1e-5 and the Monte
+Carlo spread to a few per cent on a linear chain; on Lorenz (dt = 0.05, sigma = sqrt 2) it is
+1.15x / 1.07x / 1.07x the spread, where the residual sandwich (HC0) was 1.25x / 2.4x / 2.6x
+(``tests/reference/seed000_tables.md``). Streamed fits compute it in the final pass at the
+estimate, in O(chunk) memory (chunks carry the last ``w - 1`` samples of the stencil), and equal
+the in-memory covariance to rounding, for any chunking. Spline derivatives (a global smoother)
+use the residual sandwich HC0 (rows treated as independent), as ``extras["cov_type"]`` says; a
+one-shot iterator gives no covariance (no pass at the final estimate). Neither covariance accounts for
 the bias of the finite differences: with measurement noise ``sigma`` the forward difference is
 biased by ``O(sigma^2 / dt)`` (spec §5.3) -- denser sampling makes it *worse*. Use
 ``derivative="spline"`` or ``"local_polynomial"`` on noisy data.
@@ -52,7 +55,7 @@ from odeinfer.errors import DataError, InputError
 from odeinfer.estimators import _newton_core as core
 from odeinfer.estimators.base import (Estimator, IdentifiabilityWarning, Problem, _values_by_name, make_estimate,
                                       prepare)
-from odeinfer.estimators._noise_cov import noise_variance, observation_meat
+from odeinfer.estimators._noise_cov import ObservationMeat
 from odeinfer.estimators.finite_difference import DerivativeScheme
 from odeinfer.estimators.streaming import InMemoryRows, as_row_source, minibatches
 from odeinfer.model import Model
@@ -123,16 +126,31 @@ def _series(d, states):
                             for s in states])
 
 
-def _observation_cov_meat(est, problem, source, acc, theta):
-    """The delta-method meat through the observations (:mod:`._noise_cov`), summed over experiments."""
+def _delta_method_pass(est, problem, source, acc, theta, in_memory):
+    """One pass at ``theta``: the normal equations and the delta-method meat (:mod:`._noise_cov`).
+
+    In memory, each experiment is its own series (own noise variances); a streamed source is one
+    series read chunk by chunk. Returns ``(Eval, noise variances (n_series, n_states))``.
+    """
     scheme = _scheme(est)
     p = acc.full_params(theta)
-    M = 0.0
-    for d, (_, X, D) in zip(problem.experiments, source.blocks()):
-        Y = _series(d, problem.model.states)
-        sigma2 = np.array([noise_variance(d.t, Y[:, k]) for k in range(Y.shape[1])])
-        M = M + observation_meat(acc.module, acc.free, p, scheme, d.t, Y, X, D, sigma2)
-    return M
+    ones = np.ones(problem.model.n_states)
+    st = acc.new()
+    if in_memory:
+        series = [[(d.t, _series(d, problem.model.states))] for d in problem.experiments]
+    else:
+        series = [source.sample_chunks()]
+    M, sig2 = 0.0, []
+    for chunks in series:
+        om = ObservationMeat(problem.model, acc.free, p, scheme)
+        for t, y in chunks:
+            acc.add(st, p, om.push(t, y), ones, False)
+        Ms, s2 = om.finish()
+        M = M + Ms
+        sig2.append(s2)
+    ev = acc.finish(st, False)
+    ev.M = M
+    return ev, np.array(sig2)
 
 
 def _problem_stream(est, model, start, fixed):
@@ -227,17 +245,21 @@ def _finish(est, problem, source, acc, out, extras, *, in_memory, t_start):
     theta = out.theta
     cov = None
     cov_type = "sandwich HC0 (ignores errors-in-variables and stencil correlation)"
-    if in_memory and est.derivative != "spline" and np.all(np.isfinite(theta)):
-        ev = acc.evaluate(source.blocks(), theta)
+    ok = np.all(np.isfinite(theta))
+    if ok and est.derivative != "spline" and source.reiterable:
+        ev, sig2 = _delta_method_pass(est, problem, source, acc, theta, in_memory)
+        extras["noise_variance"] = sig2
         if ev.finite:
-            ev.M = _observation_cov_meat(est, problem, source, acc, theta)
             cov_type = ("delta method through the observations (stencil correlation and first-order "
                         "errors-in-variables; noise variance from local cubic pseudo-residuals; ignores the difference bias)")
-    elif source.reiterable and np.all(np.isfinite(theta)):
+        else:
+            ev.M = None
+    elif ok and source.reiterable:
         ev = acc.evaluate(source.blocks(), theta, meat=True)
     else:
         ev = out.ev
-        warns.append("no covariance: a one-shot iterator gives no pass at the final estimate")
+        if not source.reiterable:
+            warns.append("no covariance: a one-shot iterator gives no pass at the final estimate")
     if ev is not None and ev.M is not None and ev.finite and ev.nrows > 0:
         cov, rank, cond, bad = core.sandwich(ev, est.rcond)
         extras.update(rank=rank, condition_number=cond, gradient_cosine=ev.grad_cosine())
@@ -303,7 +325,9 @@ _FIT_DOC = """
         Returns
         -------
         Estimate
-            ``values`` (free parameters), ``cov`` (sandwich), ``status``, ``n_iter``, ``cost``
+            ``values`` (free parameters), ``cov`` (delta method through the observations, or HC0 for
+            splines: see the module notes and ``extras["cov_type"]``; the noise variances per
+            experiment and state in ``extras["noise_variance"]``), ``status``, ``n_iter``, ``cost``
             (``0.5 ||E||^2``), ``nobs`` (equations used), ``residuals`` (rows x states, NaN where
             skipped; their times in ``extras["t_rows"]``), ``history`` (``cost``, ``step``, ``grad``
             per iteration, or per epoch for the stochastic estimators), ``extras``, ``warnings``.

@@ -4,6 +4,9 @@ A *row source* yields blocks ``(t_r, X_r, D_r)`` of rows (see
 :mod:`odeinfer.estimators.finite_difference`). Streamed sources keep only one chunk (plus
 the few samples a difference stencil needs from the previous chunk) in memory, so the
 normal equations ``J^T J``, ``J^T E`` can be accumulated exactly over any series length.
+Streamed sources also give the raw samples in consecutive, non-overlapping chunks
+(``sample_chunks``) for the one-pass delta-method covariance of
+:mod:`odeinfer.estimators._noise_cov`.
 
 Accepted streamed inputs (``fit_stream(model, source, ...)``):
 
@@ -67,6 +70,14 @@ def _check_chunk(j, t, y, n, cols, last_t):
     return t, np.ascontiguousarray(y[:, cols])
 
 
+def _pair(j, item):
+    try:
+        tc, yc = item
+    except (TypeError, ValueError):
+        raise DataError(f"chunk {j}: expected a pair (t_chunk, y_chunk), got {type(item).__name__}") from None
+    return tc, yc
+
+
 class ArrayRows:
     """Rows from random-access arrays (memory maps allowed), read ``chunk_size`` samples at a time."""
 
@@ -79,6 +90,7 @@ class ArrayRows:
         if y.shape[1] != len(cols):
             raise DataError(f"source: y has {y.shape[1]} columns, expected {len(cols)} (one per state in `states`)")
         self.t, self.y, self.scheme, self.n, self.cols = t, y, scheme, n_states, cols
+        self.chunk_size = chunk_size
         lo, hi = scheme.halo
         self.lo, self.hi = lo, hi
         N = t.shape[0]
@@ -96,6 +108,16 @@ class ArrayRows:
                                   self.n, self.cols, -np.inf)
             yield self.scheme.rows(tw, yw)
 
+    def sample_chunks(self):
+        """The samples ``(t, y)`` (model-state columns) in consecutive chunks of ``chunk_size``, in order."""
+        last_t = -np.inf
+        N = self.t.shape[0]
+        for j, s in enumerate(range(0, N, self.chunk_size)):
+            t, y = _check_chunk(j, self.t[s:s + self.chunk_size], self.y[s:s + self.chunk_size], self.n, self.cols,
+                                last_t)
+            last_t = t[-1]
+            yield t, y
+
     def describe(self):
         return f"arrays of {self.t.shape[0]} samples in {len(self.ranges)} chunks"
 
@@ -112,12 +134,26 @@ class IteratorRows:
         self.passes = 0
         self.n_chunks = None
 
-    def blocks(self, rng=None):
+    def _pass(self):
         if self.passes and not self.reiterable:
             raise InputError("source: a one-shot iterator can be read only once, but this fit needs another pass; "
                              "pass a callable that returns a new iterator, a list of chunks, or (t, y) arrays "
                              "(np.load(..., mmap_mode='r'))")
         self.passes += 1
+
+    def sample_chunks(self):
+        """The validated, non-empty chunks ``(t, y)`` (model-state columns) of one pass, in order."""
+        self._pass()
+        last_t = -np.inf
+        for j, item in enumerate(self.make_iter()):
+            tc, yc = _pair(j, item)
+            tc, yc = _check_chunk(j, tc, yc, self.n, self.cols, last_t)
+            if tc.size:
+                last_t = tc[-1]
+                yield tc, yc
+
+    def blocks(self, rng=None):
+        self._pass()
         lo, hi = self.scheme.halo
         c = lo + hi
         carry_t = np.empty(0)
@@ -125,10 +161,7 @@ class IteratorRows:
         last_t = -np.inf
         j = -1
         for j, item in enumerate(self.make_iter()):
-            try:
-                tc, yc = item
-            except (TypeError, ValueError):
-                raise DataError(f"chunk {j}: expected a pair (t_chunk, y_chunk), got {type(item).__name__}") from None
+            tc, yc = _pair(j, item)
             tc, yc = _check_chunk(j, tc, yc, self.n, self.cols, last_t)
             if tc.size == 0:
                 continue
