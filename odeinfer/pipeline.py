@@ -157,7 +157,7 @@ def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
     res.timings["NUTS"] = time.perf_counter() - t0
     res.diagnostics = diagnostics.check(res.idata)
     say(f"NUTS: done in {res.timings['NUTS']:.1f} s; diagnostics "
-        + ("pass" if res.diagnostics.passed else "FAIL: " + ", ".join(c.name for c in res.diagnostics.failed)))
+        + ("pass" if res.diagnostics.passed else "FAIL: " + ", ".join(res.diagnostics.failed)))
 
 
 def _prior_dists(parsed):

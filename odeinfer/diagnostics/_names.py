@@ -45,8 +45,10 @@ def _extra_dims(da):
 
 
 def _is_parameter_like(da):
+    """Scalar or per-state/per-experiment variables; not trajectories (``time``) and not the
+    stacked ``param`` vector that :func:`odeinfer.bayes.build_model` keeps as a deterministic."""
     extra = _extra_dims(da)
-    return "time" not in extra and len(extra) <= 2 and (len(extra) < 2 or "experiment" in extra)
+    return "time" not in extra and "param" not in extra and len(extra) <= 2 and (len(extra) < 2 or "experiment" in extra)
 
 
 def flat_labels(var, da):

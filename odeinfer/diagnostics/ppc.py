@@ -73,7 +73,7 @@ def _single_data(data):
     return data
 
 
-def predictive_draws(idata, data, var_name="y"):
+def predictive_draws(idata, data, var_name=None):
     """Posterior predictive draws aligned with ``data``: ndarray (n_samples, n_times, n_observed).
 
     ``idata.posterior_predictive[var_name]`` must have dims ``(chain, draw, time, state)``
@@ -85,6 +85,7 @@ def predictive_draws(idata, data, var_name="y"):
     if pp is None:
         raise InputError("idata: no 'posterior_predictive' group; sample it with oi.bayes.sample(...) "
                          "(posterior predictive trajectories are included) or pymc.sample_posterior_predictive")
+    var_name = default_var_name(pp) if var_name is None else var_name
     if var_name not in pp.data_vars:
         raise InputError(f"var_name: {var_name!r} is not in idata.posterior_predictive (variables: "
                          f"{sorted(pp.data_vars)}); pass var_name= the variable with dims (chain, draw, time, state)")
@@ -109,7 +110,12 @@ def predictive_draws(idata, data, var_name="y"):
     return arr.reshape(-1, arr.shape[2], arr.shape[3])
 
 
-def ppc(idata, data, *, var_name="y", alpha=0.05) -> PPCResult:
+def default_var_name(pp):
+    """``"y_obs"`` (what :func:`odeinfer.bayes.sample` writes) if present, else ``"y"``."""
+    return "y_obs" if "y_obs" in pp.data_vars else "y"
+
+
+def ppc(idata, data, *, var_name=None, alpha=0.05) -> PPCResult:
     """Posterior predictive check of observed trajectories.
 
     Parameters
@@ -120,7 +126,8 @@ def ppc(idata, data, *, var_name="y", alpha=0.05) -> PPCResult:
         included).
     data : Data
         The observations (missing values are skipped).
-    var_name : str, default "y"
+    var_name : str, optional
+        Default ``"y_obs"`` (written by :func:`odeinfer.bayes.sample`) if present, else ``"y"``.
     alpha : float, default 0.05
         Pointwise predictive intervals are the ``alpha/2`` and ``1 - alpha/2`` quantiles.
 
@@ -134,6 +141,8 @@ def ppc(idata, data, *, var_name="y", alpha=0.05) -> PPCResult:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise InputError(f"alpha: expected a number in (0, 1), got {alpha!r}")
     data = _single_data(data)
+    if var_name is None and getattr(idata, "posterior_predictive", None) is not None:
+        var_name = default_var_name(idata.posterior_predictive)
     rep = predictive_draws(idata, data, var_name)  # (S, T, K)
     y = np.asarray(data.y, dtype=float)
     obs = np.isfinite(y)

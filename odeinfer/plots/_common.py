@@ -18,9 +18,33 @@ def new_figure(nrows=1, ncols=1, *, width=6.4, height=None, sharex=False, squeez
     from matplotlib.figure import Figure
 
     height = 2.6 * nrows + 0.6 if height is None else height
+    _show_in_ipython()
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, sharex=sharex, squeeze=squeeze)
     return fig, axes
+
+
+def _show_in_ipython():
+    """Let Jupyter display our pyplot-free figures as PNG (pyplot's inline backend would
+    register this only once pyplot is imported)."""
+    import sys
+
+    if "IPython" not in sys.modules:
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+
+    formatter = shell.display_formatter.formatters["image/png"]
+    if Figure not in formatter.type_printers:
+        import base64
+
+        from odeinfer.plots.export import to_png_base64
+
+        formatter.for_type(Figure, lambda fig: base64.b64decode(to_png_base64(fig)))
 
 
 def axes_figure(ax, argument="ax"):

@@ -31,7 +31,7 @@ def _time_grid(data, t):
     return t
 
 
-def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=None, var_name="y"):
+def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=None, var_name=None):
     """Observations with each estimate's fitted trajectory, its confidence band and the
     posterior predictive band.
 
@@ -54,7 +54,8 @@ def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=N
     x0 : dict, optional
         Initial state for estimates that did not estimate it; default: the first
         observation when every state is observed at ``t0``.
-    var_name : str, default "y"
+    var_name : str, optional
+        Default ``"y_obs"`` (written by :func:`odeinfer.bayes.sample`) if present, else ``"y"``.
         Posterior predictive variable.
 
     Returns

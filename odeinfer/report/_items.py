@@ -222,12 +222,11 @@ def render_idata(idata) -> str:
 
 
 def _parameter_vars(idata):
-    """Posterior variables that are parameters: no time axis, and not the stacked ``param`` vector
-    (a deterministic copy of the scalar parameters)."""
+    """Posterior variables that are parameters (see ``odeinfer.diagnostics._names``)."""
     from odeinfer.diagnostics._names import _is_parameter_like
 
     post = idata.posterior
-    return [v for v in post.data_vars if _is_parameter_like(post[v]) and "param" not in post[v].dims]
+    return [v for v in post.data_vars if _is_parameter_like(post[v])]
 
 
 # figures and text ------------------------------------------------------------------------------
