@@ -24,7 +24,7 @@ __all__ = [
     # estimators and results
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
-    "Embedding", "Simultaneous",
+    "Embedding", "Simultaneous", "AdjointDDE",
     "IdentifiabilityWarning", "Estimate",
     # Bayesian stage and views
     "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
@@ -45,6 +45,7 @@ _LAZY = {
     "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
     "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
     "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
+    "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),
     "bayes": ("odeinfer.bayes", None),
     "diagnostics": ("odeinfer.diagnostics", None),
     "compare_intervals": ("odeinfer.diagnostics", "compare_intervals"),

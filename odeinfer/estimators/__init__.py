@@ -1,5 +1,6 @@
 """Estimators. Each one is ``Estimator(config).fit(model, data, ...) -> Estimate``."""
 
+from odeinfer.estimators.adjoint_dde import AdjointDDE
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning
 from odeinfer.estimators.embedding import Embedding
 from odeinfer.estimators.gradient_matching import GradientMatching
@@ -16,5 +17,5 @@ __all__ = [
     "Estimator", "EstimationError", "IdentifiabilityWarning",
     "GradientMatching", "OrthogonalConditions", "ConfidenceEllipsoid", "confidence_ellipsoid", "default_L_range",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
-    "Embedding", "Simultaneous",
+    "Embedding", "Simultaneous", "AdjointDDE",
 ]
