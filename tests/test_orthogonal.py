@@ -298,3 +298,60 @@ def test_real_alpha_pinene_data_against_published_nls():
     assert lo[0] <= box[0] <= hi[0]
     assert abs(est.values[1] / box[1] - 1) < 0.1
     assert abs((est.values[0] + est.values[1]) / (box[0] + box[1]) - 1) < 0.05
+
+
+def test_D_and_Ve_vs_finite_differences_bspline_tests_five_states():
+    """``D_k = de/dc_k`` from the sparse kernel (B-spline proxies and B-spline test functions,
+    5 states, GCV knots differing per state) against central differences of ``e`` in the
+    coefficients; ``V_e`` against the explicit sum ``sum_k D_k V(c_k) D_k'``."""
+    data = _noisy(PINENE, T_PINENE, 2.0, 5)
+    pr = SplineSmoother().fit(data, x0=PINENE.x0)
+    nm = node_model(PINENE.model)
+    tests = TestFunctions("bspline", 7, (0.0, 100.0))
+    c = Conditions(nm, pr, tests, x0=PINENE.x0_array(), boundary_width=20.0)
+    p = PINENE.params_array() * 1.2
+    D = c.D(p)
+    assert len({f.n_basis for f in pr.fits}) > 1
+    for k, fit in enumerate(pr.fits):
+        def e_of(coef, k=k):
+            fits = list(pr.fits)
+            fits[k] = dataclasses.replace(fits[k], coef=coef)
+            return Conditions(nm, dataclasses.replace(pr, fits=tuple(fits)), tests, x0=c.x0,
+                              boundary_width=20.0).residual(p)
+        Dfd = _fd_jac(e_of, fit.coef.copy(), range(fit.n_basis), h=1e-4)
+        np.testing.assert_allclose(D[k], Dfd, rtol=1e-6, atol=1e-8 * np.abs(D[k]).max())
+    Ve = sum(Dk @ f.cov @ Dk.T for Dk, f in zip(D, pr.fits))
+    np.testing.assert_allclose(c.Ve(p), Ve, rtol=1e-12, atol=1e-12 * np.abs(Ve).max())
+
+
+def test_cached_quadrature_structures_do_not_leak_between_proxies():
+    """Conditions on proxies with different knots, built alternately (the node/basis structures are
+    cached across instances by knots), give the same conditions as with an empty cache."""
+    from odeinfer.estimators import _conditions
+
+    nm = node_model(PINENE.model)
+    tests = TestFunctions("bspline", 6, (0.0, 100.0))
+    data = _noisy(PINENE, T_PINENE, 2.0, 6)
+    prs = [SplineSmoother(n_basis=nb).fit(data) for nb in (8, 12, 8)]
+    p = PINENE.params_array()
+    got = [(Conditions(nm, pr, tests).residual(p), Conditions(nm, pr, tests).Ve(p)) for pr in prs]
+    for pr, (e, V) in zip(prs, got):
+        _conditions._STRUCT_CACHE.clear()
+        c = Conditions(nm, pr, tests)
+        np.testing.assert_array_equal(c.residual(p), e)
+        np.testing.assert_array_equal(c.Ve(p), V)
+    assert not np.allclose(got[0][0], got[1][0])
+
+
+def test_gauss_grid_integrates_piecewise_polynomials_exactly():
+    """Composite Gauss-Legendre with n nodes per piece is exact for degree 2n - 1 on each piece
+    (analytic integrals), with pieces split at breakpoints and cut to length <= h_max."""
+    from odeinfer.estimators._quadrature import gauss_grid
+
+    br = np.array([1.3, 4.0, 4.0, 7.25, -3.0, 12.0])
+    T, w = gauss_grid(br, 0.0, 10.0, 1.7, n_gauss=4)
+    assert np.all(np.diff(T) > 0) and T.min() > 0 and T.max() < 10
+    for m in range(8):
+        assert np.sum(w * T**m) == pytest.approx(10.0 ** (m + 1) / (m + 1), rel=1e-13)
+    # a kink at a breakpoint is integrated exactly too: |t - 4| on [0, 10]
+    assert np.sum(w * np.abs(T - 4.0)) == pytest.approx(8.0 + 18.0, rel=1e-13)

@@ -259,3 +259,73 @@ def test_banded_rss_flags_a_singular_gram_matrix():
     assert rss_banded(kn, 3, t, np.sin(t), False, 0.0, 0.0) == -1.0
     fit = SplineSmoother().fit(_data(t, np.sin(t)))["x"]
     assert np.isfinite(list(fit.gcv.values())).all()
+
+
+@pytest.mark.parametrize("degree, breakpoints", [(1, ()), (2, ()), (3, ()), (3, (4.0,)), (4, ()), (5, (2.5, 7.0))])
+def test_basis_matrix_equals_scipy_bspline(degree, breakpoints):
+    """The numba basis (de Boor-Cox, NURBS Book A2.3 derivatives) against scipy's ``BSpline``
+    (independent implementation): values and derivatives, at knots, at both ends and clipped
+    outside the domain."""
+    from scipy.interpolate import BSpline
+
+    kn = uniform_knots(0.0, 10.0, 11, degree, breakpoints)
+    K = kn.size - degree - 1
+    t = np.concatenate([np.random.default_rng(1).uniform(-1.0, 11.0, 300), kn, [0.0, 10.0]])
+    for nu in range(0, (1 if breakpoints else degree) + 1):
+        spl = BSpline(kn, np.eye(K), degree, extrapolate=True)
+        ref = (spl.derivative(nu) if nu else spl)(np.clip(t, 0.0, 10.0))
+        np.testing.assert_allclose(basis_matrix(kn, degree, t, nu), ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+
+
+def test_states_fitted_together_equal_separate_fits():
+    """The grouped fit (one P'P per candidate for all states observed at the same times, missing
+    values giving their own groups, x0 constraints per state) equals fitting each state alone."""
+    rng = np.random.default_rng(11)
+    t = np.linspace(0.2, 10, 120)
+    Y = np.column_stack([np.sin(t), np.cos(t), 0.1 * t**2, np.exp(-t)]) + rng.normal(0, 0.1, (t.size, 4))
+    Y[[5, 17, 60], 1] = np.nan
+    data = oi.Data(t, Y, ("a", "b", "c", "d"), t0=0.0)
+    x0 = {"a": 0.0, "b": 1.0, "d": 1.0}
+    for sm in (SplineSmoother(), SplineSmoother(covariance="robust"), SplineSmoother(breakpoints=(5.0,)),
+               SplineSmoother(undersmooth=2.0)):
+        together = sm.fit(data, x0=x0)
+        for k, s in enumerate(data.states):
+            alone = sm.fit_state(t, Y[:, k], state=s, domain=together.domain, x0=x0.get(s),
+                                 t0=0.0 if s in x0 else None)
+            f = together[s]
+            assert f.n_basis == alone.n_basis and f.n_basis_gcv == alone.n_basis_gcv
+            assert dict(f.gcv) == dict(alone.gcv)  # same floating-point operations
+            np.testing.assert_allclose(f.coef, alone.coef, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(f.cov, alone.cov, rtol=1e-10, atol=1e-14)
+
+
+def test_multi_state_scan_matches_single_state_scan_and_fit_outputs_read_only():
+    from odeinfer.smooth._banded import rss_scan_uniform, rss_scan_uniform_multi
+
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, 5, 90))
+    Y = np.vstack([np.sin(t), t**2]) + rng.normal(0, 0.05, (2, t.size))
+    xc = np.array([0.1, -0.2])
+    multi = rss_scan_uniform_multi(0.0, 5.0, 3, 4, 25, t, Y, True, 0.0, xc)
+    for j in range(2):
+        np.testing.assert_array_equal(multi[j], rss_scan_uniform(0.0, 5.0, 3, 4, 25, t, Y[j], True, 0.0, xc[j]))
+    f = SplineSmoother().fit(_data(t, Y[0]))["x"]
+    for a in (f.coef, f.cov, f.cov_robust, f.residuals, f.knots, f.t, f.y):
+        assert not a.flags.writeable
+
+
+def test_single_threaded_blas_is_reentrant_and_restores():
+    from threadpoolctl import threadpool_info
+
+    from odeinfer.smooth._blas import single_threaded_blas
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    with single_threaded_blas():
+        assert all(n == 1 for n in blas_threads())
+        with single_threaded_blas():
+            assert all(n == 1 for n in blas_threads())
+        assert all(n == 1 for n in blas_threads())  # the inner exit does not restore
+    assert blas_threads() == before

@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 import sympy as sp
+from numba import njit
 from scipy.optimize import least_squares
 
 from odeinfer.estimators.base import EstimationError
@@ -45,18 +46,41 @@ def gauss_grid(breakpoints, a, b, h_max, n_gauss=8):
 
     Pieces longer than ``h_max`` are cut into equal parts. Returns ``(t, w)``, each (Q,).
     """
-    br = np.asarray(breakpoints, float)
+    br = np.asarray(breakpoints, float).ravel()
     br = np.unique(np.concatenate([[a, b], br[(br > a) & (br < b)]]))
     xg, wg = _leggauss(int(n_gauss))
-    ts, ws = [], []
-    for lo, hi in zip(br[:-1], br[1:]):
-        m = max(1, int(math.ceil((hi - lo) / h_max - 1e-12)))
-        edges = np.linspace(lo, hi, m + 1)
-        half = (edges[1:] - edges[:-1]) / 2
-        mid = (edges[1:] + edges[:-1]) / 2
-        ts.append((mid[:, None] + half[:, None] * xg[None, :]).ravel())
-        ws.append((half[:, None] * wg[None, :]).ravel())
-    return np.concatenate(ts), np.concatenate(ws)
+    return _gauss_nodes(br, float(h_max), xg, wg)
+
+
+@njit(cache=True)
+def _gauss_nodes(br, h_max, xg, wg):
+    """Nodes and weights of ``gauss_grid`` on the sorted pieces ``br`` (as ``np.linspace`` edges)."""
+    npc = br.size - 1
+    counts = np.empty(npc, np.int64)
+    total = 0
+    for p in range(npc):
+        m = int(math.ceil((br[p + 1] - br[p]) / h_max - 1e-12))
+        counts[p] = m if m > 1 else 1
+        total += counts[p]
+    ng = xg.size
+    T = np.empty(total * ng)
+    W = np.empty(total * ng)
+    idx = 0
+    for p in range(npc):
+        lo = br[p]
+        hi = br[p + 1]
+        m = counts[p]
+        step = (hi - lo) / m
+        for e in range(m):
+            e0 = e * step + lo
+            e1 = hi if e + 1 == m else (e + 1) * step + lo
+            half = (e1 - e0) / 2
+            mid = (e1 + e0) / 2
+            for g in range(ng):
+                T[idx] = mid + half * xg[g]
+                W[idx] = half * wg[g]
+                idx += 1
+    return T, W
 
 
 @dataclass(frozen=True, eq=False)
@@ -267,6 +291,7 @@ class Solved:
     status: str
     message: str
     history: list
+    sv: np.ndarray | None = None  # closed form: singular values of the whitened Jacobian S J
 
 
 def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol=1e-10, ftol=1e-12):
@@ -281,20 +306,21 @@ def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol
     lin_idx = np.asarray(lin_idx, int)
     nonlin_idx = np.asarray(nonlin_idx, int)
     history = []
+    last = {}  # singular values of the last profiled G
 
     def profile(th_nl):
         th = np.zeros(p)
         th[nonlin_idx] = th_nl
         e0 = S @ resid(th)
         G = (S @ jac(th))[:, lin_idx]
-        sol, *_ = np.linalg.lstsq(G, -e0, rcond=None)
+        sol, _, _, last["sv"] = np.linalg.lstsq(G, -e0, rcond=None)
         th[lin_idx] = sol
         return th, e0 + G @ sol, G
 
     if nonlin_idx.size == 0:
         th, r, _ = profile(np.empty(0))
         c = float(r @ r)
-        return Solved(th, c, 1, "converged", "closed form (linear in the parameters)", [c])
+        return Solved(th, c, 1, "converged", "closed form (linear in the parameters)", [c], last["sv"])
     if lin_idx.size:
         def fun(th_nl):
             th, r, _ = profile(th_nl)

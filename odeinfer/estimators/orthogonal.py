@@ -207,13 +207,30 @@ class OrthogonalConditions(Estimator):
             return p
 
         def resid(th):
-            return np.concatenate([c.residual(full(th)) for c in conds])
+            p = full(th)
+            return conds[0].residual(p) if len(conds) == 1 else np.concatenate([c.residual(p) for c in conds])
 
         def jac(th):
-            return np.vstack([c.jacobian(full(th)) for c in conds])[:, fi]
+            p = full(th)
+            J = conds[0].jacobian(p) if len(conds) == 1 else np.vstack([c.jacobian(p) for c in conds])
+            return J[:, fi]
+
+        if not nonlin:
+            # every free parameter enters affinely: e(th) = e(0) + J th with a constant J
+            th0 = np.zeros(len(fi))
+            e0, J0 = resid(th0), jac(th0)
+
+            def resid(th):  # noqa: F811
+                return e0 + J0 @ th
+
+            def jac(th):  # noqa: F811
+                return J0
 
         def ve(th):
-            blocks = [c.Ve(full(th)) for c in conds]
+            p = full(th)
+            blocks = [c.Ve(p) for c in conds]
+            if len(blocks) == 1:
+                return blocks[0]
             from scipy.linalg import block_diag
 
             return block_diag(*blocks)
@@ -238,19 +255,21 @@ class OrthogonalConditions(Estimator):
         th = sol.theta
         J = jac(th)
         SJ = S @ J
-        sv = np.linalg.svd(SJ, compute_uv=False)
+        # closed form: J is constant and lstsq already has the singular values of S J
+        sv = sol.sv if (sol.sv is not None and not nonlin) else np.linalg.svd(SJ, compute_uv=False)
         cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
         rank = int((sv > sv[0] * max(SJ.shape) * np.finfo(float).eps * 1e3).sum()) if sv[0] > 0 else 0
         Ve = ve(th)
-        W = S.T @ S
+        JtW = SJ.T @ S  # J'W with W = S'S
         if rank < th.size:
             cov = np.full((th.size, th.size), np.nan)
         else:
-            M = np.linalg.solve(J.T @ W @ J, J.T @ W)
+            M = np.linalg.solve(JtW @ J, JtW)
             cov = M @ Ve @ M.T
             cov = (cov + cov.T) / 2
         e = resid(th)
-        return dict(theta=th, cov=cov, cost=float(e @ W @ e), e=e, status=sol.status, message=sol.message,
+        Se = S @ e
+        return dict(theta=th, cov=cov, cost=float(Se @ Se), e=e, status=sol.status, message=sol.message,
                     n_iter=n_iter, history=history, cond=cond, rank=rank, dropped=dropped, full=full(th))
 
     def _grid_start(self, nm, prob, resid, jac, lin, nonlin, x_start, missing, conds):
@@ -369,12 +388,13 @@ class OrthogonalConditions(Estimator):
             warnings.warn(msg, IdentifiabilityWarning, stacklevel=3)
             warn.append(msg)
         nobs = sum(dd.nobs for dd in prob.experiments)
-        sig = {s: float(np.sqrt(np.mean([pr.sigma[s] ** 2 for pr in proxies]))) for s in model.states}
+        fits = {s: [pr[s] for pr in proxies] for s in model.states}
+        sig = {s: math.sqrt(sum(f.sigma ** 2 for f in fs) / len(fs)) for s, fs in fits.items()}
         extras = {"L": L_best, "L_scan": scan, "condition_number": r["cond"], "rank": r["rank"],
                   "linear_params": tuple(lin), "weighting": self.weighting, "weights_dropped": r["dropped"],
-                  "n_basis": {s: [pr[s].n_basis for pr in proxies] for s in model.states},
-                  "n_basis_gcv": {s: [pr[s].n_basis_gcv for pr in proxies] for s in model.states},
-                  "gcv": {s: [dict(pr[s].gcv) for pr in proxies] for s in model.states},
+                  "n_basis": {s: [f.n_basis for f in fs] for s, fs in fits.items()},
+                  "n_basis_gcv": {s: [f.n_basis_gcv for f in fs] for s, fs in fits.items()},
+                  "gcv": {s: [dict(f.gcv) for f in fs] for s, fs in fits.items()},
                   "boundary": self.boundary, "test_functions": self.test_functions, "proxy": proxies}
         return make_estimate(self, prob, prob.free, r["theta"], r["cov"], r["status"], t_start=t_start,
                              message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,

@@ -24,23 +24,26 @@ noisy proxy enters the regressors ``<x_hat, phi>``), which undersmoothing does n
 
 Speed: the GCV scan never forms the ``n x K`` design matrix: ``P'P`` is banded (``degree``
 off-diagonals) and is accumulated, factored and solved in O(n k^2) per candidate by numba
-kernels (:mod:`odeinfer.smooth._banded`); only the chosen ``K`` is refitted densely (for the
-coefficient covariances). ``fit`` limits BLAS to one thread (many small products).
+kernels (:mod:`odeinfer.smooth._banded`), once per candidate for all states observed at the
+same times; the final fits (coefficients, ``(P'P)^-1``, residuals, robust sandwich) of all
+states are one kernel call, and B-splines are evaluated by numba (:mod:`odeinfer.smooth._bsplines`),
+not by scipy ``BSpline`` objects. ``fit`` limits BLAS to one thread (many small products).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
-from scipy.interpolate import BSpline
 from scipy.linalg import cho_factor, cho_solve
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.smooth._blas import single_threaded_blas
-from odeinfer.smooth._banded import rss_banded, rss_scan_uniform
+from odeinfer.smooth._banded import fit_final_all, rss_banded_multi, rss_scan_uniform_multi
+from odeinfer.smooth._bsplines import basis_dense
 
 __all__ = ["SplineFit", "SplineProxy", "SplineSmoother", "basis_matrix", "uniform_knots"]
 
@@ -77,22 +80,21 @@ def uniform_knots(a, b, n_basis, degree=3, breakpoints=()):
 def basis_matrix(knots, degree, t, nu=0):
     """Values (or ``nu``-th derivatives) of every B-spline of ``knots`` at ``t``: shape (len(t), K).
 
-    Right-continuous at interior knots; at the right end the left limit is used.
+    Right-continuous at interior knots; at the right end the left limit is used; ``t`` outside
+    ``[knots[0], knots[-1]]`` is clipped (numba kernel :func:`odeinfer.smooth._bsplines.basis_dense`;
+    equal to scipy's ``BSpline`` to rounding).
     """
-    knots = np.asarray(knots, float)
+    knots = np.array(knots, dtype=float)  # writable copies: one compiled signature of the kernel
     K = knots.size - degree - 1
-    t = np.atleast_1d(np.asarray(t, float))
-    spl = BSpline(knots, np.eye(K), degree, extrapolate=False)
-    if nu:
-        spl = spl.derivative(nu)
-    out = spl(np.clip(t, knots[0], knots[-1]))
-    # extrapolate=False gives NaN exactly at the right end for some scipy versions: use the left limit
-    bad = np.isnan(out).any(axis=1)
-    if bad.any():
-        spl2 = BSpline(knots, np.eye(K), degree, extrapolate=True)
-        spl2 = spl2.derivative(nu) if nu else spl2
-        out[bad] = spl2(np.clip(t[bad], knots[0], knots[-1]))
+    t = np.array(t, dtype=float, ndmin=1).ravel()
+    out = np.empty((t.size, K))
+    basis_dense(knots, int(degree), t, int(nu), out)
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform_knots_cached(a, b, n_basis, degree, breakpoints):
+    return _frozen(uniform_knots(a, b, n_basis, degree, breakpoints))
 
 
 def _frozen(a):
@@ -184,6 +186,15 @@ def _ls(P, y, a=None, x0=None):
     return coef, Gc, A, rank
 
 
+def _dense_fit(knots, degree, t, y, cons):
+    """(coef, G, residuals, robust covariance) by the dense (pseudo-inverse) path."""
+    P = basis_matrix(knots, degree, t)
+    a_vec = None if cons is None else basis_matrix(knots, degree, [cons[0]])[0]
+    coef, G, A, _ = _ls(P, y, a_vec, None if cons is None else cons[1])
+    r = y - P @ coef
+    return coef, G, r, (A * r**2) @ A.T
+
+
 @dataclass(frozen=True)
 class SplineSmoother:
     """Configuration of the regression-spline proxy (validated at construction).
@@ -260,76 +271,125 @@ class SplineSmoother:
         y = np.asarray(y, float)
         ok = np.isfinite(y)
         t, y = t[ok], y[ok]
-        n = t.size
-        if n == 0:
+        if t.size == 0:
             raise DataError(f"data: state {state!r} has no observed value; a spline proxy needs observations")
         lo_t = t[0] if t0 is None else min(float(t0), t[0])
         a, b = (lo_t, t[-1]) if domain is None else (float(domain[0]), float(domain[1]))
+        cons_t = None if x0 is None else float(a if t0 is None else t0)
+        return self._fit_group(t, y[None, :], (state,), a, b, cons_t, None if x0 is None else [float(x0)])[0]
+
+    def _fit_group(self, t, Y, states, a, b, cons_t, x0s) -> list:
+        """Fit the states ``states`` observed at the same times ``t`` (n,), values ``Y`` (m, n), all
+        finite, on the domain ``[a, b]``; constrained to ``x_j(cons_t) = x0s[j]`` unless ``cons_t``
+        is None. The GCV scan and the final fit share ``P'P`` across the states."""
+        n, m, deg = t.size, len(states), int(self.degree)
+        if n == 0:
+            raise DataError(f"data: state {states[0]!r} has no observed value; a spline proxy needs observations")
         if not a < b:
-            raise DataError(f"data: state {state!r} spans no time interval ([{a}, {b}]); need distinct times")
-        cons = None if x0 is None else (float(a if t0 is None else t0), float(x0))
-        n_cons = 0 if cons is None else 1
-        a_vec = None
-        gcv, k_gcv = {}, None
+            raise DataError(f"data: state {states[0]!r} spans no time interval ([{a}, {b}]); need distinct times")
+        has = cons_t is not None
+        n_cons = int(has)
+        tc = float(cons_t) if has else 0.0
+        xcon = np.array(x0s, float) if has else np.zeros(m)
+        Y = np.ascontiguousarray(Y, dtype=float)
+        gcvs, k_gcvs = [{} for _ in range(m)], [None] * m
         if self.knots is not None:
-            knots = np.asarray(self.knots, float)
+            Ks = [None] * m
         else:
-            nb = self.degree * len(self.breakpoints)
+            nb = deg * len(self.breakpoints)
             if self.n_basis is not None:
-                K_uniform = int(self.n_basis)
+                Ks = [int(self.n_basis)] * m
             else:
-                lo, hi = self.gcv_range or (self.degree + 1, max(self.degree + 1, min(n // 3, 40)))
+                lo, hi = self.gcv_range or (deg + 1, max(deg + 1, min(n // 3, 40)))
                 hi = min(hi, n - nb - 1 + n_cons)
                 if hi < lo:
                     raise DataError(
-                        f"data: state {state!r} has {n} observations, fewer than the {lo + nb - n_cons + 1} "
+                        f"data: state {states[0]!r} has {n} observations, fewer than the {lo + nb - n_cons + 1} "
                         f"needed for the smallest spline ({lo + nb} coefficients); add observations, lower "
                         "`degree` or drop breakpoints")
-                tc, xc = (0.0, 0.0) if cons is None else cons
-                # banded normal equations, O(n k^2) per candidate (numba, no BLAS, no n x K matrix)
+                # banded normal equations, O(n k^2) per candidate (numba, no BLAS, no n x K matrix),
+                # P'P accumulated and factored once per candidate for all m states
                 if self.breakpoints:
-                    kns = [uniform_knots(a, b, K, self.degree, self.breakpoints) for K in range(lo, hi + 1)]
-                    rss_all = [rss_banded(kn, int(self.degree), t, y, cons is not None, float(tc), float(xc))
-                               for kn in kns]
-                    sizes = [kn.size - self.degree - 1 for kn in kns]
+                    kns = [uniform_knots(a, b, K, deg, self.breakpoints) for K in range(lo, hi + 1)]
+                    rss_all = np.column_stack([rss_banded_multi(kn, deg, t, Y, has, tc, xcon) for kn in kns])
+                    sizes = np.array([kn.size - deg - 1 for kn in kns], float)
                 else:
-                    rss_all = rss_scan_uniform(float(a), float(b), int(self.degree), int(lo), int(hi), t, y,
-                                               cons is not None, float(tc), float(xc))
-                    sizes = range(lo, hi + 1)
-                for K, rss, rank in zip(range(lo, hi + 1), rss_all, sizes):
-                    if rss < 0:  # P'P singular (empty knot spans): dense pseudo-inverse path
-                        kn = uniform_knots(a, b, K, self.degree, self.breakpoints)
-                        P = basis_matrix(kn, self.degree, t)
-                        av = None if cons is None else basis_matrix(kn, self.degree, [cons[0]])[0]
-                        coef, _, _, rank = _ls(P, y, av, None if cons is None else cons[1])
-                        rss = float(np.sum((y - P @ coef) ** 2))
-                    tr = rank - n_cons
-                    if n - tr > 0:
-                        gcv[K] = n * rss / (n - tr) ** 2
-                k_gcv = min(gcv, key=gcv.get)
-                n_int = k_gcv - self.degree - 1
-                K_uniform = k_gcv if self.undersmooth == 1.0 else int(
-                    self.degree + 1 + math.ceil(max(n_int, 1) * self.undersmooth))
-            knots = uniform_knots(a, b, K_uniform, self.degree, self.breakpoints)
-        K = knots.size - self.degree - 1
-        if n - K + n_cons < 1:
-            raise DataError(
-                f"data: state {state!r} has {n} observations but the spline has {K} coefficients"
-                f"{' (1 fixed by x0)' if n_cons else ''}; need more observations than free coefficients. "
-                "Use fewer knots (n_basis / knots), a lower degree, or more data")
-        P = basis_matrix(knots, self.degree, t)
-        if cons is not None:
-            a_vec = basis_matrix(knots, self.degree, [cons[0]])[0]
-        coef, G, A, _ = _ls(P, y, a_vec, None if cons is None else cons[1])
-        r = y - P @ coef
-        dof = n - K + n_cons
-        sigma2 = float(r @ r) / dof
-        cov_h = sigma2 * G
-        cov_r = (A * r**2) @ A.T
-        cov = cov_h if self.covariance == "homoscedastic" else cov_r
-        return SplineFit(state, _frozen(knots), int(self.degree), _frozen(coef), _frozen(cov), _frozen(cov_h),
-                         _frozen(cov_r), math.sqrt(sigma2), _frozen(t), _frozen(y), _frozen(r),
-                         MappingProxyType(dict(gcv)), k_gcv, cons)
+                    rss_all = rss_scan_uniform_multi(float(a), float(b), deg, int(lo), int(hi), t, Y, has, tc, xcon)
+                    sizes = np.arange(lo, hi + 1, dtype=float)
+                cand = list(range(lo, hi + 1))
+                Ks = []
+                fast = bool((n - (sizes - n_cons) > 0).all())
+                if fast:
+                    score = n * rss_all / (n - (sizes - n_cons)) ** 2
+                    good = (rss_all >= 0).all(axis=1)
+                    first = score.argmin(axis=1)
+                for j in range(m):
+                    if fast and good[j]:
+                        gcv = dict(zip(cand, score[j].tolist()))
+                        k_gcv = cand[first[j]]  # the first minimiser, as min() over the dict
+                    else:
+                        gcv = self._gcv_loop(t, Y[j], a, b, cand, rss_all[j], sizes, n_cons,
+                                             (tc, xcon[j]) if has else None)
+                        k_gcv = min(gcv, key=gcv.get)
+                    n_int = k_gcv - deg - 1
+                    Ks.append(k_gcv if self.undersmooth == 1.0 else int(
+                        deg + 1 + math.ceil(max(n_int, 1) * self.undersmooth)))
+                    gcvs[j], k_gcvs[j] = gcv, k_gcv
+        knots_list = [np.asarray(self.knots, float) if K_u is None else
+                      _uniform_knots_cached(a, b, K_u, deg, self.breakpoints) for K_u in Ks]
+        for j, kn in enumerate(knots_list):
+            if n - (kn.size - deg - 1) + n_cons < 1:
+                raise DataError(
+                    f"data: state {states[j]!r} has {n} observations but the spline has {kn.size - deg - 1} "
+                    f"coefficients{' (1 fixed by x0)' if n_cons else ''}; need more observations than free "
+                    "coefficients. Use fewer knots (n_basis / knots), a lower degree, or more data")
+        sizes_k = np.array([kn.size - deg - 1 for kn in knots_list], np.int64)
+        koffs = np.zeros(m + 1, np.int64)
+        koffs[1:] = np.cumsum(sizes_k + deg + 1)
+        coffs = np.zeros(m + 1, np.int64)
+        coffs[1:] = np.cumsum(sizes_k)
+        goffs = np.zeros(m + 1, np.int64)
+        goffs[1:] = np.cumsum(sizes_k**2)
+        coef, G, cov_r = np.empty(coffs[-1]), np.empty(goffs[-1]), np.empty(goffs[-1])
+        resid, status = np.empty((m, n)), np.empty(m, np.int64)
+        uniform = self.knots is None and not self.breakpoints
+        fit_final_all(np.concatenate(knots_list), koffs, deg, t, Y, has, tc, xcon, uniform, coffs, goffs, coef, G,
+                      resid, cov_r, status)
+        for arr in (coef, G, cov_r, resid):
+            arr.flags.writeable = False
+        fits = [None] * m
+        t_frozen = _frozen(t)
+        for j in range(m):
+            knots, K = knots_list[j], int(sizes_k[j])
+            if status[j] == 0:
+                c, Gj, r = coef[coffs[j]:coffs[j + 1]], G[goffs[j]:goffs[j + 1]].reshape(K, K), resid[j]
+                cr = cov_r[goffs[j]:goffs[j + 1]].reshape(K, K)
+            else:  # P'P singular: dense pseudo-inverse
+                c, Gj, r, cr = (_frozen(x) for x in _dense_fit(knots, deg, t, Y[j], (tc, xcon[j]) if has else None))
+            sigma2 = float(r @ r) / (n - K + n_cons)
+            cov_h = sigma2 * Gj
+            cov_h.flags.writeable = False
+            fits[j] = SplineFit(states[j], knots if not knots.flags.writeable else _frozen(knots), deg, c,
+                                cov_h if self.covariance == "homoscedastic" else cr, cov_h, cr, math.sqrt(sigma2),
+                                t_frozen, _frozen(Y[j]), r, MappingProxyType(gcvs[j]), k_gcvs[j],
+                                (tc, float(xcon[j])) if has else None)
+        return fits
+
+    def _gcv_loop(self, t, y, a, b, cand, rss_all, sizes, n_cons, cons):
+        """GCV scores with the dense pseudo-inverse path where ``P'P`` is singular."""
+        n, gcv = t.size, {}
+        for K, rss, rank in zip(cand, rss_all, sizes):
+            rank = int(rank)
+            if rss < 0:  # P'P singular (empty knot spans): dense pseudo-inverse path
+                kn = uniform_knots(a, b, K, self.degree, self.breakpoints)
+                P = basis_matrix(kn, self.degree, t)
+                av = None if cons is None else basis_matrix(kn, self.degree, [cons[0]])[0]
+                coef, _, _, rank = _ls(P, y, av, None if cons is None else cons[1])
+                rss = float(np.sum((y - P @ coef) ** 2))
+            tr = rank - n_cons
+            if n - tr > 0:
+                gcv[K] = n * rss / (n - tr) ** 2
+        return gcv
 
     def fit(self, data, *, states=None, x0=None) -> "SplineProxy":
         """Fit every observed state of ``data``.
@@ -361,12 +421,26 @@ class SplineSmoother:
             raise DataError(f"states: {missing} are not columns of the data (columns: {list(data.states)})")
         t_obs = data.t[data.mask.any(axis=1)] if data.mask.any() else data.t
         a, b = min(float(data.t0), float(t_obs[0])), float(t_obs[-1])
-        fits = []
-        for s in states:
-            k = data.states.index(s)
-            y = np.where(data.mask[:, k], data.y[:, k], np.nan)
-            fits.append(self.fit_state(data.t, y, state=s, domain=(a, b),
-                                       x0=x0.get(s), t0=float(data.t0) if s in x0 else None))
+        t_all = np.asarray(data.t, float)
+        cols = [data.states.index(s) for s in states]
+        Yall = np.where(data.mask[:, cols], data.y[:, cols], np.nan).T  # (m, n)
+        ok = np.isfinite(Yall)
+        # states observed at the same times (and equally constrained) share the design matrix
+        groups = {}
+        for j, s in enumerate(states):
+            groups.setdefault((ok[j].tobytes(), x0.get(s) is not None), []).append(j)
+        fits = [None] * len(states)
+        for (_, constrained), idx in groups.items():
+            okj = ok[idx[0]]
+            t = t_all[okj]
+            if t.size == 0:
+                raise DataError(f"data: state {states[idx[0]]!r} has no observed value; a spline proxy needs "
+                                "observations")
+            out = self._fit_group(t, Yall[idx][:, okj], tuple(states[j] for j in idx), a, b,
+                                  float(data.t0) if constrained else None,
+                                  [x0[states[j]] for j in idx] if constrained else None)
+            for j, f in zip(idx, out):
+                fits[j] = f
         return SplineProxy(states, tuple(fits), (a, b), float(data.t0), self)
 
 

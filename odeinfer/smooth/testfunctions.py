@@ -15,6 +15,7 @@ nonzero at ``b``), normalised in L^2.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -64,15 +65,12 @@ class TestFunctions:
 
     @property
     def knots(self) -> np.ndarray:
-        a, b = self.window
-        if self.family == "sine":
-            return np.array([a, b])
-        return uniform_knots(a, b, self.n + 2, self.degree)
+        return _knots(self).copy()
 
     @property
     def breakpoints(self) -> np.ndarray:
         """Points where the functions are not smooth (window ends and knots)."""
-        return np.unique(self.knots)
+        return _breakpoints(self).copy()
 
     def _raw(self, t, nu):
         a, b = self.window
@@ -85,27 +83,49 @@ class TestFunctions:
             c = math.sqrt(2.0 / h)
             out = c * np.sin(arg) if nu == 0 else c * (np.pi * ell / h) * np.cos(arg)
         else:
-            out = basis_matrix(self.knots, self.degree, np.clip(t, a, b), nu)[:, 1:-1]
+            out = basis_matrix(_knots(self), self.degree, np.clip(t, a, b), nu)[:, 1:-1]
         return np.where(inside[:, None], out, 0.0)
 
     def _transform(self):
         """R^-1 with Gram = R'R (so Phi R^-1 is orthonormal), or None."""
         if self.family == "sine" or not self.orthonormal:
             return None
-        a, b = self.window
-        xg, wg = np.polynomial.legendre.leggauss(8)
-        br = self.breakpoints
-        tq = np.concatenate([(br[i] + br[i + 1]) / 2 + (br[i + 1] - br[i]) / 2 * xg for i in range(br.size - 1)])
-        wq = np.concatenate([(br[i + 1] - br[i]) / 2 * wg for i in range(br.size - 1)])
-        F = self._raw(tq, 0)
-        gram = F.T @ (F * wq[:, None])
-        return np.linalg.inv(np.linalg.cholesky(gram).T)
+        return _transform(self)
 
     def __call__(self, t, nu=0):
         """Values (``nu`` = 0) or derivatives (``nu`` = 1) at ``t``: shape (len(t), L)."""
         out = self._raw(t, nu)
         T = self._transform()
         return out if T is None else out @ T
+
+
+@functools.lru_cache(maxsize=64)
+def _knots(tf: TestFunctions) -> np.ndarray:
+    a, b = tf.window
+    k = np.array([a, b]) if tf.family == "sine" else uniform_knots(a, b, tf.n + 2, tf.degree)
+    k.flags.writeable = False
+    return k
+
+
+@functools.lru_cache(maxsize=64)
+def _breakpoints(tf: TestFunctions) -> np.ndarray:
+    br = np.unique(_knots(tf))
+    br.flags.writeable = False
+    return br
+
+
+@functools.lru_cache(maxsize=64)
+def _transform(tf: TestFunctions) -> np.ndarray:
+    """R^-1 with Gram = R'R for the orthonormalised B-spline tests (cached per configuration)."""
+    xg, wg = np.polynomial.legendre.leggauss(8)
+    br = _breakpoints(tf)
+    tq = np.concatenate([(br[i] + br[i + 1]) / 2 + (br[i + 1] - br[i]) / 2 * xg for i in range(br.size - 1)])
+    wq = np.concatenate([(br[i + 1] - br[i]) / 2 * wg for i in range(br.size - 1)])
+    F = tf._raw(tq, 0)
+    gram = F.T @ (F * wq[:, None])
+    R = np.linalg.inv(np.linalg.cholesky(gram).T)
+    R.flags.writeable = False
+    return R
 
 
 def boundary_function(a, b, side, nu=0, t=None):
