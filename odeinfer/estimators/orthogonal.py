@@ -298,21 +298,50 @@ class OrthogonalConditions(Estimator):
         return x_start
 
     def _ode_sse(self, model, prob, proxies, params_full):
+        """Integrated-trajectory SSE of one candidate (the L selection rule), on the noise scale.
+
+        The trajectory starts from the known ``x0`` where given, else from the proxy at ``t0``;
+        when the data are observed at ``t0`` the observed values are tried too, and the better
+        start counts (a proxy can overshoot at the ends, e.g. below zero for a positive state).
+        """
         from odeinfer.solve import solve_ode
 
+        log = model.observation.noise == "log"
         sse = 0.0
         for d, pr in zip(prob.experiments, proxies):
-            x0 = pr([d.t0])[0]
-            try:
-                sol = solve_ode(model, params_full, x0, d.t, t0=d.t0, raise_on_failure=False)
-            except Exception:
-                return math.inf
-            if not sol.success:
-                return math.inf
             cols = [model.states.index(s) for s in d.states]
-            r = np.where(d.mask, d.y - np.asarray(sol.y)[:, cols], 0.0)
-            sse += float(np.sum(r**2))
+            best = math.inf
+            for x0 in self._sse_starts(model, prob, d, pr):
+                try:
+                    sol = solve_ode(model, params_full, x0, d.t, t0=d.t0, raise_on_failure=False)
+                except Exception:
+                    continue
+                if not sol.success:
+                    continue
+                fit = np.asarray(sol.y)[:, cols]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = np.log(d.y) - np.log(fit) if log else d.y - fit
+                r = np.where(d.mask, r, 0.0)
+                best = min(best, float(np.sum(r**2)) if np.all(np.isfinite(r)) else math.inf)
+            sse += best
         return sse
+
+    @staticmethod
+    def _sse_starts(model, prob, d, pr):
+        x0 = np.asarray(pr([d.t0])[0], float).copy()
+        if prob.x0 is not None:
+            for k, s in enumerate(model.states):
+                if s in prob.x0:
+                    x0[k] = prob.x0[s]
+            return [x0]
+        starts = [x0]
+        if d.t[0] == d.t0 and d.mask[0].any():
+            obs = x0.copy()
+            for j, s in enumerate(d.states):
+                if d.mask[0, j]:
+                    obs[model.states.index(s)] = d.y[0, j]
+            starts.append(obs)
+        return starts
 
     def fit(self, model, data, *, start=None, fixed=None, x0=None, proxy=None):
         """Estimate the free parameters of ``model`` from fully observed ``data``.
