@@ -136,6 +136,19 @@ def test_fhn_trapezoid_matches_single_shooting_within_dt2(fhn):
     assert errs[2] < 5e-3
 
 
+@pytest.mark.parametrize("which, dts", [("lv", (0.25, 0.125)), ("fhn", (0.05, 0.025))])
+def test_simultaneous_converges_to_the_embedding_optimum(which, dts, request):
+    """Osborne section 3 directly between the two estimators: Embedding (single shooting, accurate
+    IVP solves) and Bock's trapezoid optimum differ by O(dt^2) -- ratio ~4 per halving of dt."""
+    z, data, w, _ = request.getfixturevalue(which)
+    emb = oi.Embedding().fit(z.model, data, start=z.params_array() * 1.1)
+    assert emb.status == "converged"
+    np.testing.assert_allclose(emb.values, w, rtol=1e-5)  # Embedding sits on the reference optimum
+    sigma = LV_SIGMA if which == "lv" else FHN_SIGMA
+    gaps = [_rel_err(_fit(z, data, dt=dt, sigma=sigma), emb.values) for dt in dts]
+    assert 3.3 < gaps[0] / gaps[1] < 4.7, gaps
+
+
 def test_hermite_simpson_is_fourth_order(lv, fhn):
     """Compressed Hermite-Simpson: error ratio ~16 per halving (stopping before the reference's floor)."""
     for (z, data, w, _), dts, sig in ((lv, (0.5, 0.25), LV_SIGMA), (fhn, (0.1, 0.05), FHN_SIGMA)):
