@@ -4,6 +4,10 @@ Spec seed-001 §1.7 and §3.4 (stacked d-dimensional form). Row order: equation 
 test function ``l`` minor (``(i, l)``), the boundary function of ``OC,0`` being the last
 ``l``; then one ``OC,1`` row per equation.
 
+:class:`DelayConditions` is the same for a model with constant delays (spec §1.8): the lagged
+states come from the same proxy, differentiable in the delays; :func:`dde_window` and
+:func:`dde_trajectory_sse` are its window rule and ``L``-selection score.
+
 Speed: the quadrature nodes, the weighted test functions and the proxy's B-spline bases at
 the nodes depend only on the knots and the test functions; they are built once and cached
 across instances (keyed on every input they depend on, LRU of 32). All ``D_k`` come from
@@ -12,6 +16,7 @@ one numba kernel that visits only the ``k + 1`` nonzero B-splines of each node.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,9 +25,10 @@ import numpy as np
 from numba import njit
 
 from odeinfer.estimators._quadrature import gauss_grid
+from odeinfer.estimators.base import EstimationError
 from odeinfer.smooth import TestFunctions, boundary_function
 
-__all__ = ["Conditions"]
+__all__ = ["Conditions", "DelayConditions", "dde_window", "dde_trajectory_sse"]
 
 
 @njit(cache=True)
@@ -283,3 +289,202 @@ class Conditions:
         """Plug-in covariance of the conditions: ``sum_k D_k V(c_k) D_k'`` (spec §3.4)."""
         D, _ = self.D_all(p)
         return D @ self.coef_cov @ D.T
+
+
+class DelayConditions:
+    """Conditions of a model with constant delays, the lagged states taken from the same proxy.
+
+    Spec seed-001 §1.8 (DDE weak form, blowfly): for test functions ``phi_l`` vanishing at the
+    ends of the window ``[a, b]``,
+
+        e_(i,l) = int_a^b f_i(t, x(t), x(t - tau_1), ..., p) phi_l(t) dt + int_a^b x_i(t) phi_l'(t) dt,
+
+    with ``x`` the proxy everywhere, also at ``t - tau_k`` (the paper writes the lagged
+    integral after the change of variable ``u = t - tau``, the same number). No history
+    function is needed, but ``[a - tau_k, b - tau_k]`` must lie in the proxy's domain.
+
+    The conditions are differentiable in every delay: ``d/dtau_k`` of the integrand is the
+    explicit derivative minus ``sum_l df_i/dY[l, k] x_l'(t - tau_k)`` (the proxy's derivative;
+    cubic splines are C^2). The quadrature nodes are fixed at construction (split at the
+    proxy knots, the test-function breakpoints and the knots shifted by ``grid_delays``), so
+    the discrete conditions are smooth in ``tau`` as well.
+
+    Parameters
+    ----------
+    nm : DelayNodeModel
+    proxy : SplineProxy
+    tests : TestFunctions
+        Their window ``[a, b]`` is the integration range.
+    grid_delays : sequence of float
+        Delays whose shifted knots split the quadrature (the fixed values, or the start).
+    n_gauss : int, default 8
+    """
+
+    def __init__(self, nm, proxy, tests: TestFunctions, *, grid_delays=(), n_gauss=8):
+        self.nm, self.proxy, self.tests = nm, proxy, tests
+        self.d = nm.n
+        self.T0, self.T1 = proxy.domain
+        a, b = tests.window
+        self.span = (a, b)
+        self.Lc = tests.n
+        self.n_rows = self.d * self.Lc
+        self.slope = None
+        self.h_max = min((b - a) / (2 * tests.n), (self.T1 - self.T0) / 20)
+        knots = proxy.knots_all
+        br = [knots, tests.breakpoints] + [knots + float(tau) for tau in grid_delays]
+        T, w = gauss_grid(np.concatenate(br), a, b, self.h_max, n_gauss)
+        Ph, dPh = tests(T, 0), tests(T, 1)
+        keep = (Ph != 0).any(axis=1) | (dPh != 0).any(axis=1)
+        T, w, Ph, dPh = T[keep], w[keep], Ph[keep], dPh[keep]
+        self.T = T
+        self.X = proxy(T)
+        self.P = [f.basis(T) for f in proxy.fits]
+        self.Pall = np.hstack(self.P)
+        self.offs = np.cumsum([0] + [Pk.shape[1] for Pk in self.P])
+        self.wPh, self.wdPh = w[:, None] * Ph, w[:, None] * dPh
+        self._zero = np.zeros_like(self.wdPh)
+        self._lags = {}
+
+    def delays(self, p):
+        return np.asarray(p, float)[list(self.nm.delay_index)]
+
+    def _lagged(self, p):
+        """``(XL, dXL)``, each (Q, d, n_delays): proxy values and derivatives at ``T - tau_k``."""
+        taus = self.delays(p)
+        key = taus.tobytes()
+        hit = self._lags.get(key)
+        if hit is not None:
+            return hit
+        lo = self.span[0] - taus.max()
+        hi = self.span[1] - taus.min()
+        tol = 1e-9 * (self.T1 - self.T0)
+        if lo < self.T0 - tol or not np.all(taus > 0):
+            raise EstimationError(
+                f"window: the lagged proxy x(t - tau) is needed on [a - tau, b - tau] = [{lo:g}, {hi:g}] for delays "
+                f"{taus.tolist()}, which leaves the proxy's domain [{self.T0:g}, {self.T1:g}] (or a delay is <= 0); "
+                f"start the window at a >= t0 + tau = {self.T0 + taus.max():g} (window=(a, b)), or bound the delay")
+        nd = taus.size
+        XL = np.empty((self.T.size, self.d, nd))
+        dXL = np.empty_like(XL)
+        for k, tau in enumerate(taus):
+            s = self.T - tau
+            XL[:, :, k] = self.proxy(s)
+            dXL[:, :, k] = self.proxy(s, 1)
+        if len(self._lags) > 64:
+            self._lags.clear()
+        self._lags[key] = (XL, dXL)
+        return XL, dXL
+
+    def residual(self, p):
+        """Stacked conditions ``e`` (d * L,) at the full parameter vector ``p``."""
+        XL, _ = self._lagged(p)
+        F = self.nm.f(self.T, self.X, XL, p)
+        return (self.wPh.T @ F + self.wdPh.T @ self.X).T.ravel()
+
+    def jacobian(self, p):
+        """``d e / d p`` (d * L, n_params), delays included through the proxy's derivative."""
+        XL, dXL = self._lagged(p)
+        Jp = self.nm.jac_p(self.T, self.X, XL, p)
+        Jl = self.nm.jac_ylag(self.T, self.X, XL, p)
+        for k, j in enumerate(self.nm.delay_index):
+            Jp[:, :, j] -= np.einsum("qil,ql->qi", Jl[:, :, :, k], dXL[:, :, k])
+        d, m, Q = self.d, self.nm.m, self.T.size
+        return (self.wPh.T @ Jp.reshape(Q, d * m)).reshape(self.Lc, d, m).transpose(1, 0, 2).reshape(d * self.Lc, m)
+
+    def D_all(self, p):
+        """``[D_1 .. D_d]`` side by side, ``D_k = d e / d c_k`` (n_rows, K_tot): the current and
+        the lagged proxy both depend on the coefficients (spec §3.4, DDE term)."""
+        XL, _ = self._lagged(p)
+        Jy = self.nm.jac_y(self.T, self.X, XL, p)
+        Jl = self.nm.jac_ylag(self.T, self.X, XL, p)
+        out = np.empty((self.offs[-1], self.d * self.Lc))
+        _d_all(self.wPh, self.wdPh, Jy, self.Pall, self.offs, out)
+        part = np.empty_like(out)
+        for k, tau in enumerate(self.delays(p)):
+            PL = np.hstack([f.basis(self.T - tau) for f in self.proxy.fits])
+            _d_all(self.wPh, self._zero, np.ascontiguousarray(Jl[:, :, :, k]), PL, self.offs, part)
+            out += part
+        return out.T, self.offs
+
+    def D(self, p):
+        D, offs = self.D_all(p)
+        return [D[:, offs[k]:offs[k + 1]] for k in range(self.d)]
+
+    coef_cov = Conditions.coef_cov
+
+    def Ve(self, p):
+        """Plug-in covariance of the conditions: ``sum_k D_k V(c_k) D_k'`` (spec §3.4)."""
+        D, _ = self.D_all(p)
+        return D @ self.coef_cov @ D.T
+
+
+def dde_window(window, prob, proxy):
+    """Test-function window ``(a, b)`` of the DDE conditions for one experiment.
+
+    Default (spec §1.8 [choice]): ``a = T0 + max(tau)``, ``b = T1`` with ``[T0, T1]`` the proxy
+    domain, so that ``x(t - tau)`` is defined on the whole window (the paper's blowfly window
+    starts at day 40 + 14.8). A delay that is estimated has no value yet: the window must
+    then be given, and the delay is bounded to ``(0, a - T0]``.
+    """
+    model = prob.model
+    T0, T1 = proxy.domain
+    fixed = {d: prob.fixed[d] for d in model.delays if d in prob.fixed}
+    free = [d for d in model.delays if d not in prob.fixed]
+    if window is None:
+        if free:
+            raise EstimationError(
+                f"window: the delay(s) {free} are estimated, so the start of the test-function window cannot follow "
+                f"them; pass window=(a, b) with {T0:g} < a < b <= {T1:g}: the lagged proxy x(t - tau) then exists "
+                "for every tau in (0, a - t0], the range the delay is searched in")
+        a, b = T0 + max(fixed.values()), T1
+    else:
+        a, b = float(window[0]), float(window[1])
+    tol = 1e-12 * (T1 - T0)
+    if b > T1 + tol or a < T0 - tol:
+        raise EstimationError(f"window: the test functions' support [{a:g}, {b:g}] leaves the data range "
+                              f"[{T0:g}, {T1:g}] where the proxy is defined; choose a window inside it")
+    short = {d: v for d, v in fixed.items() if a - v < T0 - 1e-9 * (T1 - T0)}
+    if short or (free and a <= T0 + tol):
+        raise EstimationError(
+            f"window: starts at a = {a:g}, but the conditions need the lagged proxy x(t - tau) on [a - tau, b - tau] "
+            f"and the data start at t0 = {T0:g}" + (f" (fixed delays {short})" if short else "")
+            + f"; choose a >= t0 + tau{' = %g' % (T0 + max(short.values())) if short else ' (a > t0)'}")
+    if a >= b:
+        raise EstimationError(f"window: the delays leave no room for test functions: a = {a:g} >= b = {b:g}; "
+                              "the data span must exceed the delay")
+    return a, b
+
+
+def dde_trajectory_sse(model, prob, proxies, params_full, windows, n_history=201):
+    """Trajectory SSE of a DDE candidate (the ``L`` selection rule, spec §1.6, for delays).
+
+    As in the paper's Fig. 6.3, the initial function is the proxy on ``[a - max(tau), a]`` and
+    the solution (``odeinfer.solve_dde``) starts at the window start ``a``; the SSE is summed
+    over the observations at ``t >= a``, on the noise scale (log for log noise).
+    """
+    from odeinfer.model.history import History
+    from odeinfer.solve import solve_dde
+
+    log = model.observation.noise == "log"
+    taus = params_full[list(model.delay_indices)]
+    sse = 0.0
+    for d, pr, (a, _) in zip(prob.experiments, proxies, windows):
+        cols = [model.states.index(s) for s in d.states]
+        sel = d.t >= a
+        if not sel.any():
+            continue
+        s = np.linspace(a - taus.max(), a, n_history)
+        try:
+            sol = solve_dde(model, params_full, History.from_data(s, pr(s)), d.t[sel], t0=a, raise_on_failure=False)
+        except Exception:
+            return math.inf
+        if sol.status != 0:
+            return math.inf
+        fit = np.asarray(sol.y)[:, cols]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.log(d.y[sel]) - np.log(fit) if log else d.y[sel] - fit
+        r = np.where(d.mask[sel], r, 0.0)
+        if not np.all(np.isfinite(r)):
+            return math.inf
+        sse += float(np.sum(r**2))
+    return sse

@@ -2,7 +2,8 @@
 
 * composite Gauss-Legendre quadrature split at every knot, window end and discontinuity
   of the vector field in ``t`` (spec seed-001 §1.4);
-* the model's exact derivatives (sympy) evaluated at all quadrature nodes at once;
+* the model's exact derivatives (sympy) evaluated at all quadrature nodes at once (for a model
+  with delays also in the lagged states, :class:`DelayNodeModel`);
 * detection of parameters that enter linearly (closed forms, variable projection) and of
   sharp steps ``heaviside(g(t, p))`` with ``g`` affine in ``t`` (their location and jump,
   for the exact derivative of an integral with respect to a switching parameter:
@@ -30,7 +31,8 @@ from scipy.optimize import least_squares
 from odeinfer.estimators.base import EstimationError
 from odeinfer.smooth._blas import single_threaded_blas
 
-__all__ = ["single_threaded_blas", "gauss_grid", "NodeModel", "node_model", "Step", "Solved", "solve_whitened", "whitener"]
+__all__ = ["single_threaded_blas", "gauss_grid", "NodeModel", "DelayNodeModel", "node_model", "Step", "Solved",
+           "solve_whitened", "whitener"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -228,44 +230,117 @@ class NodeModel:
         return cache[key]
 
     def _linear_params(self, free, fixed) -> tuple:
-        ps = dict(zip(self.model.params, self.model.param_symbols))
-        subs = {ps[k]: v for k, v in fixed.items()}
-        switching = set(self.model.switching_params)
-        jp = self.model.derivatives.jac_p
-        cols = {name: [jp[i, self.model.params.index(name)].xreplace(subs) for i in range(self.n)]
-                for name in free}
-        cand = [n for n in free if n not in switching]
-        dep = {n: set().union(*(c.free_symbols for c in cols[n])) for n in cand}
+        return _affine_params(self.model, self.model.derivatives.jac_p, free, fixed,
+                              set(self.model.switching_params))
 
-        def ok(sub):
-            syms = {ps[n] for n in sub}
-            return all(not (dep[n] & syms) for n in sub)
 
-        if len(cand) <= 12:
-            from itertools import combinations
+class DelayNodeModel:
+    """Exact vector field ``f(t, x, Y, p)`` of a model with delays, vectorised over nodes.
 
-            for size in range(len(cand), -1, -1):
-                hits = [sub for sub in combinations(cand, size) if ok(sub)]
-                if hits:
-                    A = list(hits[0])
-                    break
-        else:  # greedy: drop the most entangled parameter until affine
-            A = list(cand)
-            while not ok(A):
-                A.remove(max(A, key=lambda n: len(dep[n] & {ps[m] for m in A})))
-        return tuple(A)
+    ``Y[i, k] = x_i(t - tau_k)``. All methods take ``T`` (Q,), ``X`` (Q, n_states), ``XL``
+    (Q, n_states, n_delays) and ``p`` (n_params,). ``jac_p`` is the explicit dependence only
+    (lags held fixed); the chain-rule term of a delay through ``x(t - tau)`` is added by the caller.
+    Sharp steps and ``where`` branches are refused (not supported together with delays).
+    """
+
+    steps = ()
+
+    def __init__(self, model):
+        if model.switching_params:
+            raise EstimationError(
+                f"model: {model.name!r} has delays and a sharp step or where() branch (in "
+                f"{list(model.switching_params)}); orthogonal conditions support delays only with smooth "
+                "right-hand sides. Use a smooth step (om.heaviside(x, width=...))")
+        self.model = model
+        self.n, self.m, self.nd = model.n_states, model.n_params, model.n_delays
+        self.delay_index = tuple(model.delay_indices)
+        d = model.delay_derivatives
+        n, nd = self.n, self.nd
+        lag_flat = tuple(model.lag_symbols[i, k] for i in range(n) for k in range(nd))
+        self._args = (model.t_symbol, tuple(model.state_symbols), lag_flat, tuple(model.param_symbols))
+        self._f = self._make(list(d.f))
+        self._jy = self._make(list(d.jac_y))
+        self._jl = self._make([d.jac_ylag[k][i, l] for i in range(n) for l in range(n) for k in range(nd)])
+        self._jp = self._make(list(d.jac_p))
+
+    def _make(self, exprs):
+        return sp.lambdify(self._args, exprs, modules="numpy", cse=True)
+
+    def _eval(self, fn, T, X, XL, p, shape):
+        Q = T.size
+        vals = fn(T, tuple(X.T), tuple(XL.reshape(Q, -1).T), tuple(p))
+        out = np.empty((Q, len(vals)))
+        for k, v in enumerate(vals):
+            out[:, k] = v
+        return out.reshape((Q,) + shape)
+
+    def f(self, T, X, XL, p):
+        return self._eval(self._f, T, X, XL, p, (self.n,))
+
+    def jac_y(self, T, X, XL, p):
+        """``df_i / dx_l`` (lags held fixed): (Q, n, n)."""
+        return self._eval(self._jy, T, X, XL, p, (self.n, self.n))
+
+    def jac_ylag(self, T, X, XL, p):
+        """``df_i / dY[l, k]``: (Q, n, n, n_delays)."""
+        return self._eval(self._jl, T, X, XL, p, (self.n, self.n, self.nd))
+
+    def jac_p(self, T, X, XL, p):
+        """Explicit ``df_i / dp_j`` (lags held fixed): (Q, n, m)."""
+        return self._eval(self._jp, T, X, XL, p, (self.n, self.m))
+
+    def piecewise_params(self) -> set:
+        return set()
+
+    def linear_params(self, free, fixed) -> tuple:
+        """Free params in which ``f`` is affine given the others; delays never are. Cached."""
+        key = (tuple(free), tuple(sorted((k, float(v)) for k, v in dict(fixed).items())))
+        cache = self.__dict__.setdefault("_linear_cache", {})
+        if key not in cache:
+            cache[key] = _affine_params(self.model, self.model.delay_derivatives.jac_p, free, fixed,
+                                        set(self.model.delays))
+        return cache[key]
+
+
+def _affine_params(model, jp, free, fixed, exclude) -> tuple:
+    """Largest subset of ``free`` (minus ``exclude``) in which the field with Jacobian ``jp`` is affine."""
+    n_states = model.n_states
+    ps = dict(zip(model.params, model.param_symbols))
+    subs = {ps[k]: v for k, v in fixed.items()}
+    cols = {name: [jp[i, model.params.index(name)].xreplace(subs) for i in range(n_states)]
+            for name in free}
+    cand = [n for n in free if n not in exclude]
+    dep = {n: set().union(*(c.free_symbols for c in cols[n])) for n in cand}
+
+    def ok(sub):
+        syms = {ps[n] for n in sub}
+        return all(not (dep[n] & syms) for n in sub)
+
+    if len(cand) <= 12:
+        from itertools import combinations
+
+        for size in range(len(cand), -1, -1):
+            hits = [sub for sub in combinations(cand, size) if ok(sub)]
+            if hits:
+                A = list(hits[0])
+                break
+    else:  # greedy: drop the most entangled parameter until affine
+        A = list(cand)
+        while not ok(A):
+            A.remove(max(A, key=lambda n: len(dep[n] & {ps[m] for m in A})))
+    return tuple(A)
 
 
 _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def node_model(model) -> NodeModel:
-    """The (cached) :class:`NodeModel` of ``model``."""
+def node_model(model):
+    """The (cached) :class:`NodeModel` of ``model`` (:class:`DelayNodeModel` for a model with delays)."""
     with _CACHE_LOCK:
         hit = _CACHE.get(model.fingerprint)
         if hit is None or hit.model is not model:
-            hit = _CACHE[model.fingerprint] = NodeModel(model)
+            hit = _CACHE[model.fingerprint] = (DelayNodeModel if model.delays else NodeModel)(model)
         return hit
 
 
@@ -294,25 +369,40 @@ class Solved:
     sv: np.ndarray | None = None  # closed form: singular values of the whitened Jacobian S J
 
 
-def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol=1e-10, ftol=1e-12):
+def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol=1e-10, ftol=1e-12, bounds=None):
     """Minimise ``|S e(theta)|^2``.
 
     ``resid(theta)`` -> (N,), ``jac(theta)`` -> (N, p). Parameters ``lin_idx`` enter ``e`` affinely
     (``e`` = e0(nonlin) + J_lin(nonlin) theta_lin): closed form if ``nonlin_idx`` is empty,
     variable projection (Kaufman's Jacobian) otherwise; the full set is polished by a
-    trust-region least-squares run when nothing is linear.
+    trust-region least-squares run when nothing is linear. ``bounds``: optional ``(lo, hi)``,
+    each (p,), on the parameters fitted by the trust-region run (linear ones are profiled freely).
     """
     p = x0.size
+    if bounds is None:
+        lo_b = hi_b = None
+    else:
+        lo_b, hi_b = (np.broadcast_to(np.asarray(b, float), (p,)) for b in bounds)
     lin_idx = np.asarray(lin_idx, int)
     nonlin_idx = np.asarray(nonlin_idx, int)
     history = []
     last = {}  # singular values of the last profiled G
 
+    guard = nonlin_idx.size > 0  # trial points of a nonlinear search may leave the field's domain
+
     def profile(th_nl):
         th = np.zeros(p)
         th[nonlin_idx] = th_nl
-        e0 = S @ resid(th)
-        G = (S @ jac(th))[:, lin_idx]
+        if guard:
+            with np.errstate(all="ignore"):
+                e0 = S @ resid(th)
+                G = (S @ jac(th))[:, lin_idx]
+            if not (np.isfinite(e0).all() and np.isfinite(G).all()):
+                th[lin_idx] = np.nan  # a NaN residual makes the trust region shrink
+                return th, np.full(e0.shape, np.nan), G
+        else:
+            e0 = S @ resid(th)
+            G = (S @ jac(th))[:, lin_idx]
         sol, _, _, last["sv"] = np.linalg.lstsq(G, -e0, rcond=None)
         th[lin_idx] = sol
         return th, e0 + G @ sol, G
@@ -333,7 +423,9 @@ def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol
             Q, _ = np.linalg.qr(G)
             return Jb - Q @ (Q.T @ Jb)
 
-        res = least_squares(fun, x0[nonlin_idx], jac=fjac, method="trf", max_nfev=max_nfev, xtol=xtol, ftol=ftol)
+        bd = (-np.inf, np.inf) if lo_b is None else (lo_b[nonlin_idx], hi_b[nonlin_idx])
+        res = least_squares(fun, x0[nonlin_idx], jac=fjac, method="trf", max_nfev=max_nfev, xtol=xtol, ftol=ftol,
+                            bounds=bd)
         th, r, _ = profile(res.x)
     else:
         def fun(th):
@@ -342,7 +434,7 @@ def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol
             return r
 
         res = least_squares(fun, x0, jac=lambda th: S @ jac(th), method="trf", max_nfev=max_nfev,
-                            xtol=xtol, ftol=ftol)
+                            xtol=xtol, ftol=ftol, bounds=(-np.inf, np.inf) if lo_b is None else (lo_b, hi_b))
         th = res.x
         r = res.fun
     status = "converged" if res.status > 0 else ("max_iter" if res.status == 0 else "failed")

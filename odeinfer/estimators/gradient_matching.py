@@ -111,6 +111,11 @@ class GradientMatching(Estimator):
 
     def _fit(self, model, data, *, start, fixed, x0, proxy):
         t_start = time.perf_counter()
+        if getattr(model, "delays", ()):
+            raise EstimationError(
+                f"model: {getattr(model, 'name', 'model')!r} has delays {list(model.delays)}; gradient matching "
+                "does not handle lagged states x(t - tau). Use oi.OrthogonalConditions (lagged states from the same "
+                "spline proxy, no history needed) or oi.AdjointDDE (trajectory fit)")
         prob = prepare(model, data, start=start, fixed=fixed, x0=x0, require_all_observed=True,
                        estimator="GradientMatching")
         nm = node_model(model)

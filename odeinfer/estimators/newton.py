@@ -53,8 +53,8 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.estimators import _newton_core as core
-from odeinfer.estimators.base import (Estimator, IdentifiabilityWarning, Problem, _values_by_name, make_estimate,
-                                      prepare)
+from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, Problem, _values_by_name,
+                                      make_estimate, prepare)
 from odeinfer.estimators._noise_cov import ObservationMeat
 from odeinfer.estimators.finite_difference import DerivativeScheme
 from odeinfer.estimators.streaming import InMemoryRows, as_row_source, minibatches
@@ -291,7 +291,16 @@ def _finish(est, problem, source, acc, out, extras, *, in_memory, t_start):
                          **({} if in_memory else {"provenance": {"data": [source.describe()]}}))
 
 
+def _reject_delays(est, model):
+    if getattr(model, "delays", ()):
+        raise EstimationError(
+            f"model: {getattr(model, 'name', 'model')!r} has delays {list(model.delays)}; {type(est).__name__} fits "
+            "the equation error at the observation times and does not handle lagged states x(t - tau). Use "
+            "oi.OrthogonalConditions (lagged states from the same spline proxy) or oi.AdjointDDE (trajectory fit)")
+
+
 def _fit(est, algorithm, model, data, start, fixed, rng=None):
+    _reject_delays(est, model)
     t0 = time.perf_counter()
     problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
                       estimator=type(est).__name__)
@@ -300,6 +309,7 @@ def _fit(est, algorithm, model, data, start, fixed, rng=None):
 
 
 def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size, rng=None):
+    _reject_delays(est, model)
     t0 = time.perf_counter()
     problem = _problem_stream(est, model, start, fixed)
     rows = as_row_source(source, _scheme(est), model.states, states, chunk_size)

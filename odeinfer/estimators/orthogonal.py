@@ -17,7 +17,7 @@ import numpy as np
 import sympy as sp
 
 from odeinfer.errors import InputError
-from odeinfer.estimators._conditions import Conditions
+from odeinfer.estimators._conditions import Conditions, DelayConditions, dde_trajectory_sse, dde_window
 from odeinfer.estimators._quadrature import node_model, solve_whitened, whitener
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, make_estimate,
                                       prepare)
@@ -62,7 +62,9 @@ class OrthogonalConditions(Estimator):
         sd 8) to 20% of the data, and the closed-form solution, a ratio of noisy integrals,
         is then heavy-tailed (at ``(n, sigma) = (200, 8)``, MSE 1.96 against 0.015 for the
         full window at ``L = 8``, and a blow-up at every ``L`` and knot count tried). Prefer
-        the full span unless the model says otherwise.
+        the full span unless the model says otherwise. Models with delays: default
+        ``(t0 + max(tau), T1)`` with the fixed delays (the lagged proxy must exist on the whole
+        window); required when a delay is estimated (it is then bounded to ``(0, a - t0]``).
     boundary : tuple of {"x0", "end_slope"}, default ()
         ``"x0"``: the known initial state gives the condition "OC,0" (a boundary test
         function nonzero at ``t0``; needs ``x0=`` in ``fit``). ``"end_slope"``: a known
@@ -100,6 +102,16 @@ class OrthogonalConditions(Estimator):
     the regressors ``<x_hat, phi_l>``; it grows as ``sigma^2`` at fixed ``n`` and knots and
     makes the Wald intervals undercover at high noise: ``tests/reference/oc_tables.md``).
     Only fully observed systems are supported.
+
+    Models with delays (``@oi.model(..., delays=["tau"])``, paper §6.2, spec §1.8): the lagged
+    states ``x(t - tau)`` come from the same proxy, so no history function is needed; the
+    conditions are integrated over the window ``[a, b]`` (``a >= t0 + tau``). A free delay is
+    estimated through the proxy's derivative at ``t - tau`` (started on a grid over its bounds
+    if no start is given); ``V_e`` includes the lagged proxy's contribution. ``L`` is chosen by
+    the SSE of ``odeinfer.solve_dde`` started at ``a`` with the proxy as initial function.
+    Boundary conditions and sharp steps are not supported with delays. On the real blowfly
+    series the paper's Table 6.2 does not reproduce (the answer depends on the proxy, which the
+    paper under-specifies): ``tests/reference/oc_tables.md``.
 
     Defaults and why: ``test_functions="sine"`` with the window = the whole data span
     (orthonormal, condition C4); ``L`` scanned over :func:`default_L_range` by trajectory SSE
@@ -161,6 +173,10 @@ class OrthogonalConditions(Estimator):
         prob = prepare(model, data, start=start, fixed=fixed, x0=x0, require_all_observed=True,
                        estimator="OrthogonalConditions")
         nm = node_model(model)
+        if model.delays and self.boundary:
+            raise EstimationError(f"boundary: {list(self.boundary)} is not supported for models with delays "
+                                  "(the DDE conditions use only test functions vanishing at both window ends); "
+                                  "use boundary=()")
         pw = nm.piecewise_params() & set(prob.free)
         if pw:
             raise EstimationError(f"fixed: {sorted(pw)} switch a where()/Piecewise branch and are free; matching "
@@ -182,6 +198,12 @@ class OrthogonalConditions(Estimator):
         return t_start, prob, nm, x0_arr, proxies
 
     def _conditions(self, nm, prob, proxies, L, x0_arr, slope=True):
+        if prob.model.delays:
+            start_full = prob.full_params(prob.start)
+            taus = start_full[list(nm.delay_index)]
+            return [DelayConditions(nm, pr, TestFunctions(self.test_functions, int(L),
+                                                          dde_window(self.window, prob, pr), self.orthonormal),
+                                    grid_delays=taus[np.isfinite(taus)], n_gauss=self.n_gauss) for pr in proxies]
         out = []
         for pr in proxies:
             T0, T1 = pr.domain
@@ -198,7 +220,7 @@ class OrthogonalConditions(Estimator):
                                   boundary_width=self.boundary_width * (T1 - T0), n_gauss=self.n_gauss))
         return out
 
-    def _solve_L(self, nm, prob, conds, lin, nonlin, start_full, weighting=None):
+    def _solve_L(self, nm, prob, conds, lin, nonlin, start_full, weighting=None, bounds=None):
         fi = prob.free_index
 
         def full(th):
@@ -240,15 +262,17 @@ class OrthogonalConditions(Estimator):
         x_start = start_full[fi].copy()
         nonlin_missing = [prob.free[j] for j in nonlin if not np.isfinite(x_start[j])]
         if nonlin_missing:
-            x_start = self._grid_start(nm, prob, resid, jac, lin, nonlin, x_start, nonlin_missing, conds)
+            x_start = self._grid_start(nm, prob, resid, jac, lin, nonlin, x_start, nonlin_missing, conds, bounds)
         x_start = np.where(np.isfinite(x_start), x_start, 0.0)
-        sol = solve_whitened(resid, jac, x_start, lin, nonlin, S, max_nfev=self.max_nfev)
+        if bounds is not None:
+            x_start = np.clip(x_start, *bounds)
+        sol = solve_whitened(resid, jac, x_start, lin, nonlin, S, max_nfev=self.max_nfev, bounds=bounds)
         n_iter = sol.n_iter
         history = list(sol.history)
         dropped = 0
         if (weighting or self.weighting) == "optimal":
             S, dropped = whitener(ve(sol.theta), self.rcond, self.ridge)
-            sol2 = solve_whitened(resid, jac, sol.theta, lin, nonlin, S, max_nfev=self.max_nfev)
+            sol2 = solve_whitened(resid, jac, sol.theta, lin, nonlin, S, max_nfev=self.max_nfev, bounds=bounds)
             n_iter += sol2.n_iter
             history += sol2.history
             sol = sol2
@@ -272,18 +296,25 @@ class OrthogonalConditions(Estimator):
         return dict(theta=th, cov=cov, cost=float(Se @ Se), e=e, status=sol.status, message=sol.message,
                     n_iter=n_iter, history=history, cond=cond, rank=rank, dropped=dropped, full=full(th))
 
-    def _grid_start(self, nm, prob, resid, jac, lin, nonlin, x_start, missing, conds):
-        """Start for one free switching parameter: best profiled cost on a grid inside the window."""
+    def _grid_start(self, nm, prob, resid, jac, lin, nonlin, x_start, missing, conds, bounds=None):
+        """Start for one free switching parameter (grid inside the window) or one free delay (grid
+        over its bounds ``(0, a - t0]``): best cost with the linear parameters profiled."""
         names = [prob.free[j] for j in nonlin]
         switching = set(prob.model.switching_params)
-        if len(nonlin) != 1 or names[0] not in switching:
+        delays = set(prob.model.delays)
+        if len(nonlin) == 1 and names[0] in switching:
+            j = nonlin[0]
+            a, b = conds[0].tests.window
+            grid = np.linspace(a, b, 42)[1:-1]
+        elif len(missing) == 1 and missing[0] in delays and bounds is not None:
+            j = prob.free.index(missing[0])
+            grid = np.linspace(bounds[0][j], bounds[1][j], 41)[1:]
+        else:
             raise EstimationError(
                 f"start: no starting value for {missing}, which enter the model nonlinearly; pass "
-                "start={name: value} (only a single switching parameter is searched on a grid)")
-        a, b = conds[0].tests.window
+                "start={name: value} (only a single switching parameter or a single delay is searched on a grid)")
         best = (np.inf, None)
-        j = nonlin[0]
-        for v in np.linspace(a, b, 42)[1:-1]:
+        for v in grid:
             th = np.where(np.isfinite(x_start), x_start, 0.0)
             th[j] = v
             e0 = resid(np.where(np.isin(np.arange(th.size), lin), 0.0, th))
@@ -296,6 +327,18 @@ class OrthogonalConditions(Estimator):
         x_start = x_start.copy()
         x_start[j] = best[1]
         return x_start
+
+    def _delay_bounds(self, prob, proxies):
+        """Bounds of the free parameters: a free delay stays in ``(0, a - T0]`` (the lagged proxy
+        must exist on the whole window); other parameters are unbounded."""
+        lo = np.full(len(prob.free), -np.inf)
+        hi = np.full(len(prob.free), np.inf)
+        for name in prob.model.delays:
+            if name in prob.free:
+                j = prob.free.index(name)
+                room = min(dde_window(self.window, prob, pr)[0] - pr.domain[0] for pr in proxies)
+                lo[j], hi[j] = 1e-6 * room, room
+        return lo, hi
 
     def _ode_sse(self, model, prob, proxies, params_full):
         """Integrated-trajectory SSE of one candidate (the L selection rule), on the noise scale.
@@ -390,6 +433,7 @@ class OrthogonalConditions(Estimator):
         lin_idx = [prob.free.index(n) for n in lin]
         nonlin_idx = [j for j in range(p_free) if j not in lin_idx]
         start_full = prob.full_params(prob.start)
+        bounds = self._delay_bounds(prob, proxies) if model.delays else None
         scan, results = {}, {}
         for L in Ls:
             conds = self._conditions(nm, prob, proxies, L, x0_arr)
@@ -401,8 +445,13 @@ class OrthogonalConditions(Estimator):
                     st = self._solve_L(nm, prob, pre, lin_idx, nonlin_idx, st, weighting="identity")["full"]
                 r = self._solve_L(nm, prob, conds, [], list(range(p_free)), st)
             else:
-                r = self._solve_L(nm, prob, conds, lin_idx, nonlin_idx, start_full)
-            sse = self._ode_sse(model, prob, proxies, r["full"]) if len(Ls) > 1 else float("nan")
+                r = self._solve_L(nm, prob, conds, lin_idx, nonlin_idx, start_full, bounds=bounds)
+            if len(Ls) == 1:
+                sse = float("nan")
+            elif model.delays:
+                sse = dde_trajectory_sse(model, prob, proxies, r["full"], [c.tests.window for c in conds])
+            else:
+                sse = self._ode_sse(model, prob, proxies, r["full"])
             results[L] = r
             scan[L] = {"params": dict(zip(prob.free, r["theta"].tolist())), "sse": sse, "cost": r["cost"],
                        "trace_cov": float(np.trace(r["cov"])), "status": r["status"],
@@ -425,6 +474,8 @@ class OrthogonalConditions(Estimator):
                   "n_basis_gcv": {s: [f.n_basis_gcv for f in fs] for s, fs in fits.items()},
                   "gcv": {s: [dict(f.gcv) for f in fs] for s, fs in fits.items()},
                   "boundary": self.boundary, "test_functions": self.test_functions, "proxy": proxies}
+        if model.delays:
+            extras["window"] = [dde_window(self.window, prob, pr) for pr in proxies]
         return make_estimate(self, prob, prob.free, r["theta"], r["cov"], r["status"], t_start=t_start,
                              message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
                              residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,
