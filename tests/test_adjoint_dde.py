@@ -274,3 +274,42 @@ def test_bad_input():
         AdjointDDE(mode="paper").fit(m, late, history=LOGISTIC_H0, start=LOGISTIC_START, t0=0.0)
     with pytest.raises(InputError, match="start: mode='paper' starts Adam from given values"):
         AdjointDDE(mode="paper").fit(m, data, history=LOGISTIC_H0, start={"theta0": 1.0, "theta1": 1.0})
+
+
+def test_predict_delay_model_bands_match_finite_differences(logistic_fit):
+    """Estimate.predict on a delay model: the trajectory equals solve_dde at the estimate (the
+    periodic history's parameters taken from the estimate), and the delta-method band equals the
+    one built from central differences of solve_dde (rtol 1e-10) in every estimated quantity."""
+    e, data, est = logistic_fit
+    t = np.linspace(0.0, float(data.t[-1]), 41)
+    pred = est.predict(t, history=LOGISTIC_H0, t0=0.0)
+    vals = dict(zip(est.names, est.values))
+    params = np.array([vals[n] for n in e.model.params])
+    hp = np.array([vals["A[x]"], vals["omega[x]"], vals["b[x]"]])
+
+    def sol(p, h):
+        return np.asarray(solve_dde(e.model, p, LOGISTIC_H0, t, t0=0.0, history_params=h, rtol=1e-10, atol=1e-12).y)
+
+    np.testing.assert_allclose(pred.y, sol(params, hp), rtol=1e-6, atol=1e-8)
+    cols = []
+    for k, _ in enumerate(est.names):
+        x = np.concatenate([params, hp])
+        h = 1e-5 * max(1.0, abs(x[k]))
+        xp, xm = x.copy(), x.copy()
+        xp[k] += h
+        xm[k] -= h
+        n = params.size
+        cols.append((sol(xp[:n], xp[n:]) - sol(xm[:n], xm[n:])) / (2 * h))
+    S = np.stack(cols, axis=-1)
+    se = np.sqrt(np.einsum("tsi,ij,tsj->ts", S, np.asarray(est.cov), S))
+    np.testing.assert_allclose(pred.se, se, rtol=2e-3, atol=1e-7)
+    with pytest.raises(InputError, match="is a delay model; pass the history"):
+        est.predict(t)
+
+
+def test_predict_ode_model_refuses_a_history():
+    z = oi.zoo.linear_decay()
+    d = oi.simulate(z.model, z.params, z.x0, z.t, noise=0.02, rng=0).data
+    est = oi.Embedding().fit(z.model, d, start=z.params)
+    with pytest.raises(InputError, match="only delay models take a history"):
+        est.predict(z.t, history=1.0)

@@ -49,7 +49,8 @@ class Prediction:
         })
 
 
-def predict(estimate, t, *, x0=None, t0=None, alpha=0.05, method="dopri5", rtol=1e-8, atol=1e-10) -> Prediction:
+def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, method="dopri5", rtol=1e-8,
+            atol=1e-10) -> Prediction:
     """Solve the model at ``estimate`` and propagate its covariance (see :meth:`Estimate.predict`)."""
     from odeinfer.errors import InputError
     from odeinfer.solve import solve_ode
@@ -60,6 +61,10 @@ def predict(estimate, t, *, x0=None, t0=None, alpha=0.05, method="dopri5", rtol=
     missing_p = [n for n, v in zip(model.params, params) if not np.isfinite(v)]
     if missing_p:
         raise InputError(f"predict: the estimate has no finite value for parameters {missing_p}")
+    if model.delays:
+        return _predict_dde(estimate, t, params, values, history, t0, alpha, rtol, atol)
+    if history is not None:
+        raise InputError(f"history: only delay models take a history; {model.name!r} has no delays (pass x0=)")
     if x0 is None:
         given = {}
     elif isinstance(x0, Mapping):
@@ -94,20 +99,56 @@ def predict(estimate, t, *, x0=None, t0=None, alpha=0.05, method="dopri5", rtol=
                     sens_exclude=held if want_sens else ())
     se = np.full(sol.y.shape, np.nan)
     if want_sens:
-        cols, rows = [], []
-        for i, name in enumerate(estimate.names):
-            if name in model.params:
-                cols.append(model.params.index(name))
-                rows.append(i)
-            elif name.startswith("x0[") and name[3:-1] in model.states and name[3:-1] not in given:
-                cols.append(model.n_params + model.states.index(name[3:-1]))
-                rows.append(i)
-        S = sol.sens[:, :, cols]  # (n_times, n_states, k)
-        cov = np.asarray(estimate.cov)[np.ix_(rows, rows)]
-        var = np.einsum("tsi,ij,tsj->ts", S, cov, S)
-        se = np.sqrt(np.where(var >= 0, var, np.nan))
+        names = list(model.params) + [f"x0[{s}]" for s in model.states if s not in given]
+        cols = list(range(model.n_params)) + [model.n_params + model.states.index(s)
+                                              for s in model.states if s not in given]
+        se = _delta_se(estimate, np.asarray(sol.sens)[:, :, cols], names)
+    return _prediction(model, sol.t, sol.y, se, alpha)
+
+
+def _predict_dde(estimate, t, params, values, history, t0, alpha, rtol, atol):
+    """Delay models: solve with ``history`` (its family parameters taken from the estimate)."""
+    from odeinfer.errors import InputError
+    from odeinfer.model import History
+    from odeinfer.solve import solve_dde
+
+    model = estimate.model
+    if history is None:
+        raise InputError(
+            f"history: {model.name!r} is a delay model; pass the history on [t0 - max(tau), t0] used in the fit "
+            "(an oi.History family -- its parameters are taken from the estimate where estimated --, "
+            "oi.History.from_data(...), numbers or a function of time)")
+    hp = None
+    if isinstance(history, History):
+        hnames = history.param_names(model.states)
+        if hnames:
+            hp = np.array([values.get(n, v) for n, v in zip(hnames, history.values)], dtype=float)
+    want_sens = estimate.cov is not None
+    sol = solve_dde(model, params, history, t, t0=t0, history_params=hp, sensitivities=want_sens,
+                    rtol=rtol, atol=atol)
+    se = np.full(np.shape(sol.y), np.nan)
+    if want_sens:
+        se = _delta_se(estimate, np.asarray(sol.sens), list(sol.sens_names))
+    return _prediction(model, sol.t, sol.y, se, alpha)
+
+
+def _delta_se(estimate, sens, sens_names):
+    """``sqrt(diag(S cov S^T))`` over the estimated quantities that have a sensitivity column."""
+    rows, cols = [], []
+    for i, name in enumerate(estimate.names):
+        if name in sens_names:
+            rows.append(i)
+            cols.append(sens_names.index(name))
+    S = sens[:, :, cols]  # (n_times, n_states, k)
+    cov = np.asarray(estimate.cov)[np.ix_(rows, rows)]
+    var = np.einsum("tsi,ij,tsj->ts", S, cov, S)
+    return np.sqrt(np.where(var >= 0, var, np.nan))
+
+
+def _prediction(model, t, y, se, alpha):
     z = NormalDist().inv_cdf(1 - alpha / 2)
-    arrs = [np.array(a) for a in (sol.t, sol.y, se, sol.y - z * se, sol.y + z * se)]
+    y = np.asarray(y)
+    arrs = [np.array(a) for a in (t, y, se, y - z * se, y + z * se)]
     for a in arrs:
         a.flags.writeable = False
     return Prediction(arrs[0], tuple(model.states), arrs[1], arrs[2], arrs[3], arrs[4], float(alpha))
