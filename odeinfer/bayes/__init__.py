@@ -5,7 +5,8 @@
 * :func:`sample` -- NUTS (PyMC or nutpie) started at an estimate, with a dense
   mass matrix seeded from its covariance; returns ``arviz.InferenceData``.
 * :func:`priors_from_estimate` -- priors centred on a frequentist estimate.
-* :func:`ode_op`, :class:`ODEProblem`, ``ODEOp`` -- the Op itself.
+* :func:`ode_op`, :class:`ODEProblem`, ``ODEOp`` -- the Op itself; :func:`dde_op`,
+  :class:`DDEProblem` -- the same Op over a delay differential equation.
 
 PyMC and PyTensor are imported on first use of these functions.
 """
@@ -15,12 +16,14 @@ PyMC and PyTensor are imported on first use of these functions.
 from odeinfer.bayes.sample import SamplingInterruptedWarning, sample  # noqa: E402
 
 __all__ = ["build_model", "sample", "priors_from_estimate", "ode_op", "ODEProblem", "ODEOp",
-           "SeedingWarning", "SamplingInterruptedWarning"]
+           "dde_op", "DDEProblem", "SeedingWarning", "SamplingInterruptedWarning"]
 
 _LAZY = {
     "ode_op": ("odeinfer.bayes.op", "ode_op"),
     "ODEProblem": ("odeinfer.bayes.op", "ODEProblem"),
     "ODEOp": ("odeinfer.bayes.op", "ODEOp"),
+    "dde_op": ("odeinfer.bayes.dde_problem", "dde_op"),
+    "DDEProblem": ("odeinfer.bayes.dde_problem", "DDEProblem"),
     "build_model": ("odeinfer.bayes.build", "build_model"),
     "priors_from_estimate": ("odeinfer.bayes.priors", "priors_from_estimate"),
     "SeedingWarning": ("odeinfer.bayes.seed", "SeedingWarning"),

@@ -1,4 +1,4 @@
-"""The PyMC model of an ODE, its data and priors: :func:`build_model`.
+"""The PyMC model of an ODE or DDE, its data and priors: :func:`build_model`.
 
 Naming follows :class:`~odeinfer.results.Estimate`, so posterior variables and
 estimates line up by name: model parameters by their own names (``"alpha"``),
@@ -10,6 +10,13 @@ experiments) and the trajectory at the observation times ``"y_hat"`` (dims
 ``time, state``). Observations: ``"y_obs"`` (dims ``time, observed_state``; with
 missing values a flat vector over dim ``obs`` of the observed entries). With
 several experiments, per-experiment names and dims carry ``"@<experiment>"``.
+
+Models with delays (DDEs): the delays are parameters (``"tau"``, positive
+priors); the parameters of a history family are ``"<group>[<state>]"``
+(``"b[x]"``, ``"A[x]"``, ``"omega[x]"``: :meth:`History.param_names`, as the
+DDE solver and the AdjointDDE estimator name them; ``"@<experiment>"``
+appended with several experiments), in the deterministic ``"history_params"``
+(dim ``history_param``); ``"x0"`` is then the state at ``t0`` (the history's value there).
 """
 
 from __future__ import annotations
@@ -41,12 +48,14 @@ class BuildInfo:
     model : Model
     experiments : Experiments
     likelihood : str
-    problems : tuple of ODEProblem, one per experiment
+    problems : tuple of ODEProblem or DDEProblem, one per experiment
     suffixes : tuple of str
         ``""`` for a single experiment, else ``"@<name>"`` per experiment.
     free : tuple of str
         Names of the free random variables the builder created (priors).
     init : Estimate or None
+    histories : tuple of History or None
+        The history of each experiment (models with delays), else None.
     """
 
     model: object
@@ -56,10 +65,11 @@ class BuildInfo:
     suffixes: tuple
     free: tuple
     init: object
+    histories: tuple | None = None
 
 
-def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None, sigma=None, fixed=None,
-                inflate=10.0, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000):
+def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None, history=None, sigma=None,
+                fixed=None, inflate=10.0, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000):
     """A ``pm.Model`` of ``model`` observed through ``data``, ready to sample or to extend.
 
     Parameters
@@ -69,8 +79,9 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     data : Data, Experiments or list of Data
         Observed states are the data's columns; NaN entries are left out of the likelihood.
     priors : mapping of str to prior, optional
-        Keys: parameter names, ``"x0[state]"`` (``"x0[state]@exp"``),
-        ``"sigma[state]"``, ``"nu"``, or a group key ``"x0"`` / ``"sigma"`` for
+        Keys: parameter names (delays included), ``"x0[state]"``
+        (``"x0[state]@exp"``), history parameters ``"b[state]"`` etc.
+        (models with delays), ``"sigma[state]"``, ``"nu"``, or a group key ``"x0"`` / ``"sigma"`` for
         all members of the group. Values: an unnamed PyMC distribution
         (``pm.TruncatedNormal.dist(1, 0.5, lower=0)``), registered under the
         name, or a callable ``name -> variable`` that creates the named variable
@@ -86,6 +97,18 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
         Known initial states (at each experiment's ``t0``): an array, a mapping
         ``{state: value}`` (the other states are unknown), or with several
         experiments ``{experiment: array or mapping}``. Default: all unknown.
+        Not for models with delays (their initial state is the history's value at ``t0``).
+    history : History, number(s), mapping or None, optional
+        Models with delays only: the states on ``[t0 - max(tau), t0]`` of each
+        experiment. A :class:`~odeinfer.model.History` family
+        (``History.constant/affine/periodic``) has unknown parameters
+        (``"b[x]"``, ...; priors from ``priors=`` or ``init``, or held by
+        ``fixed=``); numbers, ``{state: value}`` or a data-driven history
+        (``History.from_data`` / ``from_function``) are known. With several
+        experiments: one history for all or ``{experiment: history}``.
+        Default: ``History.constant`` with unknown values (as AdjointDDE). With
+        a data-driven history, a delay longer than its window gives a NaN log
+        density (the sampler rejects it).
     sigma : float or mapping, optional
         Known noise scales: one number for all observed states or
         ``{state: value}``. Default: unknown, one per observed state, prior
@@ -93,11 +116,13 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
         one on the same scale) or the data's standard deviation (``1`` for
         ``"lognormal"``).
     fixed : mapping, optional
-        Parameters held at known values, ``{name: value}``.
+        Parameters held at known values, ``{name: value}``; with delays also
+        history parameters (``"b[x]"`` for every experiment, ``"b[x]@exp"`` for one).
     inflate : float, default 10.0
         Width factor of the priors taken from ``init``.
     method, rtol, atol, max_steps
-        Solver options of the Op (see :class:`~odeinfer.bayes.ODEProblem`).
+        Solver options of the Op (see :class:`~odeinfer.bayes.ODEProblem`;
+        models with delays use the DDE solver, :class:`~odeinfer.bayes.DDEProblem`).
 
     Returns
     -------
@@ -108,8 +133,10 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     Raises
     ------
     InputError
-        Unknown prior names, priors for known quantities, missing priors,
-        unknown likelihood, an ``init`` estimate of another model.
+        Unknown prior names, priors for known quantities (e.g. a history
+        parameter when the history is known), missing priors, a delay prior
+        with mass on values <= 0, ``history`` for a model without delays or
+        ``x0`` for one with delays, unknown likelihood, an ``init`` estimate of another model.
     DataError
         Data states that are not model states; observations unsuited to the
         likelihood (e.g. non-positive values for ``"lognormal"``, naming the rows).
@@ -127,6 +154,8 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     import pymc as pm
     import pytensor.tensor as pt
 
+    from odeinfer.bayes import _dde_build as ddeb
+    from odeinfer.bayes.dde_problem import DDEProblem
     from odeinfer.bayes.op import ODEOp, ODEProblem
     from odeinfer.data import as_experiments
     from odeinfer.model import CompiledModel, Model
@@ -141,22 +170,35 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     _check_observations(exps, likelihood)
     if init is not None:
         check_init(init, model)
-    fixed = _fixed(model, fixed)
     multi = len(exps) > 1
     suffixes = tuple(f"@{d.name}" for d in exps) if multi else ("",)
+    dde = bool(model.delays)
+    hist, hfixed = None, {}
+    if dde:
+        hist = ddeb.dde_histories(model, exps, history, x0, suffixes)
+        fixed, hfixed = ddeb.split_fixed(fixed, model, hist)
+        ddeb.check_prior_names(priors, model, hist)
+    elif history is not None:
+        raise InputError(f"history: model {model.name!r} has no delays, so it takes no history; give its initial "
+                         "states with x0= (or leave them unknown)")
+    fixed = _fixed(model, fixed)
+    if dde:
+        ddeb.check_fixed_delays(model, fixed, hist, exps)
     known_x0 = _known_x0(model, exps, x0, suffixes)
     obs_states = tuple(dict.fromkeys(s for d in exps for s in d.states))
     known_sigma = _known_sigma(sigma, obs_states, likelihood)
 
     # the free quantities, in order
     free_params = [p for p in model.params if p not in fixed]
-    free_x0 = [f"x0[{s}]{sfx}" for sfx in suffixes for s in model.states if (s, sfx) not in known_x0]
+    free_x0 = [] if dde else [f"x0[{s}]{sfx}" for sfx in suffixes for s in model.states if (s, sfx) not in known_x0]
+    free_hist = [] if not dde else [n for n in hist.all_names() if n not in hfixed]
     free_sigma = [] if likelihood == "poisson" else [f"sigma[{s}]" for s in obs_states if s not in known_sigma]
     free_other = ["nu"] if likelihood == "student_t" else []
-    free = free_params + free_x0 + free_sigma + free_other
+    free = free_params + free_x0 + free_hist + free_sigma + free_other
     known = ([p for p in model.params if p in fixed] + [f"x0[{s}]{sfx}" for (s, sfx) in known_x0]
-             + [f"sigma[{s}]" for s in known_sigma])
-    specs = _expand_priors(priors, free, known, {"x0": free_x0, "sigma": free_sigma})
+             + list(hfixed) + [f"sigma[{s}]" for s in known_sigma])
+    groups = {"sigma": free_sigma} if dde else {"x0": free_x0, "sigma": free_sigma}
+    specs = _expand_priors(priors, free, known, groups)
     missing = [n for n in free if n not in specs]
     if init is not None:
         from odeinfer.bayes.priors import priors_from_estimate
@@ -179,27 +221,45 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     problems = []
     with pm.Model(coords=coords) as pm_model:
         rvs = {n: _register(pm_model, n, specs[n]) for n in free}
+        if dde:
+            ddeb.check_delay_priors(model, rvs)
         theta = pt.stack([rvs[p] if p in rvs else pt.constant(fixed[p], dtype="float64") for p in model.params])
         pm.Deterministic("theta", theta, dims="param")
-        x0_vectors = []
-        for sfx in suffixes:
-            x0_vectors.append(pt.stack([
-                pt.constant(known_x0[(s, sfx)], dtype="float64") if (s, sfx) in known_x0 else rvs[f"x0[{s}]{sfx}"]
-                for s in model.states]))
+        x0_vectors, inputs = [], []
+        for e, (d, sfx) in enumerate(zip(exps, suffixes)):
+            if dde:
+                h = hist.histories[e]
+                if hist.estimable[e]:
+                    pm_model.add_coord(f"history_param{sfx}", list(h.param_names(model.states)))
+                    phi = pt.stack([rvs[n] if n in rvs else pt.constant(hfixed[n], dtype="float64")
+                                    for n in hist.names[e]])
+                    pm.Deterministic(f"history_params{sfx}", phi, dims=f"history_param{sfx}")
+                else:
+                    phi = pt.constant(np.array(h.values, dtype=float))
+                inputs.append(phi)
+                x0_vectors.append(ddeb.x0_of_history(h, phi, float(d.t0), model.n_states))
+            else:
+                x0_vectors.append(pt.stack([
+                    pt.constant(known_x0[(s, sfx)], dtype="float64") if (s, sfx) in known_x0 else rvs[f"x0[{s}]{sfx}"]
+                    for s in model.states]))
+                inputs.append(x0_vectors[-1])
         if multi:
             pm.Deterministic("x0", pt.stack(x0_vectors), dims=("experiment", "state"))
         else:
             pm.Deterministic("x0", x0_vectors[0], dims="state")
         sig = {s: (pt.constant(known_sigma[s], dtype="float64") if s in known_sigma else rvs.get(f"sigma[{s}]"))
                for s in obs_states}
-        for d, sfx, x0_vec in zip(exps, suffixes, x0_vectors):
-            problem = ODEProblem(model, d.t, d.t0, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
+        for e, (d, sfx, op_in) in enumerate(zip(exps, suffixes, inputs)):
+            if dde:
+                problem = DDEProblem(model, d.t, hist.histories[e], d.t0, rtol=rtol, atol=atol, max_steps=max_steps)
+            else:
+                problem = ODEProblem(model, d.t, d.t0, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
             problems.append(problem)
             tdim, odim = f"time{sfx}", f"observed_state{sfx}"
             pm_model.add_coord(tdim, np.asarray(d.t, dtype=float))
             pm_model.add_coord(odim, list(d.states))
             pm.Data(f"t{sfx}", np.asarray(d.t, dtype=float), dims=tdim)
-            y_all, _ = ODEOp(problem)(theta, x0_vec)
+            y_all, _ = ODEOp(problem)(theta, op_in)
             y_hat = pm.Deterministic(f"y_hat{sfx}", y_all, dims=(tdim, "state"))
             cols = [model.states.index(s) for s in d.states]
             mask = np.asarray(d.mask)
@@ -217,7 +277,7 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
                          if sig and None not in sig.values() else None)
             _likelihood_rv(f"y_obs{sfx}", likelihood, mu, scale, rvs.get("nu"), observed, dims)
     object.__setattr__(pm_model, _INFO_ATTR, BuildInfo(model, exps, likelihood, tuple(problems), suffixes,
-                                                       tuple(free), init))
+                                                       tuple(free), init, hist.histories if dde else None))
     return pm_model
 
 

@@ -4,7 +4,7 @@ Registered with ``pytensor.link.numba.dispatch.numba_funcify``, so a graph that
 contains the Op compiles to one numba function (``pytensor.function(...,
 mode="NUMBA")``, ``nutpie.compile_pymc_model(model, backend="numba")``) and the
 sampler's inner loop never enters Python: the generated function calls the
-model's dopri5/rodas kernel (a global of the model's generated module, see
+model's dopri5/rodas kernel, or the DDE kernel ``dde_solve`` (a global of the model's generated module, see
 :mod:`odeinfer.model.cache`) directly. Imported at the end of :mod:`odeinfer.bayes.op`.
 """
 
@@ -24,12 +24,13 @@ def _numba_funcify_ode_op(op, node=None, **kwargs):
     """``(theta, x0) -> (y, sens)`` as an njit function; NaN outputs on a failed solve.
 
     The cache key covers everything the function closes over: the forward
-    problem's key (equations, times, solver options), the generated module's
+    problem's class and key (equations, times, history, solver options), the generated module's
     name (a hash of the model and solver kernel sources and library versions)
     and whether sensitivities are computed. So PyTensor can cache the compiled
     graph on disk, and a second process does not recompile it.
     """
     problem = op.problem
     module = problem.model.compile().module
-    text = f"odeinfer-ode-op/1|{problem.key}|{module.__name__}|{op.sensitivities}"
+    kind = f"{type(problem).__module__}.{type(problem).__qualname__}"
+    text = f"odeinfer-ode-op/2|{kind}|{problem.key}|{module.__name__}|{op.sensitivities}"
     return problem.numba_solve(op.sensitivities), hashlib.sha256(text.encode()).hexdigest()

@@ -16,8 +16,11 @@ rejects the point (a divergence in NUTS); nothing raises, nothing hangs
 
 The forward map is an object with a small interface (:class:`ODEProblem`):
 ``n_params``, ``n_states``, ``t``, ``python_solve(theta, x0, sens)`` and
-``numba_solve(sens)``. A delay-differential problem plugs in by providing the
-same methods (its ``params`` then include the delays).
+``numba_solve(sens)``, plus ``n_init`` (length of the second input),
+``init_name`` and ``at_times(t)``. A delay-differential problem
+(:class:`~odeinfer.bayes.dde_problem.DDEProblem`) plugs in the same way: its
+``params`` include the delays and its second input holds the history
+parameters instead of the initial states.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class ODEProblem:
     """
 
     kind = "ode"
+    #: name of the build_model deterministic holding the Op's second input
+    init_name = "x0"
 
     def __init__(self, model, t, t0=None, *, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000,
                  sens_error_control=False):
@@ -94,6 +99,15 @@ class ODEProblem:
         return self.model.n_states
 
     @property
+    def n_init(self) -> int:
+        """Length of the Op's second input: the initial states."""
+        return self.model.n_states
+
+    @property
+    def init_names(self) -> tuple:
+        return tuple(f"x0[{s}]" for s in self.model.states)
+
+    @property
     def n_times(self) -> int:
         return int(self.t.size)
 
@@ -118,6 +132,11 @@ class ODEProblem:
     def __repr__(self):
         return (f"ODEProblem({self.model.name!r}, n_times={self.n_times}, t0={self.t0:g}, "
                 f"method={self.method!r}, rtol={self.rtol:g}, atol={self.atol:g})")
+
+    def at_times(self, t):
+        """The same problem at other output times ``t`` (>= t0)."""
+        return ODEProblem(self.model, t, self.t0, method=self.method, rtol=self.rtol, atol=self.atol,
+                          max_steps=self.max_steps, sens_error_control=self.sens_error_control)
 
     # solving ----------------------------------------------------------------------------------
     def _solver(self, sens):
@@ -168,20 +187,23 @@ class ODEProblem:
         work_size = int(getattr(module, f"{prefix}_work_size")(bool(sens)))
         t_eval = np.array(self.t)
         t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
-        sens_err = self.sens_error_control
+        # closure constants reach numba as literals; pass plain int64/bool so that the kernel's disk-cached
+        # compilation (the Python solver's signature) is reused instead of a recompile
+        sens_err = 1 if self.sens_error_control else 0
         width = n * (1 + k)
         if sens:
             kernel = getattr(module, f"{prefix}_solve_sens")
 
             @njit(error_model="numpy")
             def run(theta, x0, z, work, info):
-                return kernel(t0, t_eval, x0, theta, sens_err, rtol, atol, 0.0, max_steps, z, work, info)
+                return kernel(t0, t_eval, x0, theta, sens_err != 0, rtol, atol, 0.0, np.int64(max_steps), z, work,
+                              info)
         else:
             kernel = getattr(module, f"{prefix}_solve")
 
             @njit(error_model="numpy")
             def run(theta, x0, z, work, info):
-                return kernel(t0, t_eval, x0, theta, rtol, atol, 0.0, max_steps, z, work, info)
+                return kernel(t0, t_eval, x0, theta, rtol, atol, 0.0, np.int64(max_steps), z, work, info)
 
         @njit(error_model="numpy")
         def solve(theta, x0):
@@ -218,14 +240,15 @@ class ODEOp(Op):
 
     Parameters
     ----------
-    problem : ODEProblem (or another forward problem with the same interface)
+    problem : ODEProblem or DDEProblem (or another forward problem with the same interface)
     sensitivities : bool, default True
         Compute ``sens`` (needed by the gradient). The states-only variant is
         put in automatically where the sensitivities are not used.
 
-    Inputs: ``theta`` float64 (n_params,), ``x0`` float64 (n_states,).
+    Inputs: ``theta`` float64 (n_params,), ``x0`` float64 (n_init,): the
+    initial states (n_states,) of an ODE, the history parameters of a DDE.
     Outputs: ``y`` float64 (n_times, n_states); ``sens`` float64 (n_times,
-    n_states, n_params + n_states) (columns: parameters then initial states;
+    n_states, n_params + n_init) (columns: parameters then the second input;
     width 0 when ``sensitivities=False``). NaN outputs mean the solve failed.
     """
 
@@ -241,10 +264,10 @@ class ODEOp(Op):
         theta, x0 = pt.cast(pt.as_tensor_variable(theta), "float64"), pt.cast(pt.as_tensor_variable(x0), "float64")
         if theta.ndim != 1 or x0.ndim != 1:
             raise InputError(f"ODEOp: theta and x0 must be vectors, got ndim {theta.ndim} and {x0.ndim}")
-        for name, var, size in (("theta", theta, p.n_params), ("x0", x0, p.n_states)):
+        for name, var, size in (("theta", theta, p.n_params), ("x0", x0, p.n_init)):
             if var.type.shape[0] is not None and var.type.shape[0] != size:
                 raise InputError(f"ODEOp: {name} must have length {size}, got {var.type.shape[0]}")
-        k = p.n_params + p.n_states if self.sensitivities else 0
+        k = p.n_params + p.n_init if self.sensitivities else 0
         y = pt.tensor(dtype="float64", shape=(p.n_times, p.n_states))
         s = pt.tensor(dtype="float64", shape=(p.n_times, p.n_states, k))
         return Apply(self, [theta, x0], [y, s])
@@ -259,7 +282,7 @@ class ODEOp(Op):
 
     def infer_shape(self, fgraph, node, input_shapes):
         p = self.problem
-        k = p.n_params + p.n_states if self.sensitivities else 0
+        k = p.n_params + p.n_init if self.sensitivities else 0
         return [(p.n_times, p.n_states), (p.n_times, p.n_states, k)]
 
     def L_op(self, inputs, outputs, output_grads):

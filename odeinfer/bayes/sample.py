@@ -1,4 +1,4 @@
-"""NUTS over an ODE model, started from an estimate: :func:`sample`."""
+"""NUTS over an ODE or DDE model, started from an estimate: :func:`sample`."""
 
 from __future__ import annotations
 
@@ -264,16 +264,14 @@ def _add_posterior_predictive(idata, pm_model, info, rng_seed, n_fine):
                                        progressbar=False, extend_inferencedata=True)
     post = idata.posterior
     theta = np.asarray(post["theta"].transpose("chain", "draw", "param"))
-    x0_all = np.asarray(post["x0"])
     chains, draws = theta.shape[:2]
     model = info.model
     data_vars = {}
     for e, (d, sfx, problem) in enumerate(zip(info.experiments, info.suffixes, info.problems)):
         t_fine = np.linspace(d.t0, float(d.t[-1]), int(n_fine))
-        fine = type(problem)(model, t_fine, d.t0, method=problem.method, rtol=problem.rtol, atol=problem.atol,
-                             max_steps=problem.max_steps)
+        fine = problem.at_times(t_fine)
         out = np.empty((chains, draws, t_fine.size, model.n_states))
-        x0e = x0_all if len(info.suffixes) == 1 else x0_all[:, :, e, :]
+        x0e = _second_input(post, info, problem, e, sfx, chains, draws)
         for c in range(chains):
             for k in range(draws):
                 out[c, k] = fine.python_solve(theta[c, k], x0e[c, k], sens=False)[0]
@@ -282,6 +280,18 @@ def _add_posterior_predictive(idata, pm_model, info, rng_seed, n_fine):
             coords={"chain": post["chain"].values, "draw": post["draw"].values, f"t_fine{sfx}": t_fine,
                     "state": list(model.states)})
     idata.posterior_predictive = idata.posterior_predictive.assign(data_vars)
+
+
+def _second_input(post, info, problem, e, sfx, chains, draws):
+    """The Op's second input per draw: initial states (ODE) or history parameters (DDE)."""
+    if problem.init_name == "x0":
+        x0_all = np.asarray(post["x0"])
+        return x0_all if len(info.suffixes) == 1 else x0_all[:, :, e, :]
+    name = f"{problem.init_name}{sfx}"
+    if name in post:
+        return np.asarray(post[name])
+    # a known history: its fixed values
+    return np.broadcast_to(np.asarray(info.histories[e].values), (chains, draws, problem.n_init))
 
 
 def _add_estimate(idata, est):

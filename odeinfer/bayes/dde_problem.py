@@ -1,0 +1,265 @@
+"""The forward problem of a delay differential equation for :class:`~odeinfer.bayes.op.ODEOp`.
+
+:class:`DDEProblem` has the interface of :class:`~odeinfer.bayes.op.ODEProblem`
+with the history parameters in place of the initial states: the Op maps
+``(theta, phi)`` -- the model parameters (delays included, ``model.params``
+order) and the parameters of the history family (``History.param_names``
+order, e.g. ``"A[x]", "omega[x]", "b[x]"``) -- to the states at the
+observation times and their forward sensitivities ``d y / d (theta, phi)``
+(the DDE solver's, :mod:`odeinfer.solve.kernels.dde`: method of steps with
+Dormand-Prince 5(4), including the history-derivative term of the delay
+sensitivity). A data-driven (piecewise) history has no parameters: ``phi`` is
+then an empty vector.
+
+Failure policy as for ODEs: a failed solve, a delay <= 0 or non-finite inputs
+give NaN outputs; so does a delay longer than a data-driven history's window
+(the solve would read the spline outside the data it was fitted to).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+__all__ = ["DDEProblem"]
+
+_BUF_FULL = 7  # DDE_INFO_BUF_FULL of the kernel
+_INFO_SIZE = 8
+
+
+class DDEProblem:
+    """The forward map of a DDE model at fixed output times, for :class:`~odeinfer.bayes.op.ODEOp`.
+
+    Parameters
+    ----------
+    model : Model or CompiledModel
+        A model with delays (``@oi.model(..., delays=[...])``).
+    t : array-like (n_times,)
+        Output (observation) times, sorted, ``>= t0``.
+    history : History or number(s)
+        The history family (the Op's second input ``phi`` holds its
+        parameters, ``history.n_params`` of them) or a data-driven history
+        (``History.from_data``; no parameters). Numbers mean ``History.constant``.
+    t0 : float, optional
+        End of the history window, start of the integration; default ``t[0]``.
+    rtol, atol : float, default 1e-6, 1e-8
+    max_steps : int, default 20000
+        Steps per solve before it counts as failed (NaN).
+    sens_error_control : bool, default False
+        As for :class:`~odeinfer.bayes.op.ODEProblem`: off, the sensitivities
+        ride on the states' steps (the gradient is then the derivative of the
+        computed solution up to the step-size controller).
+
+    Notes
+    -----
+    Equal problems (same equations, times, history family and known history
+    values, options) compare and hash equal. Pickles without compiled kernels.
+    """
+
+    kind = "dde"
+    #: name of the build_model deterministic holding the Op's second input
+    init_name = "history_params"
+
+    def __init__(self, model, t, history, t0=None, *, rtol=1e-6, atol=1e-8, max_steps=20_000,
+                 sens_error_control=False):
+        from odeinfer.solve.dde import make_dde_solver
+
+        solver = make_dde_solver(model, t, history, t0=t0, sensitivities=False, rtol=rtol, atol=atol,
+                                 max_steps=max_steps, sens_error_control=bool(sens_error_control))
+        self.model = solver.compiled.model
+        self.history = solver.history
+        self.t = np.array(solver.t)
+        self.t.flags.writeable = False
+        self.t0 = float(solver.t0)
+        self.method = "dde-dopri5"
+        self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
+        self.sens_error_control = bool(sens_error_control)
+        window = self.history.window()
+        # longest delay the history covers (data-driven histories only)
+        self.tau_limit = np.inf if window is None else self.t0 - window[0] + 1e-9 * max(1.0, abs(self.t0))
+        self._solvers = {}
+
+    # sizes and identity ---------------------------------------------------------------------
+    @property
+    def n_params(self) -> int:
+        return self.model.n_params
+
+    @property
+    def n_states(self) -> int:
+        return self.model.n_states
+
+    @property
+    def n_init(self) -> int:
+        """Length of the Op's second input: the history parameters."""
+        return self.history.n_params
+
+    @property
+    def n_times(self) -> int:
+        return int(self.t.size)
+
+    @property
+    def init_names(self) -> tuple:
+        return self.history.param_names(self.model.states)
+
+    @property
+    def key(self) -> str:
+        """Hash of the equations, times, history, and solver options."""
+        h = self.history
+        known = "" if h.kind != "piecewise" else (h.breaks.tobytes().hex() + h.coef.tobytes().hex())
+        text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, h.kind, h.n_params,
+                     known, self.rtol, self.atol, self.max_steps, self.sens_error_control))
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def __eq__(self, other):
+        return isinstance(other, DDEProblem) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_solvers"] = {}
+        return state
+
+    def __repr__(self):
+        return (f"DDEProblem({self.model.name!r}, history={self.history.kind!r}, n_times={self.n_times}, "
+                f"t0={self.t0:g}, rtol={self.rtol:g}, atol={self.atol:g})")
+
+    def at_times(self, t):
+        """The same problem at other output times ``t`` (>= t0)."""
+        return DDEProblem(self.model, t, self.history, self.t0, rtol=self.rtol, atol=self.atol,
+                          max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+
+    # solving ----------------------------------------------------------------------------------
+    def _solver(self, sens):
+        solver = self._solvers.get(sens)
+        if solver is None:
+            from odeinfer.solve.dde import make_dde_solver
+
+            solver = self._solvers[sens] = make_dde_solver(
+                self.model, self.t, self.history, t0=self.t0, sensitivities=sens, rtol=self.rtol, atol=self.atol,
+                max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+        return solver
+
+    def _delays_ok(self, theta):
+        taus = theta[list(self.model.delay_indices)]
+        return bool(np.all(taus > 0) and np.all(taus <= self.tau_limit))
+
+    def python_solve(self, theta, phi, sens=True):
+        """``(y, S, status)`` as new arrays; NaN everywhere when the solve fails.
+
+        ``y`` (n_times, n_states); ``S`` (n_times, n_states, n_params +
+        n_history_params) (None when ``sens`` is False).
+        """
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        phi = np.ascontiguousarray(phi, dtype=np.float64)
+        solver = self._solver(bool(sens))
+        if theta.shape != (self.n_params,) or phi.shape != (self.n_init,):
+            status = 6  # Status.BAD_INPUT
+        elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi))):
+            status = 4  # Status.NON_FINITE
+        elif not self._delays_ok(theta):
+            status = 6
+        else:
+            _, _, status = solver(theta, phi)
+        y = np.array(solver._y)
+        s = None if not sens else np.array(solver._sens)
+        if status != 0:
+            y.fill(np.nan)
+            if s is not None:
+                s.fill(np.nan)
+        return y, s, int(status)
+
+    def numba_solve(self, sens=True):
+        """An ``@njit`` function ``(theta, phi) -> (y, S)`` with NaN outputs on failure.
+
+        Calls the model's generated ``dde_solve`` kernel directly (no Python),
+        growing the dense-output store as :class:`~odeinfer.solve.DDESolver` does;
+        with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
+        """
+        from numba import njit
+
+        module = self.model.compile().module
+        kernel = module.dde_solve
+        n, m, n_out = self.n_states, self.n_params, self.n_times
+        q = self.n_init
+        k = m + q if sens else 0
+        kk = k
+        work_size = int(module.dde_work_size(k, q))
+        hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
+        hkind = int(hkind)
+        hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
+        t_eval = np.array(self.t)
+        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
+        sens_err = 1 if self.sens_error_control else 0
+        tau_limit = float(self.tau_limit)
+        delay_idx = np.array(self.model.delay_indices, dtype=np.int64)
+        width = n * (1 + k)
+        cols = 2 + 5 * width
+        rows0 = min(512, max_steps)
+
+        # closure constants reach numba as literal ints/bools and read-only arrays; the kernel is cached
+        # (cache=True) for the plain types the Python solver uses, so pass those (else a ~1 min recompile)
+        @njit(error_model="numpy")
+        def solve(theta, phi):
+            hkind_v, k_v, max_steps_v = np.int64(hkind), np.int64(kk), np.int64(max_steps)
+            sens_err_v = sens_err != 0
+            hb_v, hc_v = hb.copy(), hc.copy()
+            z = np.empty((n_out, width))
+            work = np.empty(work_size)
+            info = np.zeros(_INFO_SIZE)
+            p = np.ascontiguousarray(theta)
+            ph = np.ascontiguousarray(phi)
+            ok = p.shape[0] == m and ph.shape[0] == q
+            if ok:
+                for j in range(m):
+                    ok = ok and np.isfinite(p[j])
+                for j in range(q):
+                    ok = ok and np.isfinite(ph[j])
+                for j in delay_idx:
+                    ok = ok and p[j] > 0.0 and p[j] <= tau_limit
+            status = 6
+            if ok:
+                rows = rows0
+                while True:
+                    buf = np.empty((rows, cols))
+                    status = kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
+                                    max_steps_v, z, work, buf, info)
+                    if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
+                        break
+                    rows = min(4 * rows, max_steps)
+            y = np.empty((n_out, n))
+            s = np.empty((n_out, n, kk))
+            if status != 0:
+                y[:] = np.nan
+                s[:] = np.nan
+                return y, s
+            for i in range(n_out):
+                for a in range(n):
+                    y[i, a] = z[i, a]
+                    for b in range(kk):
+                        s[i, a, b] = z[i, n + a * kk + b]
+            return y, s
+
+        return solve
+
+
+def dde_op(model, t, history, t0=None, **options):
+    """The :class:`~odeinfer.bayes.op.ODEOp` of a DDE model: ``(theta, phi) -> (y, sens)``.
+
+    Options as for :class:`DDEProblem`.
+
+    Examples
+    --------
+    >>> import numpy as np, pytensor.tensor as pt, odeinfer as oi
+    >>> entry = oi.zoo.get("logistic_delay")
+    >>> op = oi.bayes.dde_op(entry.model, entry.t, entry.history)
+    >>> theta, phi = pt.dvector("theta"), pt.dvector("phi")
+    >>> y, sens = op(theta, phi)
+    >>> y.eval({theta: entry.params_array(), phi: entry.history_params_array()}).shape
+    (101, 1)
+    """
+    from odeinfer.bayes.op import ODEOp
+
+    return ODEOp(DDEProblem(model, t, history, t0, **options))
