@@ -215,7 +215,7 @@ class History:
         """``(code, phi, breaks relative to t0, coef)`` as the kernel takes them."""
         n = self.n_states
         if self.kind == "piecewise":
-            return self.code, np.zeros(0), np.ascontiguousarray(self.breaks - t0), np.ascontiguousarray(self.coef)
+            return self.code, np.zeros(0), np.ascontiguousarray(self.breaks - t0), np.array(self.coef, order="C")  # writable copy: numba types read-only arrays differently
         return self.code, np.array(self.values), np.zeros(2), np.zeros((4, 1, n))
 
     def __call__(self, s, t0=0.0, nu=0):
