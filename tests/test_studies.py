@@ -216,6 +216,10 @@ def test_failing_estimator_is_recorded_not_raised():
          r"`estimators\['mean'\]` cannot be sent to worker processes with n_jobs > 1: it cannot be pickled"),
         ((bad_simulate, {"mean": sample_mean}, 3), {},
          r"simulate_fn failed in replication 0: TypeError: simulate_fn\(rng\) must return a tuple"),
+        ((simulate, {"mean": sample_mean}, 3), {"chunk_size": 0},
+         r"`chunk_size` must be None or an int >= 1 \(replications per task\); received 0"),
+        ((simulate, {"mean": sample_mean}, 3), {"chunk_size": 2.0},
+         r"`chunk_size` must be None or an int >= 1 .* received 2.0"),
     ],
 )
 def test_bad_inputs(args, kw, match):
@@ -288,3 +292,34 @@ def test_progress_bar_runs(capsys):
     res = monte_carlo(simulate, {"mean": sample_mean}, 3, rng=0, progress=True)
     assert len(res.frame) == 3
     assert "monte_carlo" in capsys.readouterr().err
+
+
+def test_chunk_size_does_not_change_results():
+    ests = {"mean": sample_mean, "flaky": fails_sometimes}
+    one = monte_carlo(simulate, ests, 10, rng=4, progress=False).frame.drop(columns="time")
+    chunked = monte_carlo(simulate, ests, 10, rng=4, n_jobs=2, chunk_size=3, progress=False)
+    pd.testing.assert_frame_equal(one, chunked.frame.drop(columns="time"), check_exact=True)
+
+
+def test_client_without_dask_installed_is_a_study_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # makes `import distributed` fail
+    with pytest.raises(StudyError, match=r"`client` needs dask.distributed, which is not installed \(received "
+                                         r"str\)\. Install it with pip install 'odeinfer\[dask\]'"):
+        monte_carlo(simulate, {"mean": sample_mean}, 3, rng=0, client="tcp://scheduler:8786", progress=False)
+
+
+def test_dask_is_not_imported_without_a_client():
+    import subprocess
+
+    code = (
+        "import sys, numpy as np\n"
+        "from types import SimpleNamespace\n"
+        "from odeinfer.studies import monte_carlo\n"
+        "def sim(rng): return rng.normal(size=4), {'mu': 0.0}\n"
+        "def est(x): return SimpleNamespace(params={'mu': x.mean()}, bse=None, converged=True)\n"
+        "monte_carlo(sim, {'m': est}, 3, rng=0, progress=False)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

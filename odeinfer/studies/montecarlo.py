@@ -66,7 +66,7 @@ def _root_seed(rng):
     )
 
 
-def _check_inputs(simulate_fn, estimators, n_rep, n_jobs):
+def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
     if not callable(simulate_fn):
         raise StudyError(
             f"`simulate_fn` must be callable as simulate_fn(rng) -> (data, truth); received "
@@ -94,6 +94,23 @@ def _check_inputs(simulate_fn, estimators, n_rep, n_jobs):
         raise StudyError(
             f"`n_jobs` must be an int >= 1, or -1 for all CPU cores; received {n_jobs!r}."
         )
+    if chunk_size is not None and (
+        isinstance(chunk_size, (bool, np.bool_)) or not isinstance(chunk_size, (int, np.integer))
+        or chunk_size < 1
+    ):
+        raise StudyError(
+            f"`chunk_size` must be None or an int >= 1 (replications per task); received "
+            f"{chunk_size!r}. Leave it None for about four tasks per worker."
+        )
+    if client is not None:
+        if n_jobs != 1:
+            raise StudyError(
+                f"`n_jobs` and `client` exclude each other; received n_jobs={n_jobs!r} with a "
+                f"client. With client= the cluster's workers run the replications: drop n_jobs."
+            )
+        from ._dask import check_client
+
+        check_client(client)
 
 
 def _check_picklable(simulate_fn, estimators):
@@ -124,6 +141,34 @@ def _chunks(tasks, size):
     return [tasks[i:i + size] for i in range(0, len(tasks), size)]
 
 
+def _default_chunk(n_rep, n_slots):
+    """About four tasks per worker slot: few tasks when replications are fast, balance when slow."""
+    return max(1, math.ceil(n_rep / (4 * n_slots)))
+
+
+def _run_in_processes(simulate_fn, estimators, chunks, n_workers):
+    """Run chunks in spawned local processes; yield each output as it completes."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(n_workers, len(chunks)), mp_context=ctx) as pool:
+        futures = [pool.submit(run_chunk, simulate_fn, estimators, c) for c in chunks]
+        try:
+            for fut in as_completed(futures):
+                try:
+                    out = fut.result()
+                except Exception as exc:
+                    raise StudyError(
+                        f"a worker process failed ({describe(exc)}). This usually means "
+                        f"simulate_fn or an estimator could not be imported in a fresh "
+                        f"process: define them at the top level of an importable .py "
+                        f"module (in a script, run the study under "
+                        f"`if __name__ == '__main__':`), or use n_jobs=1."
+                    ) from exc
+                yield out
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
 def _raise_simulation_failure(out):
     raise StudyError(
         f"simulate_fn failed in replication {out['failed_rep']}: {out['error']}. A simulation "
@@ -131,7 +176,8 @@ def _raise_simulation_failure(out):
     )
 
 
-def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True):
+def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True, client=None,
+                chunk_size=None):
     """Replicate simulate-then-estimate ``n_rep`` times and collect the estimates.
 
     Parameters
@@ -152,7 +198,7 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True)
     rng : int or numpy.random.SeedSequence or numpy.random.Generator
         Root seed. Replication ``i`` uses ``default_rng(children[i])`` with
         ``children = SeedSequence(...).spawn(n_rep)``, so the results do not
-        depend on ``n_jobs``. An int or SeedSequence is a seed: the same value
+        depend on ``n_jobs``, ``client`` or ``chunk_size``. An int or SeedSequence is a seed: the same value
         repeats the study, and a SeedSequence is not modified. A Generator is
         consumed (128 bits are drawn from it), so reusing it gives a new study.
         ``StudyResult.seed`` repeats any of them.
@@ -162,7 +208,27 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True)
         ``simulate_fn`` and the estimators must be picklable: defined at the
         top level of an importable module, not in a notebook cell or as lambdas.
     progress : bool, default True
-        Show a tqdm progress bar (``tqdm.auto``, so a widget in Jupyter).
+        Show a tqdm progress bar (``tqdm.auto``, so a widget in Jupyter). It
+        advances as replications finish, one chunk at a time when ``n_jobs > 1``
+        or ``client`` is given.
+    client : dask.distributed.Client, optional
+        Run the replications on this Dask cluster instead of locally (needs
+        ``pip install 'odeinfer[dask]'``; Dask is imported only when a client
+        is given). The rows are the same, bit for bit, as a local run with the
+        same ``rng`` (except the ``time`` column), provided the workers run the
+        same versions of odeinfer, numpy and numba: a different odeinfer on a
+        worker raises, a different numpy, numba or Python warns. The functions
+        are pickled with Dask's pickler (cloudpickle), so lambdas, closures and
+        notebook functions work; what they capture must pickle (capture the
+        :class:`~odeinfer.Model`, not its solvers). Excludes ``n_jobs``. See
+        Notes.
+    chunk_size : int, optional
+        Replications per task when ``n_jobs > 1`` or ``client`` is given;
+        default ``ceil(n_rep / (4 * slots))`` with ``slots`` the local
+        processes or the cluster's worker threads when the study starts, so
+        fast replications are not sent one by one and slow ones still balance
+        (on an adaptive cluster that starts small, pass it). Has no effect on
+        the results.
 
     Returns
     -------
@@ -175,8 +241,38 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True)
     Raises
     ------
     StudyError
-        Invalid arguments, functions that cannot be sent to workers, a failing
-        ``simulate_fn`` or a broken worker process.
+        Invalid arguments (including a ``client`` that is not a running
+        ``dask.distributed.Client``), functions that cannot be sent to workers,
+        a failing ``simulate_fn``, a broken worker process or Dask worker, or
+        workers with another odeinfer version.
+
+    Notes
+    -----
+    **On a Dask cluster.** Start a scheduler and workers in the same Python
+    environment as the client (same odeinfer, numpy and numba; e.g.
+    ``dask scheduler`` and ``dask worker tcp://scheduler:8786 --nthreads 1
+    --nworkers 8`` on each node: one thread per process, as numba kernels hold
+    the GIL), then::
+
+        from dask.distributed import Client
+        client = Client("tcp://scheduler:8786")
+        res = monte_carlo(simulate, estimators, 1000, rng=2024, client=client)
+
+    Each worker thread unpickles the functions once and each worker process
+    compiles each model once, reusing its kernels for every later chunk: it
+    imports the generated module from its own cache directory
+    (``$ODEINFER_CACHE_DIR``, else ``~/.cache/odeinfer``), where numba also
+    stores the machine code. Set ``ODEINFER_CACHE_DIR`` in the workers'
+    environment to a directory on shared storage to compile once for the whole
+    cluster (numba keeps one entry per CPU type), or leave it per node and pay
+    one compile (about 10-20 s per model) per node. A ``LocalCluster`` inherits
+    the client's environment, so its workers share the client's cache. The
+    functions' module must be importable on the workers unless it is the
+    notebook or script that calls ``monte_carlo`` (Dask then sends them by
+    value); or use ``client.upload_file``. A replicate that crashes its worker
+    (a segfault, out of memory) is retried by Dask on other workers and then
+    raised as a :class:`StudyError`; an estimator that raises is recorded as in
+    a local run.
 
     Examples
     --------
@@ -190,52 +286,40 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True)
     >>> res.frame.shape
     (50, 9)
     """
-    _check_inputs(simulate_fn, estimators, n_rep, n_jobs)
+    _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client)
     n_rep = int(n_rep)
     estimators = dict(estimators)
     root = _root_seed(rng)
     seed = np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key, pool_size=root.pool_size)
     tasks = list(enumerate(root.spawn(n_rep)))
-    n_workers = (os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)
+
+    if client is not None:
+        from ._dask import dumps_payload, n_slots, run_on_client
+
+        payload = dumps_payload(simulate_fn, estimators)
+        chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_slots(client)))
+        outs = run_on_client(client, payload, chunks)
+    else:
+        n_workers = (os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)
+        if n_workers == 1:
+            outs = (run_chunk(simulate_fn, estimators, [task]) for task in tasks)
+        else:
+            _check_picklable(simulate_fn, estimators)
+            chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_workers))
+            outs = _run_in_processes(simulate_fn, estimators, chunks, n_workers)
 
     from tqdm.auto import tqdm
 
     rows = []
     with tqdm(total=n_rep, disable=not progress, desc="monte_carlo", unit="rep") as bar:
-        if n_workers == 1:
-            for task in tasks:
-                out = run_chunk(simulate_fn, estimators, [task])
+        try:
+            for out in outs:
                 rows.extend(out["rows"])
                 if "failed_rep" in out:
                     _raise_simulation_failure(out)
                 bar.update(out["n_done"])
-        else:
-            _check_picklable(simulate_fn, estimators)
-            size = max(1, math.ceil(n_rep / (4 * n_workers)))
-            chunks = _chunks(tasks, size)
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(n_workers, len(chunks)), mp_context=ctx) as pool:
-                futures = [pool.submit(run_chunk, simulate_fn, estimators, c) for c in chunks]
-                try:
-                    for fut in as_completed(futures):
-                        try:
-                            out = fut.result()
-                        except Exception as exc:
-                            raise StudyError(
-                                f"a worker process failed ({describe(exc)}). This usually means "
-                                f"simulate_fn or an estimator could not be imported in a fresh "
-                                f"process: define them at the top level of an importable .py "
-                                f"module (in a script, run the study under "
-                                f"`if __name__ == '__main__':`), or use n_jobs=1."
-                            ) from exc
-                        rows.extend(out["rows"])
-                        if "failed_rep" in out:
-                            _raise_simulation_failure(out)
-                        bar.update(out["n_done"])
-                except BaseException:
-                    for fut in futures:
-                        fut.cancel()
-                    raise
+        finally:
+            outs.close()  # cancels outstanding work after an error or Ctrl-C
     rows.sort(key=lambda r: r[0])  # stable: keeps estimator and param order within a replication
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     frame = frame.astype({"rep": "int64", "truth": "float64", "estimate": "float64",
