@@ -376,3 +376,19 @@ def test_sens_exclude_bad_input(value, match):
     z = oi.zoo.get("riccati")
     with pytest.raises(InputError, match=match):
         make_solver(z.model, z.t, t0=0.0, sensitivities=True, sens_exclude=value)
+
+
+def test_solver_pickles_to_a_working_copy():
+    """A pickled solver is rebuilt from its options: its y/sens stay views of its own buffer."""
+    import pickle
+
+    z = oi.zoo.lotka_volterra()
+    s = oi.make_solver(z.model, z.t, sensitivities=True)
+    s(z.params_array(), z.x0_array())
+    c = pickle.loads(pickle.dumps(s))
+    y, sens, status = c(z.params_array() * 1.1, z.x0_array())
+    ref = oi.solve_ode(z.model, z.params_array() * 1.1, z.x0_array(), z.t, sensitivities=True)
+    assert status == 0
+    np.testing.assert_allclose(y, ref.y, rtol=1e-12)
+    np.testing.assert_allclose(sens, ref.sens, rtol=1e-12)
+    assert (c.t0, c.rtol, c.method, c.sensitivities) == (s.t0, s.rtol, s.method, s.sensitivities)

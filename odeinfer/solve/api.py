@@ -313,6 +313,13 @@ class Solver:
         """Solve for ``params`` (n_params,) and ``x0`` (n_states,); returns ``(y, sens, status)``."""
         return self._y, self._sens, self._run(params, x0)
 
+    def __reduce__(self):
+        # rebuilt from its options in the receiving process (fresh buffers, the cached kernels);
+        # pickling the buffers would detach the y/sens views from z and return stale values
+        return (_rebuild_solver, (self.compiled.model, np.array(self.t), self.t0, self.sensitivities, self.method,
+                                  self.rtol, self.atol, self.max_steps, self.first_step or None,
+                                  self.sens_error_control, self.sens_exclude))
+
     def _fixed_step(self, params, x0, h):
         """Like ``__call__`` with the constant step ``h`` (dopri5 tableau, no error control)."""
         status = self.compiled.module.dopri5_fixed(self.t0, self.t, x0, params, self.sensitivities, h,
@@ -325,6 +332,13 @@ class Solver:
         return (f"Solver(model={self.compiled.model.name!r}, method={self.method!r}, "
                 f"sensitivities={self.sensitivities}, n_times={self.t.size}, rtol={self.rtol:g}, "
                 f"atol={self.atol:g})")
+
+
+def _rebuild_solver(model, t, t0, sensitivities, method, rtol, atol, max_steps, first_step, sens_error_control,
+                    sens_exclude):
+    return make_solver(model, t, t0=t0, sensitivities=sensitivities, method=method, rtol=rtol, atol=atol,
+                       max_steps=max_steps, first_step=first_step, sens_error_control=sens_error_control,
+                       sens_exclude=sens_exclude)
 
 
 def make_solver(model, t, *, t0=None, sensitivities=False, method="dopri5", rtol=1e-6, atol=1e-8,
