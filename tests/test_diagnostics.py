@@ -248,3 +248,13 @@ def test_ppc_bad_input():
         ppc(idata, data, alpha=1.5)
     with pytest.raises(InputError, match="data: expected an odeinfer Data"):
         ppc(idata, np.zeros((21, 2)))
+
+
+def test_constant_variables_are_not_diagnosed():
+    """A known value kept in the posterior (constant draws, R-hat NaN) must not fail the R-hat check."""
+    import arviz as az
+
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(posterior={"k": rng.normal(size=(4, 500)), "x0": np.full((4, 500), 2.0)})
+    rep = check(idata, ess_min=100)
+    assert list(rep.table.index) == ["k"] and rep.passed

@@ -204,6 +204,10 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
                          "ess_bulk": get(bulk), "ess_tail": get(tail)})
             index.append(label)
     table = pd.DataFrame(rows, index=pd.Index(index, name="param"))
+    # known values kept in the posterior (e.g. a given initial state) never vary: nothing to diagnose
+    table = table[~(table["sd"] == 0)]
+    if table.empty:
+        raise InputError(f"idata: every checked variable is constant ({index}); pass var_names= of sampled ones")
     table["ok"] = ((table["r_hat"] <= rhat_max) & (table["ess_bulk"] >= ess_min)
                    & (table["ess_tail"] >= ess_min))
 
