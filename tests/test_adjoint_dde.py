@@ -313,3 +313,11 @@ def test_predict_ode_model_refuses_a_history():
     est = oi.Embedding().fit(z.model, d, start=z.params)
     with pytest.raises(InputError, match="only delay models take a history"):
         est.predict(z.t, history=1.0)
+
+
+def test_plots_draw_delay_model_estimates(logistic_fit):
+    e, data, est = logistic_fit
+    fig = oi.plots.trajectories(data, est, history=LOGISTIC_H0)
+    assert len(fig.axes[0].lines) >= 2  # data and the fitted trajectory
+    fig = oi.plots.residuals(est, data, history=LOGISTIC_H0)
+    assert len(fig.axes) == 1

@@ -31,7 +31,7 @@ def _time_grid(data, t):
     return t
 
 
-def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=None, var_name=None):
+def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=None, history=None, var_name=None):
     """Observations with each estimate's fitted trajectory, its confidence band and the
     posterior predictive band.
 
@@ -54,9 +54,11 @@ def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=N
     x0 : dict, optional
         Initial state for estimates that did not estimate it; default: the first
         observation when every state is observed at ``t0``.
+    history : History, numbers or callable, optional
+        Delay models: the history used in the fit (see :meth:`odeinfer.Estimate.predict`).
     var_name : str, optional
-        Default ``"y_obs"`` (written by :func:`odeinfer.bayes.sample`) if present, else ``"y"``.
-        Posterior predictive variable.
+        Posterior predictive variable; default ``"y_obs"`` (written by
+        :func:`odeinfer.bayes.sample`) if present, else ``"y"``.
 
     Returns
     -------
@@ -94,7 +96,7 @@ def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=N
     labels = source_labels(estimates)
     for j, (e, lab) in enumerate(zip(estimates, labels)):
         try:
-            pred = e.predict(tt, x0=initial_state(e, data, x0), t0=t0, alpha=alpha)
+            pred = _predict(e, tt, data, x0, history, t0, alpha)
         except SolverError as exc:
             warnings.warn(f"{lab}: the trajectory could not be solved ({exc}); it is not drawn",
                           OdeinferWarning, stacklevel=2)
@@ -135,7 +137,13 @@ def trajectories(data, *estimates, idata=None, t=None, alpha=0.05, ax=None, x0=N
     return fig
 
 
-def residuals(est, data, *, x0=None):
+def _predict(est, t, data, x0, history, t0, alpha=0.05):
+    if est.model.delays:
+        return est.predict(t, history=history, t0=t0, alpha=alpha)
+    return est.predict(t, x0=initial_state(est, data, x0), t0=t0, alpha=alpha)
+
+
+def residuals(est, data, *, x0=None, history=None):
     """Residuals ``y - y_hat(t)`` of one estimate per observed state (log scale for
     models with log-normal noise), against time.
 
@@ -145,6 +153,8 @@ def residuals(est, data, *, x0=None):
     data : Data
     x0 : dict, optional
         Initial state when ``est`` did not estimate it (see :func:`trajectories`).
+    history : History, numbers or callable, optional
+        Delay models: the history used in the fit (see :meth:`odeinfer.Estimate.predict`).
 
     Returns
     -------
@@ -160,7 +170,7 @@ def residuals(est, data, *, x0=None):
     data = single_data(data)
     _check_states([est], data)
     t0 = data_t0(data)
-    pred = est.predict(data.t, x0=initial_state(est, data, x0), t0=t0)
+    pred = _predict(est, data.t, data, x0, history, t0)
     log = est.model.observation.noise == "log"
     fig, axes = new_figure(data.n_observed, 1, sharex=True)
     for k, s in enumerate(data.states):
