@@ -501,14 +501,24 @@ _RODAS_RICCATI = pytest.mark.skip(
     reason="rodas cannot start at t0 = 0 on Riccati: df/dt of c*sqrt(t) is infinite there (checked below)")
 
 
-def test_rodas_riccati_reports_infinite_time_derivative():
-    for entry in (zoo.riccati(), zoo.riccati(width=0.25)):
+@pytest.mark.parametrize("width", [None, pytest.param(0.25, marks=pytest.mark.slow)])  # one Rodas compile each
+def test_rodas_riccati_reports_infinite_time_derivative(width):
+    for entry in (zoo.riccati(width=width),):
         with pytest.raises(SolverError, match=r"time derivative df/dt.*not finite at t=0\.0.*method='dopri5'"):
             solve_ode(entry.model, entry.params_array(), entry.x0_array(), entry.t, t0=entry.t0, method="rodas")
 
 
+# Rodas on every zoo model compiles one stiff kernel per model (about a minute each on a cold cache,
+# two cores): the default run keeps two representative models (linear, mildly stiff); `-m slow` runs all.
+_RODAS_DEFAULT = ("linear_decay", "alpha_pinene")
+
+
 def _marks(case_id, method):
-    return [_RODAS_RICCATI] if case_id.startswith("riccati") and method == "rodas" else []
+    if case_id.startswith("riccati") and method == "rodas":
+        return [_RODAS_RICCATI]
+    if method == "rodas" and case_id not in _RODAS_DEFAULT:
+        return [pytest.mark.slow]
+    return []
 
 
 def _grid(entry, case_id):
