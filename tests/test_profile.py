@@ -98,3 +98,26 @@ def test_sample_starts_inside_box_and_validated():
         sample_starts(np.array([0.0]), np.array([np.inf]), 3)
     with pytest.raises(InputError, match=r"sampler: expected 'sobol' or 'lhs'"):
         sample_starts(lo, hi, 3, sampler="grid")
+
+
+def test_profile_region_of_a_linear_model_is_the_wald_ellipse():
+    """x' = a + c t (x = x0 + a t + c t^2 / 2, linear in (a, c, x0)): the joint profile deviance of
+    (a, c), re-optimising x0 at each node, is exactly the quadratic form of the Wald covariance,
+    D = d^T cov_(a,c)^-1 d (the noise sd held at its estimate)."""
+    import odeinfer as oi
+
+    m = oi.Model.from_equations({"x": "a + c*t"}, params=["a", "c"])
+    t = np.linspace(0.0, 4.0, 15)
+    rng = np.random.default_rng(7)
+    y = 1.0 + 0.5 * t - 0.2 * t**2 / 2 + rng.normal(0, 0.1, t.size)
+    est = oi.Embedding().fit(m, oi.Data(t, y, "x"), start={"a": 0.0, "c": 0.0})
+    a, c, D = est._profiler.region("a", "c", n=7, span=2.0)
+    inv = np.linalg.inv(np.asarray(est.cov)[:2, :2])
+    A, C = np.meshgrid(a - est.values[0], c - est.values[1])
+    Q = inv[0, 0] * A**2 + 2 * inv[0, 1] * A * C + inv[1, 1] * C**2
+    np.testing.assert_allclose(D, Q, rtol=1e-4, atol=1e-6)
+    assert D[3, 3] == pytest.approx(0.0, abs=1e-9)            # the estimate is the centre node
+    assert est._profiler.region("a", "c", n=7, span=2.0)[2] is D  # cached
+    fig = oi.plots.regions(est, pair=("a", "c"), profile=True)
+    labels = [ln.get_label() for ln in fig.axes[0].lines]
+    assert any("profile" in lab for lab in labels) and any("Wald" in lab for lab in labels)

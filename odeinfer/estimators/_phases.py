@@ -395,7 +395,7 @@ def _attach_profiler(est, S, estimate, u, r, cov_u):
 
     def reoptimise(u_start, i):
         act = np.ones(k, bool)
-        act[i] = False
+        act[np.atleast_1d(i)] = False
         res = levenberg_marquardt(sp.evaluate, u_start, S.lo, S.hi, act, max_iter=100, xtol=1e-9, ftol=1e-12,
                                   gtol=1e-9, record=False)
         if res.r is None or res.status == "failed" and res.n_iter == 0:

@@ -53,7 +53,7 @@ def _pair(estimates, idata, pair):
     return str(pair[0]), str(pair[1])
 
 
-def regions(estimates, idata=None, pair=None, level=0.95, ax=None, *, max_points=2000, rng=0):
+def regions(estimates, idata=None, pair=None, level=0.95, ax=None, *, profile=False, max_points=2000, rng=0):
     """Wald confidence ellipses of a parameter pair against the posterior's credible region.
 
     Parameters
@@ -70,6 +70,10 @@ def regions(estimates, idata=None, pair=None, level=0.95, ax=None, *, max_points
         names of the first estimate.
     level : float, default 0.95
     ax : matplotlib Axes, optional
+    profile : bool, default False
+        Also draw the joint profile-likelihood region ``{D <= chi2_2(level)}`` (dashed) of each
+        estimate whose estimator provides profiles (``oi.Embedding``, ``oi.AdjointDDE``): a
+        15 x 15 grid of re-optimisations, cached on the estimate.
     max_points : int, default 2000
         Draws shown in the scatter (all are used for the KDE up to 5000).
     rng : int or numpy Generator, default 0
@@ -130,12 +134,32 @@ def regions(estimates, idata=None, pair=None, level=0.95, ax=None, *, max_points
         else:
             ax.plot(xy[:, 0], xy[:, 1], color=color, lw=1.6, label=f"{lab} {100 * level:g}% Wald")
         ax.plot([c[0]], [c[1]], marker="o", color=color, linestyle="none")
+        if profile:
+            _profile_region(ax, e, lab, p, q, level, color)
     ax.set_xlabel(p)
     ax.set_ylabel(q)
     ax.set_title(f"{100 * level:g}% confidence and credible regions")
     handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles + extra_handles, fontsize="small", loc="best")
     return fig
+
+
+def _profile_region(ax, est, label, p, q, level, color):
+    from scipy.stats import chi2
+
+    if est._profiler is None:
+        warnings.warn(f"{label}: no profile region (its estimator provides no profiles, or the estimate was "
+                      "loaded from a file)", OdeinferWarning, stacklevel=3)
+        return
+    a, b, D = est._profiler.region(p, q)
+    if np.isfinite(D).sum() < 9:
+        warnings.warn(f"{label}: profile region not drawn (re-optimisations failed)", OdeinferWarning, stacklevel=3)
+        return
+    ax.contour(a, b, np.where(np.isfinite(D), D, np.inf), levels=[chi2.ppf(level, 2)], colors=[color],
+               linestyles="dashed", linewidths=1.4)
+    from matplotlib.lines import Line2D
+
+    ax.add_line(Line2D([], [], color=color, lw=1.4, linestyle="dashed", label=f"{label} {100 * level:g}% profile"))
 
 
 def _hdr_contour(ax, X, level, gen):
