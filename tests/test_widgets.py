@@ -241,3 +241,16 @@ def test_fit_panel_bad_input(lv):
         oi.widgets.FitPanel(z.model, data, estimators=[])
     with pytest.raises(InputError, match=r"selected: \['Magic'\] are not offered"):
         oi.widgets.FitPanel(z.model, data, estimators=["GradientMatching"], selected=["Magic"])
+
+
+def test_region_panel_profile_switch_draws_profile_regions():
+    m = oi.Model.from_equations({"x": "a + c*t"}, params=["a", "c"])
+    t = np.linspace(0.0, 4.0, 15)
+    y = 1.0 + 0.5 * t - 0.1 * t**2 + np.random.default_rng(7).normal(0, 0.1, t.size)
+    est = oi.Embedding().fit(m, oi.Data(t, y, "x"), start={"a": 0.0, "c": 0.0})
+    panel = oi.widgets.RegionPanel([est], pair=("a", "c"))
+    assert panel.profile.value is False and panel.message.value == ""
+    assert ("a", "c", 15, 3.0) not in {k[1:] for k in est._profiler._cache if k[0] == "region"}
+    panel.profile.value = True  # the observer redraws
+    assert panel.message.value == ""
+    assert any(k[0] == "region" and k[1:3] == ("a", "c") for k in est._profiler._cache)

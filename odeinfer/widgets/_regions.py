@@ -36,6 +36,10 @@ class RegionPanel:
         Initial pair (default the first two names).
     level : float, default 0.95
         Initial level, in [0.5, 0.99].
+    profile : bool, default False
+        Initial state of the "profile regions" checkbox: also draw the joint profile-likelihood
+        regions of estimates that provide profiles (``oi.Embedding``, ``oi.AdjointDDE``); each
+        pair costs a grid of re-optimisations the first time (then cached).
     dpi : int, default 80
 
     Attributes
@@ -46,6 +50,7 @@ class RegionPanel:
     level : ipywidgets.FloatSlider
     checkboxes : dict of str to ipywidgets.Checkbox
         One per estimate, keyed by label (estimator name, numbered when repeated).
+    profile : ipywidgets.Checkbox
     image : ipywidgets.Image
     message, table : ipywidgets.HTML
     widget : ipywidgets.VBox
@@ -57,7 +62,7 @@ class RegionPanel:
     unavailable the panel says why instead of failing.
     """
 
-    def __init__(self, estimates, idata=None, *, pair=None, level=0.95, dpi=80):
+    def __init__(self, estimates, idata=None, *, pair=None, level=0.95, profile=False, dpi=80):
         import ipywidgets as w
 
         self.estimates = as_estimates(estimates)
@@ -84,12 +89,14 @@ class RegionPanel:
         self.level = w.FloatSlider(value=float(level), min=0.5, max=0.99, step=0.01, description="level",
                                    readout_format=".2f", continuous_update=False)
         self.checkboxes = {lab: w.Checkbox(value=True, description=lab, indent=False) for lab in self.labels}
+        self.profile = w.Checkbox(value=bool(profile), description="profile regions", indent=False)
         self.image = w.Image(format="png")
         self.message = w.HTML()
         self.table = w.HTML()
-        for ctl in (self.x, self.y, self.level, *self.checkboxes.values()):
+        for ctl in (self.x, self.y, self.level, self.profile, *self.checkboxes.values()):
             ctl.observe(lambda _change: self.refresh(), names="value")
-        self.widget = w.VBox([w.HBox([self.x, self.y, self.level]), w.HBox(list(self.checkboxes.values())),
+        self.widget = w.VBox([w.HBox([self.x, self.y, self.level, self.profile]),
+                              w.HBox(list(self.checkboxes.values())),
                               self.message, self.image, self.table])
         self.refresh()
 
@@ -118,7 +125,7 @@ class RegionPanel:
         try:
             plots = importlib.import_module("odeinfer.plots")
 
-            fig = plots.regions(chosen, idata=self.idata, pair=pair, level=level)
+            fig = plots.regions(chosen, idata=self.idata, pair=pair, level=level, profile=self.profile.value)
         except Exception as err:
             self.image.value = b""
             return [f"plot unavailable: {type(err).__name__}: {err}"]
