@@ -66,7 +66,7 @@ def bench_lotka_volterra(quick):
                     rtol=1e-12, atol=1e-12).y.T
     y, _, _ = solver(LV_PARAMS, LV_X0)
     err = np.max(np.abs(y - ref) / np.abs(ref))
-    print(f"Lotka-Volterra, 21 points, rtol 1e-6")
+    print("Lotka-Volterra, 21 points, rtol 1e-6")
     print(f"  odeinfer dopri5 + sensitivities (4 params + 2 x0): {ours * 1e6:9.1f} us   (max rel. error {err:.1e})")
     print(f"  scipy solve_ivp RK45, states only:                {base * 1e6:9.1f} us")
     print(f"  ratio (scipy / odeinfer): {base / ours:8.0f}x   target >= 500x")
@@ -100,7 +100,7 @@ def bench_robertson(quick):
                     atol=1e-14).y.T
     y, _, status = solver(p, np.array([1.0, 0.0, 0.0]))
     err = np.max(np.abs(y[:, [0, 2]] - ref[:, [0, 2]]))
-    print(f"Robertson (stiff), 41 points to t = 1e5, rtol 1e-6, atol 1e-10")
+    print("Robertson (stiff), 41 points to t = 1e5, rtol 1e-6, atol 1e-10")
     print(f"  odeinfer rodas, states:              {ours * 1e3:9.3f} ms   (status {status}, max abs. error y1,y3 {err:.1e})")
     print(f"  odeinfer rodas, states + sensitivities (3 params + 3 x0): {ours_s * 1e3:9.3f} ms")
     print(f"  scipy solve_ivp Radau, states only:  {base * 1e3:9.3f} ms")

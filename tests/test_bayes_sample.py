@@ -1,7 +1,6 @@
 """sample(): seeding (initial points, mass matrix mapped through PyMC's transforms), the
 InferenceData groups, the diagonal fallback, interruption, and nutpie when installed."""
 
-import warnings
 
 import numpy as np
 import pytest

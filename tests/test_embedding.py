@@ -6,7 +6,6 @@ linear regression, and the known truth of simulated data.
 """
 
 import math
-import warnings
 
 import numpy as np
 import pytest

@@ -14,7 +14,6 @@ Riccati model with its change time held fixed.
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from types import SimpleNamespace

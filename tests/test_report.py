@@ -49,7 +49,7 @@ def _evil_model():
     # Model() itself does not validate names (the decorator and from_equations do), so a display
     # test can put markup in every name a report shows.
     x, k = sp.symbols("x k", real=True)
-    return Model(name=EVIL, states=(f"<img src=x onerror=alert(1)>",), params=("k",), exprs=(-k * x,))
+    return Model(name=EVIL, states=("<img src=x onerror=alert(1)>",), params=("k",), exprs=(-k * x,))
 
 
 def test_full_report_has_every_section_and_is_standalone(lv, tmp_path):

@@ -20,39 +20,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
-from odeinfer.estimators.base import Estimator
+from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
 
 __all__ = ["AdjointDDE", "DelayBoundWarning"]
 
 
 class DelayBoundWarning(OdeinferWarning):
     """A fitted delay ended on a bound of its search box (not an interior optimum)."""
-
-
-def _norm_bounds(bounds):
-    if bounds is None:
-        return None
-    if isinstance(bounds, tuple) and all(isinstance(b, tuple) and len(b) == 3 for b in bounds):
-        return bounds
-    if not isinstance(bounds, Mapping):
-        raise InputError(f"bounds: expected a dict {{name: (lower, upper)}}, got {type(bounds).__name__}")
-    out = []
-    for k, v in bounds.items():
-        try:
-            a, b = (float(x) for x in v)
-        except (TypeError, ValueError):
-            raise InputError(f"bounds[{k!r}]: expected (lower, upper), got {v!r}") from None
-        if math.isnan(a) or math.isnan(b) or not a < b:
-            raise InputError(f"bounds[{k!r}]: expected lower < upper, got ({a}, {b})")
-        out.append((str(k), a, b))
-    return tuple(out)
 
 
 def _positive(name, v, strict=True):
@@ -210,21 +190,8 @@ class AdjointDDE(Estimator):
         for name, minimum in (("n_grid", 2), ("n_refine", 1), ("grid_iter", 1), ("max_steps", 1),
                               ("max_iter", 1), ("epochs", 1), ("nsub", 4)):
             _count(name, getattr(self, name), minimum)
-        set_(self, "bounds", _norm_bounds(self.bounds))
-        sg = self.sigma
-        if isinstance(sg, Mapping):
-            items = []
-            for k, v in sg.items():
-                try:
-                    v = float(v)
-                except (TypeError, ValueError):
-                    v = float("nan")
-                if not (math.isfinite(v) and v > 0):
-                    raise InputError(f"sigma[{k!r}]: expected a positive noise sd, got {sg[k]!r}")
-                items.append((str(k), v))
-            set_(self, "sigma", tuple(items))
-        elif not (isinstance(sg, tuple) or sg in ("pooled", "per_state")):
-            raise InputError(f"sigma: expected 'pooled', 'per_state' or a dict {{state: sd}}, got {sg!r}")
+        set_(self, "bounds", norm_bounds(self.bounds))
+        set_(self, "sigma", norm_sigma(self.sigma))
         for name in ("rtol", "atol", "lr", "eps"):
             _positive(name, getattr(self, name))
         for name in ("xtol", "ftol", "gtol", "rcond", "ident_tol", "loss_tol"):

@@ -10,6 +10,7 @@ start values), runs the numerical work, and returns an
 from __future__ import annotations
 
 import abc
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from odeinfer.data import Data, Experiments, as_experiments
-from odeinfer.errors import DataError, ModelDefinitionError, OdeinferWarning
+from odeinfer.errors import DataError, InputError, ModelDefinitionError, OdeinferWarning
 from odeinfer.model import CompiledModel, Model
 from odeinfer.results import Estimate
 
@@ -165,6 +166,44 @@ def make_estimate(estimator: "Estimator", problem: Problem, names, values, cov, 
     prov.update(kwargs.pop("provenance", {}))
     return Estimate(type(estimator).__name__, problem.model, tuple(names), np.asarray(values, float), cov, status,
                     fixed=dict(problem.fixed), provenance=prov, **kwargs)
+
+
+def norm_bounds(bounds):
+    """Config helper: ``{name: (lower, upper)}`` -> tuple of ``(name, lower, upper)`` (None stays None)."""
+    if bounds is None:
+        return None
+    if isinstance(bounds, tuple) and all(isinstance(b, tuple) and len(b) == 3 for b in bounds):
+        return bounds
+    if not isinstance(bounds, Mapping):
+        raise InputError(f"bounds: expected a dict {{name: (lower, upper)}}, got {type(bounds).__name__}")
+    out = []
+    for k, v in bounds.items():
+        try:
+            a, b = (float(x) for x in v)
+        except (TypeError, ValueError):
+            raise InputError(f"bounds[{k!r}]: expected (lower, upper), got {v!r}") from None
+        if math.isnan(a) or math.isnan(b) or not a < b:
+            raise InputError(f"bounds[{k!r}]: expected lower < upper, got ({a}, {b})")
+        out.append((str(k), a, b))
+    return tuple(out)
+
+
+def norm_sigma(sigma):
+    """Config helper: ``"pooled"``, ``"per_state"`` or ``{state: sd}`` (-> tuple of ``(state, sd)``)."""
+    if isinstance(sigma, Mapping):
+        items = []
+        for k, v in sigma.items():
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                v = float("nan")
+            if not (math.isfinite(v) and v > 0):
+                raise InputError(f"sigma[{k!r}]: expected a positive noise sd, got {sigma[k]!r}")
+            items.append((str(k), v))
+        return tuple(items)
+    if not (isinstance(sigma, tuple) or sigma in ("pooled", "per_state")):
+        raise InputError(f"sigma: expected 'pooled', 'per_state' or a dict {{state: sd}}, got {sigma!r}")
+    return sigma
 
 
 class Estimator(abc.ABC):

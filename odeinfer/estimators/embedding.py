@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
-from odeinfer.estimators.base import Estimator
+from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
 
 __all__ = ["Embedding"]
 
@@ -160,7 +159,7 @@ class Embedding(Estimator):
             raise InputError("segments: boundary='optimal' is a single-shooting embedding; use segments=1")
         if not (float(self.continuity_weight) > 0):
             raise InputError(f"continuity_weight: expected a positive number, got {self.continuity_weight!r}")
-        set_(self, "bounds", _norm_bounds(self.bounds))
+        set_(self, "bounds", norm_bounds(self.bounds))
         lp = self.log_params
         if not isinstance(lp, (bool, np.bool_)):
             if isinstance(lp, str):
@@ -170,20 +169,7 @@ class Embedding(Estimator):
             except TypeError:
                 raise InputError(f"log_params: expected True, False or a list of parameter names, got {lp!r}") from None
         set_(self, "log_params", lp)
-        sg = self.sigma
-        if isinstance(sg, Mapping):
-            items = []
-            for k, v in sg.items():
-                try:
-                    v = float(v)
-                except (TypeError, ValueError):
-                    v = float("nan")
-                if not (math.isfinite(v) and v > 0):
-                    raise InputError(f"sigma[{k!r}]: expected a positive noise sd, got {sg[k]!r}")
-                items.append((str(k), v))
-            set_(self, "sigma", tuple(items))
-        elif not (isinstance(sg, tuple) or sg in ("pooled", "per_state")):
-            raise InputError(f"sigma: expected 'pooled', 'per_state' or a dict {{state: sd}}, got {sg!r}")
+        set_(self, "sigma", norm_sigma(self.sigma))
         if not isinstance(self.starts, (int, np.integer)) or isinstance(self.starts, bool) or self.starts < 1:
             raise InputError(f"starts: expected an int >= 1, got {self.starts!r}")
         if self.sampler not in ("sobol", "lhs"):
@@ -248,23 +234,3 @@ class Embedding(Estimator):
         with single_threaded_blas():
             S = build_setup(self, model, data, start, fixed, x0)
             return _phases.run(self, S, model, data, start, fixed, x0, t_start)
-
-
-def _norm_bounds(bounds):
-    if bounds is None:
-        return None
-    if isinstance(bounds, tuple) and all(isinstance(b, tuple) and len(b) == 3 for b in bounds):
-        return bounds
-    if not isinstance(bounds, Mapping):
-        raise InputError(f"bounds: expected a dict {{name: (lower, upper)}}, got {type(bounds).__name__}")
-    out = []
-    for k, v in bounds.items():
-        try:
-            a, b = (float(x) for x in v)
-        except (TypeError, ValueError):
-            raise InputError(f"bounds[{k!r}]: expected (lower, upper), got {v!r}") from None
-        if not a < b or math.isnan(a) or math.isnan(b):
-            raise InputError(f"bounds[{k!r}]: expected lower < upper, got ({a}, {b})")
-        out.append((str(k), a, b))
-    return tuple(out)
-
