@@ -86,23 +86,28 @@ class Solution:
             Also add one column ``"d<state>/d<name>"`` per sensitivity (requires
             a solution computed with ``sensitivities=True``).
         """
-        import pandas as pd
-
-        df = pd.DataFrame(np.array(self.y), index=pd.Index(np.array(self.t), name="t"), columns=list(self.states))
-        if sens:
-            if self.sens is None:
-                raise InputError("to_frame(sens=True): this solution has no sensitivities; "
-                                 "solve with sensitivities=True")
-            for i, s in enumerate(self.states):
-                for j, name in enumerate(self.sens_names):
-                    df[f"d{s}/d{name}"] = self.sens[:, i, j]
-        return df
+        return solution_frame(self, sens)
 
     def __repr__(self):
         sens = "None" if self.sens is None else f"shape {self.sens.shape}"
         return (f"Solution(method={self.method!r}, status={Status(self.status).name}, "
                 f"t=[{self.t[0]:g} .. {self.t[-1]:g}] ({self.t.size} times), states={list(self.states)}, "
                 f"sens={sens}, n_steps={self.n_steps}, n_rejected={self.n_rejected}, t_reached={self.t_reached:g})")
+
+
+def solution_frame(sol, sens=False):
+    """``sol`` (a :class:`Solution` or DDE solution) as a DataFrame indexed by ``t``; ``sens=True``
+    adds one column ``"d<state>/d<name>"`` per sensitivity."""
+    import pandas as pd
+
+    df = pd.DataFrame(np.array(sol.y), index=pd.Index(np.array(sol.t), name="t"), columns=list(sol.states))
+    if sens:
+        if sol.sens is None:
+            raise InputError("to_frame(sens=True): this solution has no sensitivities; solve with sensitivities=True")
+        for i, s in enumerate(sol.states):
+            for j, name in enumerate(sol.sens_names):
+                df[f"d{s}/d{name}"] = sol.sens[:, i, j]
+    return df
 
 
 def solve_ode(model, params, x0, t, *, t0=None, sensitivities=False, method="dopri5", rtol=1e-6,

@@ -86,17 +86,9 @@ class DDESolution:
 
     def to_frame(self, sens: bool = False):
         """The solution as a pandas DataFrame indexed by ``t`` (``sens=True`` adds ``d<state>/d<name>``)."""
-        import pandas as pd
+        from odeinfer.solve.api import solution_frame
 
-        df = pd.DataFrame(np.array(self.y), index=pd.Index(np.array(self.t), name="t"), columns=list(self.states))
-        if sens:
-            if self.sens is None:
-                raise InputError("to_frame(sens=True): this solution has no sensitivities; "
-                                 "solve with sensitivities=True")
-            for i, s in enumerate(self.states):
-                for j, name in enumerate(self.sens_names):
-                    df[f"d{s}/d{name}"] = self.sens[:, i, j]
-        return df
+        return solution_frame(self, sens)
 
     def __repr__(self):
         sens = "None" if self.sens is None else f"shape {self.sens.shape}"
