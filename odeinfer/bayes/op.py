@@ -9,6 +9,12 @@ the forward node of ``logp`` and ``dlogp``). A graph that never uses the
 sensitivities (a plain ``logp``, posterior predictive draws) is rewritten to the
 cheaper states-only solve (:func:`_drop_unused_sensitivities`).
 
+With ``gradient="adjoint"`` the Op solves the states only and its ``L_op``
+applies :class:`VJPOp`, which gets the vector-Jacobian product from one
+states-only forward solve and one backward adjoint solve of ``n + m``
+components (for models with many parameters, where the ``n (1 + m + n)``
+sensitivity system is the cost).
+
 Failure policy (DESIGN.md, house style 4): a failed solve (blow-up, stiffness,
 too many steps) gives NaN outputs, so the sampler sees a NaN log density and
 rejects the point (a divergence in NUTS); nothing raises, nothing hangs
@@ -36,7 +42,7 @@ from pytensor.graph.op import Op
 
 from odeinfer.errors import InputError
 
-__all__ = ["ODEProblem", "ODEOp", "ode_op"]
+__all__ = ["ODEProblem", "ODEOp", "VJPOp", "ode_op"]
 
 
 class ODEProblem:
@@ -234,6 +240,80 @@ class ODEProblem:
 
         return solve
 
+    # adjoint gradient -------------------------------------------------------------------------
+    def check_adjoint(self):
+        """InputError unless the adjoint gradient is available (``method="dopri5"``)."""
+        if self.method != "dopri5":
+            raise InputError(f"gradient='adjoint': the adjoint runs on the Dormand-Prince steps, but this problem "
+                             f"uses method={self.method!r}; use method='dopri5' or gradient='sensitivities'")
+
+    def _vjp(self):
+        vjp = self._solvers.get("vjp")
+        if vjp is None:
+            from odeinfer.solve.adjoint import make_vjp
+
+            vjp = self._solvers["vjp"] = make_vjp(self.model, self.t, t0=self.t0, rtol=self.rtol, atol=self.atol,
+                                                  max_steps=self.max_steps)
+        return vjp
+
+    def python_vjp(self, theta, x0, g):
+        """``(g_theta, g_x0, status)``: ``sum_i g[i]^T d y(t_i) / d(theta, x0)`` by the adjoint, new
+        arrays; NaN when the solve fails or an input is not finite (never raises).
+
+        ``g`` has shape (n_times, n_states); ``g_theta`` (n_params,), ``g_x0`` (n_states,).
+        """
+        self.check_adjoint()
+        m, n = self.n_params, self.n_states
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        x0 = np.ascontiguousarray(x0, dtype=np.float64)
+        g = np.ascontiguousarray(g, dtype=np.float64)
+        grad = np.full(m + n, np.nan)
+        if theta.shape != (m,) or x0.shape != (n,) or g.shape != (self.n_times, n):
+            status = 6  # Status.BAD_INPUT
+        elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0)) and np.all(np.isfinite(g))):
+            status = 4  # Status.NON_FINITE
+        else:
+            out, status = self._vjp()(theta, x0, g)
+            if status == 0:
+                grad = np.array(out)
+        return grad[:m], grad[m:], int(status)
+
+    def numba_vjp(self):
+        """An ``@njit`` function ``(theta, x0, g) -> (g_theta, g_x0)``, NaN on failure (the adjoint
+        kernel ``dopri5_adjoint_vjp`` called directly, no Python)."""
+        from numba import njit
+
+        self.check_adjoint()
+        module = self.model.compile().module
+        kernel = module.dopri5_adjoint_vjp
+        n, m, n_out = self.n_states, self.n_params, self.n_times
+        work_size = int(module.dopri5_adjoint_work_size())
+        t_eval = np.array(self.t)
+        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
+
+        @njit(error_model="numpy")
+        def vjp(theta, x0, g):
+            p = np.ascontiguousarray(theta)
+            y0 = np.ascontiguousarray(x0)
+            gc = np.ascontiguousarray(g)
+            grad = np.empty(m + n)
+            ok = p.shape[0] == m and y0.shape[0] == n and gc.shape[0] == n_out and gc.shape[1] == n
+            if ok:
+                ok = np.all(np.isfinite(p)) and np.all(np.isfinite(y0)) and np.all(np.isfinite(gc))
+            status = 4
+            if ok:
+                y = np.empty((n_out, n))
+                rec = np.empty((max_steps, 3 + 5 * n))
+                work = np.empty(work_size)
+                info = np.zeros(6)
+                status = kernel(t0, t_eval, y0, p, gc, rtol, atol, np.int64(max_steps), np.int64(1), y, rec, grad,
+                                work, info)
+            if status != 0:
+                grad[:] = np.nan
+            return grad[:m].copy(), grad[m:].copy()
+
+        return vjp
+
 
 class ODEOp(Op):
     """``(theta, x0) -> (y, sens)``: states at the observation times and their sensitivities.
@@ -244,6 +324,13 @@ class ODEOp(Op):
     sensitivities : bool, default True
         Compute ``sens`` (needed by the gradient). The states-only variant is
         put in automatically where the sensitivities are not used.
+    gradient : {"sensitivities", "adjoint"}, default "sensitivities"
+        How ``L_op`` computes the vector-Jacobian product: contracted with the
+        forward sensitivities (the log density and its gradient share one
+        solve), or by the continuous adjoint (:class:`VJPOp`: a states-only
+        forward solve plus one backward solve of ``n + m`` components, whatever
+        the number of parameters; the Op's own solve is then states-only,
+        ``sensitivities`` is ignored). For models with many parameters.
 
     Inputs: ``theta`` float64 (n_params,), ``x0`` float64 (n_init,): the
     initial states (n_states,) of an ODE, the history parameters of a DDE.
@@ -252,11 +339,22 @@ class ODEOp(Op):
     width 0 when ``sensitivities=False``). NaN outputs mean the solve failed.
     """
 
-    __props__ = ("problem", "sensitivities")
+    __props__ = ("problem", "sensitivities", "gradient")
 
-    def __init__(self, problem, sensitivities=True):
+    def __init__(self, problem, sensitivities=True, gradient="sensitivities"):
+        if gradient not in ("sensitivities", "adjoint"):
+            raise InputError(f"gradient: expected 'sensitivities' or 'adjoint', got {gradient!r}")
+        if gradient == "adjoint":
+            if not hasattr(problem, "python_vjp"):
+                raise InputError(f"gradient='adjoint': {type(problem).__name__} has no adjoint; use "
+                                 "gradient='sensitivities'")
+            check = getattr(problem, "check_adjoint", None)
+            if check is not None:
+                check()
+            sensitivities = False
         self.problem = problem
         self.sensitivities = bool(sensitivities)
+        self.gradient = gradient
         super().__init__()
 
     def make_node(self, theta, x0):
@@ -294,6 +392,8 @@ class ODEOp(Op):
                     NullType("the sensitivities output of ODEOp has no gradient")()]
         if isinstance(g_y.type, DisconnectedType):
             return [pt.zeros_like(theta), pt.zeros_like(x0)]
+        if self.gradient == "adjoint":
+            return VJPOp(self.problem)(theta, x0, g_y, return_list=True)
         if not self.sensitivities:
             full = ODEOp(self.problem, True)(theta, x0)
             sens = full[1]
@@ -306,7 +406,48 @@ class ODEOp(Op):
         return [[True, True], [True, True]]
 
     def __str__(self):
+        if self.gradient == "adjoint":
+            return f"ODEOp({self.problem.model.name}, adjoint)"
         return f"ODEOp({self.problem.model.name}, sens={self.sensitivities})"
+
+
+class VJPOp(Op):
+    """``(theta, x0, g) -> (g_theta, g_x0)``: the adjoint vector-Jacobian product of :class:`ODEOp`.
+
+    ``g`` float64 (n_times, n_states) is the gradient with respect to the Op's
+    states output; the outputs are ``sum_i g[i]^T d y(t_i) / d theta`` (n_params,)
+    and ``... / d x0`` (n_init,), computed by ``problem.python_vjp`` (ODEs:
+    :mod:`odeinfer.solve.adjoint`; DDEs: the DDE-Find adjoint with the corrected
+    delay term). NaN outputs when the solve fails. Made by ``ODEOp(...,
+    gradient="adjoint").L_op``; it has no gradient itself.
+    """
+
+    __props__ = ("problem",)
+
+    def __init__(self, problem):
+        self.problem = problem
+        super().__init__()
+
+    def make_node(self, theta, x0, g):
+        theta, x0 = pt.cast(pt.as_tensor_variable(theta), "float64"), pt.cast(pt.as_tensor_variable(x0), "float64")
+        g = pt.cast(pt.as_tensor_variable(g), "float64")
+        p = self.problem
+        outputs = [pt.tensor(dtype="float64", shape=(p.n_params,)), pt.tensor(dtype="float64", shape=(p.n_init,))]
+        return Apply(self, [theta, x0, g], outputs)
+
+    def perform(self, node, inputs, output_storage):
+        g_theta, g_init, _ = self.problem.python_vjp(*inputs)
+        output_storage[0][0] = g_theta
+        output_storage[1][0] = g_init
+
+    def infer_shape(self, fgraph, node, input_shapes):
+        return [(self.problem.n_params,), (self.problem.n_init,)]
+
+    def L_op(self, inputs, outputs, output_grads):
+        return [NullType("the adjoint VJP of ODEOp has no second derivative")() for _ in inputs]
+
+    def __str__(self):
+        return f"VJPOp({self.problem.model.name})"
 
 
 def _register_rewrites():
@@ -339,7 +480,7 @@ def _register_rewrites():
         op = node.op
         if not op.sensitivities or fgraph.clients.get(node.outputs[1]):
             return None
-        y_new, _ = ODEOp(op.problem, False)(*node.inputs, return_list=True)
+        y_new, _ = ODEOp(op.problem, False, op.gradient)(*node.inputs, return_list=True)
         return {node.outputs[0]: y_new}
 
     register_canonicalize(odeinfer_merge_ode_solves, name="odeinfer_merge_ode_solves")
@@ -353,8 +494,9 @@ _register_rewrites()
 from odeinfer.bayes import numba_op  # noqa: E402, F401
 
 
-def ode_op(model, t, t0=None, **options):
-    """The :class:`ODEOp` for ``model`` at output times ``t`` (options as for :class:`ODEProblem`).
+def ode_op(model, t, t0=None, *, gradient="sensitivities", **options):
+    """The :class:`ODEOp` for ``model`` at output times ``t`` (``gradient`` as for :class:`ODEOp`,
+    other options as for :class:`ODEProblem`).
 
     Examples
     --------
@@ -366,4 +508,4 @@ def ode_op(model, t, t0=None, **options):
     >>> y.eval({theta: [0.5, 0.2], x0: [1.0, 0.0]}).shape
     (20, 2)
     """
-    return ODEOp(ODEProblem(model, t, t0, **options))
+    return ODEOp(ODEProblem(model, t, t0, **options), gradient=gradient)

@@ -27,14 +27,15 @@ the machine code on disk. Rules for these files:
 Solver kernels defined by these files (documented in each file):
 ``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
 ``linalg.py`` (``lu_factor``, ``lu_solve``), ``dopri.py`` (``dopri5_solve``,
-``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``rodas.py``
+``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``adjoint.py``
+(``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
 (``rodas_solve``, ``rodas_solve_sens``, ``rodas_work_size``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
 estimators of :mod:`odeinfer.estimators.newton`). Names are shared with the model kernels in one module,
 so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
 """
 
-KERNEL_FILES: tuple[str, ...] = ("common.py", "linalg.py", "dopri.py", "rodas.py", "residuals.py")
+KERNEL_FILES: tuple[str, ...] = ("common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py", "residuals.py")
 
 #: Kernel files of models with delays (their model kernels take the lagged
 #: states: see :mod:`odeinfer.model.codegen_dde` and ``dde.py``).

@@ -100,7 +100,7 @@ def dopri5_work_size(sens):
 def dopri5_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for the states alone; see the module docstring."""
     return _dopri5_run(t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, 0.0,
-                       max_steps, z_out, work, info)
+                       max_steps, z_out, work, info, False, z_out)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -113,7 +113,7 @@ def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_s
     k = N_PARAMS + N_STATES
     nc = N_STATES * (1 + k) if sens_err else N_STATES
     return _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
-                       max_steps, z_out, work, info)
+                       max_steps, z_out, work, info, False, z_out)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -125,12 +125,28 @@ def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     if not (n_max >= 0.0):
         return ST_BAD_INPUT
     return _dopri5_run(t0, t_eval, y0, p, n_sens_columns(sens), N_STATES, 1.0, 1.0, h, h,
-                       int(n_max), z_out, work, info)
+                       int(n_max), z_out, work, info, False, z_out)
+
+
+@njit(cache=True, error_model="numpy")
+def _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7):
+    """Coefficients ``(ydiff, bspl, r4, r5)`` of component ``q`` of the continuous
+    extension over an accepted step ``(t, t + h)``: with ``th = (s - t) / h``,
+    ``y(s) = z + th * (ydiff + (1 - th) * (bspl + th * (r4 + (1 - th) * r5)))``."""
+    ydiff = z1[q] - z[q]
+    bspl = h * k1[q] - ydiff
+    r4 = ydiff - h * k7[q] - bspl
+    r5 = h * (_DP_D1 * k1[q] + _DP_D3 * k3[q] + _DP_D4 * k4[q]
+              + _DP_D5 * k5[q] + _DP_D6 * k6[q] + _DP_D7 * k7[q])
+    return ydiff, bspl, r4, r5
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
-                max_steps, z_out, work, info):
+                max_steps, z_out, work, info, record, rec):
+    # record: store each accepted step's dense output in the rows of rec (see
+    # dopri5_dense_record); callers that do not record pass False and any
+    # float64 2-D array (z_out), so the branch costs one test per step
     n = N_STATES
     m = N_PARAMS
     size = n * (1 + k)
@@ -283,16 +299,24 @@ def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
                     nonsti += 1
                     if nonsti == 6:
                         iasti = 0
+            if record:
+                r = n_acc - 1
+                rec[r, 0] = t
+                rec[r, 1] = h
+                rec[r, 2] = t_new
+                for q in range(n):
+                    ydiff, bspl, r4, r5 = _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7)
+                    rec[r, 3 + q] = z[q]
+                    rec[r, 3 + n + q] = ydiff
+                    rec[r, 3 + 2 * n + q] = bspl
+                    rec[r, 3 + 3 * n + q] = r4
+                    rec[r, 3 + 4 * n + q] = r5
             j_end = i_out
             while j_end < n_out and (last or t_eval[j_end] <= t_new):
                 j_end += 1
             if j_end > i_out:
                 for q in range(size):
-                    ydiff = z1[q] - z[q]
-                    bspl = h * k1[q] - ydiff
-                    r4 = ydiff - h * k7[q] - bspl
-                    r5 = h * (_DP_D1 * k1[q] + _DP_D3 * k3[q] + _DP_D4 * k4[q]
-                              + _DP_D5 * k5[q] + _DP_D6 * k6[q] + _DP_D7 * k7[q])
+                    ydiff, bspl, r4, r5 = _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7)
                     for j in range(i_out, j_end):
                         if t_eval[j] >= t_new:
                             z_out[j, q] = z1[q]

@@ -1,0 +1,175 @@
+"""Adjoint vector-Jacobian products of ODE solutions (odeinfer.solve.adjoint) and the Op's
+``gradient="adjoint"`` path (VJPOp), against independent oracles: the analytic solution of
+linear decay, forward sensitivities at tight tolerances, and central finite differences."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.errors import InputError, SolverError
+from odeinfer.solve.adjoint import make_vjp, solve_vjp
+
+
+@oi.model(states=["x"], params=["k"])
+def decay(t, y, p):
+    return {"x": -p.k * y.x}
+
+
+def _entry(name):
+    e = oi.zoo.get(name)
+    return e, np.array(list(e.params.values())), np.array(list(e.x0.values())), np.asarray(e.t, float)
+
+
+def _sens_vjp(model, p, x0, t, g, t0=None):
+    """Reference: forward sensitivities at rtol 1e-12 contracted with g."""
+    s = oi.solve_ode(model, p, x0, t, t0=t0, sensitivities=True, rtol=1e-12, atol=1e-14)
+    return np.einsum("ik,ikj->j", g, s.sens)
+
+
+def test_linear_decay_matches_analytic_derivatives():
+    """x(t) = x0 exp(-k (t - t0)): d x / d k = -(t - t0) x(t), d x / d x0 = exp(-k (t - t0)).
+    Outputs at t0 (a jump at the very end of the backward pass), a repeated time and t0 < t[0]."""
+    k, x0, t0 = 0.7, 2.0, -0.5
+    t = np.array([-0.5, 0.0, 0.3, 0.3, 1.0, 2.5])
+    g = np.array([[1.5], [0.2], [-1.0], [0.4], [2.0], [0.7]])
+    grad = solve_vjp(decay, [k], [x0], t, g, t0=t0, rtol=1e-10, atol=1e-12)
+    e = np.exp(-k * (t - t0))
+    np.testing.assert_allclose(grad["k"], np.sum(g[:, 0] * -(t - t0) * x0 * e), rtol=1e-8)
+    np.testing.assert_allclose(grad["x(t0)"], np.sum(g[:, 0] * e), rtol=1e-8)
+
+
+def test_outputs_only_at_t0():
+    """No step at all: the gradient is sum(g) for x0 and zero for k."""
+    grad = solve_vjp(decay, [0.7], [2.0], [1.0, 1.0], [[1.0], [2.0]])
+    assert grad["x(t0)"] == 3.0 and grad["k"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["lotka_volterra", "fitzhugh_nagumo"])
+def test_matches_forward_sensitivities(name):
+    """Adjoint at rtol 1e-10 vs forward sensitivities at rtol 1e-12: 1e-6 relative (issue 6)."""
+    e, p, x0, t = _entry(name)
+    g = np.random.default_rng(3).normal(size=(t.size, e.model.n_states))
+    ref = _sens_vjp(e.model, p, x0, t, g, e.t0)
+    grad = solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
+    np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+
+
+def test_error_shrinks_with_the_tolerance():
+    """The backward pass runs on the forward steps: its error follows rtol (default 1e-6 gives
+    about 1e-5 relative on Lotka-Volterra, 1e-8 about 1e-7)."""
+    e, p, x0, t = _entry("lotka_volterra")
+    g = np.random.default_rng(1).normal(size=(t.size, 2))
+    ref = _sens_vjp(e.model, p, x0, t, g, e.t0)
+    errs = [np.abs(solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=r, atol=r * 1e-2).to_numpy() - ref).max()
+            / np.abs(ref).max() for r in (1e-6, 1e-8)]
+    assert errs[0] < 1e-4 and errs[1] < 1e-6 and errs[1] < errs[0] / 20
+
+
+def test_central_finite_differences():
+    """d/d(theta, x0) of sum_i g_i . x(t_i) vs central differences of the solution (rtol 1e-12)."""
+    e, p, x0, t = _entry("population")
+    g = np.random.default_rng(5).normal(size=(t.size, e.model.n_states))
+    v = np.concatenate([p, x0])
+
+    def f(v):
+        y = oi.solve_ode(e.model, v[:p.size], v[p.size:], t, t0=e.t0, rtol=1e-12, atol=1e-14).y
+        return np.sum(g * y)
+
+    fd = np.empty_like(v)
+    for j in range(v.size):
+        h = 1e-5 * max(abs(v[j]), 1e-3)
+        vp, vm = v.copy(), v.copy()
+        vp[j] += h
+        vm[j] -= h
+        fd[j] = (f(vp) - f(vm)) / (2 * h)
+    grad = solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
+
+
+def test_fast_path_status_and_pickle():
+    t = np.linspace(0, 2, 5)
+    vjp = make_vjp(decay, t)
+    g = np.ones((5, 1))
+    grad, status = vjp(np.array([0.5]), np.array([1.0]), g)
+    assert status == 0 and np.isfinite(grad).all()
+    _, status = vjp(np.array([0.5, 1.0]), np.array([1.0]), g)
+    assert status == oi.solve.Status.BAD_INPUT
+    _, status = vjp(np.array([0.5]), np.array([1.0]), np.ones((4, 1)))
+    assert status == oi.solve.Status.BAD_INPUT
+    clone = pickle.loads(pickle.dumps(vjp))
+    np.testing.assert_array_equal(clone(np.array([0.5]), np.array([1.0]), g)[0], vjp(np.array([0.5]),
+                                  np.array([1.0]), g)[0])
+
+
+def test_bad_input():
+    t = np.linspace(0, 1, 4)
+    with pytest.raises(InputError, match=r"g: expected shape \(n_times, n_states\) = \(4, 1\), got \(3, 1\)"):
+        solve_vjp(decay, [0.5], [1.0], t, np.ones((3, 1)))
+    with pytest.raises(InputError, match=r"g: rows \[2\] hold NaN or inf"):
+        solve_vjp(decay, [0.5], [1.0], t, [[1.0], [1.0], [np.nan], [1.0]])
+    with pytest.raises(InputError, match="nsub"):
+        make_vjp(decay, t, nsub=0)
+    with pytest.raises(InputError, match="params"):
+        solve_vjp(decay, {"kk": 0.5}, [1.0], t, np.ones((4, 1)))
+
+
+def test_jump_in_the_right_hand_side_is_refused():
+    """Like forward sensitivities, the adjoint would miss the jump term of a moving switch."""
+    e = oi.zoo.get("riccati")
+    with pytest.raises(InputError, match="move a jump"):
+        make_vjp(e.model, e.t, t0=e.t0)
+
+
+def test_failed_forward_solve_raises():
+    @oi.model(states=["x"], params=["a"])
+    def blowup(t, y, p):
+        return {"x": p.a * y.x ** 2}
+
+    with pytest.raises(SolverError):
+        solve_vjp(blowup, [1.0], [1.0], [0.0, 2.0], [[0.0], [1.0]], max_steps=500)
+
+
+# --- the Op ----------------------------------------------------------------------------------
+
+pytensor = pytest.importorskip("pytensor")
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA"])
+def test_op_adjoint_gradient_equals_sensitivity_gradient(mode):
+    """d logp / d(theta, x0) through VJPOp vs through the forward sensitivities (tight tolerances:
+    both are the exact gradient up to ~1e-8), in Python and in PyTensor's NUMBA mode."""
+    import pytensor.tensor as pt
+
+    from odeinfer.bayes import ode_op
+
+    e, p, x0, t = _entry("lotka_volterra")
+    y_obs = np.random.default_rng(0).normal(20.0, 5.0, size=(t.size, 2))
+    out = {}
+    for grad in ("sensitivities", "adjoint"):
+        op = ode_op(e.model, t, e.t0, gradient=grad, rtol=1e-10, atol=1e-12)
+        th, xx = pt.dvector("theta"), pt.dvector("x0")
+        y, _ = op(th, xx)
+        logp = -0.5 * pt.sum((y - y_obs) ** 2)
+        f = pytensor.function([th, xx], [logp, *pytensor.grad(logp, [th, xx])], mode=mode)
+        out[grad] = f(p * 1.02, x0)
+    assert out["adjoint"][0] == pytest.approx(out["sensitivities"][0], rel=1e-12)
+    for a, b in zip(out["adjoint"][1:], out["sensitivities"][1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7 * np.abs(b).max())
+
+
+def test_vjp_op_nan_on_failure_and_bad_options():
+    from odeinfer.bayes.op import ODEOp, ODEProblem, VJPOp
+
+    e, p, x0, t = _entry("lotka_volterra")
+    prob = ODEProblem(e.model, t, e.t0, max_steps=5)
+    g_theta, g_x0, status = prob.python_vjp(p, x0, np.ones((t.size, 2)))
+    assert status != 0 and np.isnan(g_theta).all() and np.isnan(g_x0).all()
+    g_theta, _, status = prob.python_vjp(p, x0 * np.nan, np.ones((t.size, 2)))
+    assert status == oi.solve.Status.NON_FINITE and np.isnan(g_theta).all()
+    assert str(VJPOp(prob)) == "VJPOp(lotka_volterra)"
+    with pytest.raises(InputError, match="gradient: expected 'sensitivities' or 'adjoint', got 'fd'"):
+        ODEOp(prob, gradient="fd")
+    with pytest.raises(InputError, match="method='rodas'"):
+        ODEOp(ODEProblem(e.model, t, e.t0, method="rodas"), gradient="adjoint")
