@@ -173,3 +173,33 @@ def test_vjp_op_nan_on_failure_and_bad_options():
         ODEOp(prob, gradient="fd")
     with pytest.raises(InputError, match="method='rodas'"):
         ODEOp(ODEProblem(e.model, t, e.t0, method="rodas"), gradient="adjoint")
+
+
+def _ops(pm_model):
+    from odeinfer.bayes.op import ODEOp
+
+    y = pm_model["y_hat"]
+    return [v.owner.op for v in pytensor.graph.basic.ancestors([y]) if v.owner and isinstance(v.owner.op, ODEOp)]
+
+
+def test_build_model_gradient_option():
+    """gradient='adjoint' gives the same log density gradient as 'sensitivities'; 'auto' picks the
+    adjoint only from ADJOINT_FROM Op inputs; a bad value is named."""
+    pm = pytest.importorskip("pymc")
+    from odeinfer.bayes.build import ADJOINT_FROM
+
+    e, p, x0, t = _entry("lotka_volterra")
+    data = oi.simulate(e.model, p, x0, t, t0=e.t0, noise=1.0, rng=1).data
+    priors = {name: pm.HalfNormal.dist(2.0) for name in e.model.params}
+    priors.update({"x0": pm.HalfNormal.dist(50.0), "sigma": pm.HalfNormal.dist(2.0)})
+    grads = {}
+    for g in ("sensitivities", "adjoint", "auto"):
+        m = oi.bayes.build_model(e.model, data, priors=priors, gradient=g, rtol=1e-10, atol=1e-12)
+        assert [op.gradient for op in _ops(m)] == ["sensitivities" if g == "auto" else g]
+        point = m.initial_point()
+        grads[g] = m.compile_dlogp()(point)
+    assert e.model.n_params + e.model.n_states < ADJOINT_FROM
+    np.testing.assert_allclose(grads["adjoint"], grads["sensitivities"], rtol=1e-6,
+                               atol=1e-7 * np.abs(grads["sensitivities"]).max())
+    with pytest.raises(InputError, match="gradient: expected 'auto', 'sensitivities' or 'adjoint', got 'exact'"):
+        oi.bayes.build_model(e.model, data, priors=priors, gradient="exact")

@@ -69,7 +69,8 @@ class BuildInfo:
 
 
 def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None, history=None, sigma=None,
-                fixed=None, inflate=10.0, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000):
+                fixed=None, inflate=10.0, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000,
+                gradient="auto"):
     """A ``pm.Model`` of ``model`` observed through ``data``, ready to sample or to extend.
 
     Parameters
@@ -123,6 +124,13 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     method, rtol, atol, max_steps
         Solver options of the Op (see :class:`~odeinfer.bayes.ODEProblem`;
         models with delays use the DDE solver, :class:`~odeinfer.bayes.DDEProblem`).
+    gradient : {"auto", "sensitivities", "adjoint"}, default "auto"
+        How the Op differentiates the solution (see :class:`~odeinfer.bayes.ODEOp`):
+        forward sensitivities (one solve serves the log density and its gradient),
+        or the continuous adjoint (its cost does not grow with the number of
+        parameters). ``"auto"``: the adjoint when the Op has at least
+        ``ADJOINT_FROM`` inputs (parameters plus initial states or history
+        parameters) and the method supports it (``"dopri5"``, DDEs), else sensitivities.
 
     Returns
     -------
@@ -165,6 +173,8 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     if not isinstance(model, Model):
         raise InputError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
     exps = as_experiments(data)
+    if gradient not in ("auto", "sensitivities", "adjoint"):
+        raise InputError(f"gradient: expected 'auto', 'sensitivities' or 'adjoint', got {gradient!r}")
     likelihood = _likelihood(model, likelihood)
     _check_states(model, exps)
     _check_observations(exps, likelihood)
@@ -255,11 +265,12 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
             else:
                 problem = ODEProblem(model, d.t, d.t0, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
             problems.append(problem)
+            op_gradient = _op_gradient(gradient, problem)
             tdim, odim = f"time{sfx}", f"observed_state{sfx}"
             pm_model.add_coord(tdim, np.asarray(d.t, dtype=float))
             pm_model.add_coord(odim, list(d.states))
             pm.Data(f"t{sfx}", np.asarray(d.t, dtype=float), dims=tdim)
-            y_all, _ = ODEOp(problem)(theta, op_in)
+            y_all, _ = ODEOp(problem, gradient=op_gradient)(theta, op_in)
             y_hat = pm.Deterministic(f"y_hat{sfx}", y_all, dims=(tdim, "state"))
             cols = [model.states.index(s) for s in d.states]
             mask = np.asarray(d.mask)
@@ -279,6 +290,21 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     object.__setattr__(pm_model, _INFO_ATTR, BuildInfo(model, exps, likelihood, tuple(problems), suffixes,
                                                        tuple(free), init, hist.histories if dde else None))
     return pm_model
+
+
+#: Op inputs (parameters + initial states or history parameters) from which
+#: ``gradient="auto"`` takes the adjoint (benchmarks/bench_adjoint.py: the adjoint
+#: overtakes forward sensitivities between Lotka-Volterra's 6 and the 15 of a
+#: 5-state Michaelis-Menten chain)
+ADJOINT_FROM = 12
+
+
+def _op_gradient(gradient, problem):
+    """The Op's ``gradient`` option for ``build_model(gradient=...)`` (validated by build_model)."""
+    has_adjoint = hasattr(problem, "python_vjp") and getattr(problem, "method", "dopri5") != "rodas"
+    if gradient == "auto":
+        return "adjoint" if has_adjoint and problem.n_params + problem.n_init >= ADJOINT_FROM else "sensitivities"
+    return gradient
 
 
 def build_info(pm_model) -> BuildInfo:

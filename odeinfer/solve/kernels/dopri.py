@@ -145,7 +145,7 @@ def _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7):
 def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
                 max_steps, z_out, work, info, record, rec):
     # record: store each accepted step's dense output in the rows of rec (see
-    # dopri5_dense_record); callers that do not record pass False and any
+    # _dopri5_dense and kernels/adjoint.py); callers that do not record pass False and any
     # float64 2-D array (z_out), so the branch costs one test per step
     n = N_STATES
     m = N_PARAMS
