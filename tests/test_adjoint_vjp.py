@@ -9,7 +9,7 @@ import pytest
 
 import odeinfer as oi
 from odeinfer.errors import InputError, SolverError
-from odeinfer.solve.adjoint import make_vjp, solve_vjp
+from odeinfer.solve import make_vjp, solve_vjp
 
 
 @oi.model(states=["x"], params=["k"])
