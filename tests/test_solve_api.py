@@ -368,6 +368,22 @@ def test_sens_exclude_refused_when_the_jump_depends_on_the_states():
         solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0], sensitivities=True, sens_exclude=["threshold"])
 
 
+def test_sensitivities_refused_for_a_state_dependent_jump_with_a_constant_threshold():
+    """x' = -x while x > 0.5, then 0: the jump time moves with x0, so d x / d x0 has a jump term
+    that forward sensitivities (and the adjoint) would miss; there is no switching parameter."""
+    @oi.model(states=["x"], params=["k"])
+    def switch(t, y, p):
+        return {"x": om.where(y.x > 0.5, -p.k * y.x, 0.0)}
+
+    sol = solve_ode(switch, [1.0], [1.0], [0.0, 0.5])  # states alone are fine
+    assert sol.y[1, 0] == pytest.approx(np.exp(-0.5), rel=1e-6)
+    with pytest.raises(InputError, match=r"sensitivities: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states.*sensitivities=False"):
+        solve_ode(switch, [1.0], [1.0], [0.0, 0.5], sensitivities=True)
+    with pytest.raises(InputError, match=r"sensitivities: the jump .* depends on the states"):
+        oi.solve.make_vjp(switch, [0.0, 0.5])
+
+
 @pytest.mark.parametrize("value, match", [
     (["T_x"], r"sens_exclude: 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
     (3, r"sens_exclude: expected a list of parameter names, got 3"),

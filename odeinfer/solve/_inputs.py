@@ -159,32 +159,33 @@ def check_sensitivities(cm, sensitivities, sens_exclude=()):
     sensitivity columns the caller does not need.
 
     Sensitivities are refused while a parameter that moves a jump of the right-hand side
-    (``model.switching_params``) is not excluded, and also when it is excluded but the jump
-    depends on the states (then the jump time moves with every parameter and initial state).
+    (``model.switching_params``) is not excluded, and whenever a jump depends on the states
+    (then its time moves with every parameter and initial state, even with a constant threshold).
     """
     if not isinstance(sensitivities, (bool, np.bool_)):
         raise InputError(f"sensitivities: expected True or False, got {sensitivities!r}")
     excluded = sens_exclude_indices(cm, sens_exclude)
     switching = cm.model.switching_params
-    if sensitivities and switching:
-        names = set(cm.params[i] for i in excluded)
-        needed = [q for q in switching if q not in names]
-        if needed:
-            raise InputError(
-                f"sensitivities: parameters {needed} move a jump of the right-hand "
-                "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
-                "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False "
-                f"(or, if {'it is' if len(needed) == 1 else 'they are'} held fixed, pass "
-                f"sens_exclude={needed!r})"
-            )
-        moving = _state_dependent_switches(cm.model)
-        if moving:
-            raise InputError(
-                f"sens_exclude: the jump of the right-hand side at {moving[0]} depends on the states, so its "
-                "time moves with every parameter and initial state and all sensitivities would miss the jump "
-                f"term, even with {sorted(names)} excluded; replace the sharp step by a smooth one "
-                "(om.heaviside(x, width=...)) or solve with sensitivities=False"
-            )
+    if not sensitivities:
+        return False
+    names = set(cm.params[i] for i in excluded)
+    needed = [q for q in switching if q not in names]
+    if needed:
+        raise InputError(
+            f"sensitivities: parameters {needed} move a jump of the right-hand "
+            "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
+            "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False "
+            f"(or, if {'it is' if len(needed) == 1 else 'they are'} held fixed, pass "
+            f"sens_exclude={needed!r})"
+        )
+    moving = _state_dependent_switches(cm.model)
+    if moving:
+        arg, held = ("sens_exclude", f", even with {sorted(names)} excluded") if switching else ("sensitivities", "")
+        raise InputError(
+            f"{arg}: the jump of the right-hand side at {moving[0]} depends on the states, so its time "
+            f"moves with every parameter and initial state and all sensitivities would miss the jump term{held}; "
+            "replace the sharp step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False"
+        )
     return bool(sensitivities)
 
 
