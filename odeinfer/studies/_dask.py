@@ -16,12 +16,9 @@ cache (``$ODEINFER_CACHE_DIR``).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
-import os
 import pickle
 import sys
-import tempfile
 import threading
 import types
 import uuid
@@ -43,7 +40,7 @@ _PAYLOADS_LOCK = threading.Lock()
 _MAX_PAYLOADS = 64  # recent studies x worker threads
 
 _VERSIONED = ("odeinfer", "numpy", "numba")
-_GENERATED = "odeinfer_generated_"  # module name prefix of odeinfer.model.cache.build_module
+from odeinfer.model.cache import _PREFIX as _GENERATED  # module name prefix of the generated modules
 
 
 def check_client(client):
@@ -141,24 +138,9 @@ def _load_generated(name, text):
     module = sys.modules.get(name)
     if module is not None:
         return module
-    from odeinfer.model import cache
+    from odeinfer.model.cache import load_module
 
-    with cache._LOCK:
-        if name in cache._LOADED:
-            return cache._LOADED[name]
-        directory = cache.cache_dir()
-        path = directory / f"{name[len(_GENERATED):]}.py"
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")  # atomic: no half files
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # numba's cache rebuilds environments by module name
-        spec.loader.exec_module(module)
-        cache._LOADED[name] = module
-        return module
+    return load_module(name, text)
 
 
 def dumps_payload(simulate_fn, estimators):
