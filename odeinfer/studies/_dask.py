@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import OdeinferWarning, StudyError
+from ..model.cache import _PREFIX as _GENERATED  # module name prefix of the generated modules
 from ._worker import describe, run_chunk
 
 __all__ = ["check_client", "dumps_payload", "n_slots", "run_on_client", "worker_environment",
@@ -40,7 +41,6 @@ _PAYLOADS_LOCK = threading.Lock()
 _MAX_PAYLOADS = 64  # recent studies x worker threads
 
 _VERSIONED = ("odeinfer", "numpy", "numba")
-from odeinfer.model.cache import _PREFIX as _GENERATED  # module name prefix of the generated modules
 
 
 def check_client(client):
