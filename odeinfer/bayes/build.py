@@ -128,9 +128,9 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
         How the Op differentiates the solution (see :class:`~odeinfer.bayes.ODEOp`):
         forward sensitivities (one solve serves the log density and its gradient),
         or the continuous adjoint (its cost does not grow with the number of
-        parameters). ``"auto"``: the adjoint when the Op has at least
-        ``ADJOINT_FROM`` inputs (parameters plus initial states or history
-        parameters) and the method supports it (``"dopri5"``, DDEs), else sensitivities.
+        parameters). ``"auto"``: the adjoint for ODEs solved by ``"dopri5"`` with at
+        least ``ADJOINT_FROM`` (12) parameters plus initial states, else sensitivities
+        (models with delays: sensitivities; ``"adjoint"`` uses the DDE-Find adjoint).
 
     Returns
     -------
@@ -292,19 +292,20 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     return pm_model
 
 
-#: Op inputs (parameters + initial states or history parameters) from which
-#: ``gradient="auto"`` takes the adjoint (benchmarks/bench_adjoint.py: the adjoint
-#: overtakes forward sensitivities between Lotka-Volterra's 6 and the 15 of a
-#: 5-state Michaelis-Menten chain)
+#: Op inputs (parameters + initial states) from which ``gradient="auto"`` takes the adjoint
+#: for ODEs (benchmarks/bench_adjoint.py: it overtakes forward sensitivities between
+#: Lotka-Volterra's 6 and the 15 of a 5-state Michaelis-Menten chain). For DDEs "auto" keeps
+#: the sensitivities: the DDE adjoint (RK4 on the forward mesh refined at the observation
+#: times and their delay images) was 2-6x slower on the zoo models, HIV's 20 inputs included.
 ADJOINT_FROM = 12
 
 
 def _op_gradient(gradient, problem):
     """The Op's ``gradient`` option for ``build_model(gradient=...)`` (validated by build_model)."""
-    has_adjoint = hasattr(problem, "python_vjp") and getattr(problem, "method", "dopri5") != "rodas"
-    if gradient == "auto":
-        return "adjoint" if has_adjoint and problem.n_params + problem.n_init >= ADJOINT_FROM else "sensitivities"
-    return gradient
+    if gradient != "auto":
+        return gradient
+    many = problem.kind == "ode" and problem.method == "dopri5" and problem.n_params + problem.n_init >= ADJOINT_FROM
+    return "adjoint" if many else "sensitivities"
 
 
 def build_info(pm_model) -> BuildInfo:

@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = ["DDEProblem"]
 
+_N_STORED = 6  # DDE_INFO_N_STORED of the kernel
 _BUF_FULL = 7  # DDE_INFO_BUF_FULL of the kernel
 _INFO_SIZE = 8
 
@@ -243,6 +244,122 @@ class DDEProblem:
             return y, s
 
         return solve
+
+    # vector-Jacobian products by the adjoint ----------------------------------------------------
+    #: backward RK4 steps per forward step of the adjoint VJP (``dde_adjoint_vjp``; error O(nsub**-4))
+    vjp_nsub = 2
+
+    def python_vjp(self, theta, phi, g):
+        """``(g_theta (n_params,), g_phi (n_history_params,), status)``: ``sum_r g_r^T dy(t_r)/d(theta, phi)``.
+
+        ``g`` (n_times, n_states): the upstream gradient w.r.t. the states at the
+        output times. One states-only forward solve, then the continuous adjoint
+        with point sources (:func:`odeinfer.solve.dde_adjoint.dde_vjp`, kernel
+        ``dde_adjoint_vjp``, ``vjp_nsub`` RK4 steps per forward step). Never
+        raises: bad inputs, a delay <= 0 (or beyond a data-driven history's
+        window) or a failed solve give NaN-filled outputs and a nonzero status.
+        """
+        m, q = self.n_params, self.n_init
+        status = 6  # Status.BAD_INPUT
+        try:
+            theta = np.ascontiguousarray(theta, dtype=np.float64)
+            phi = np.ascontiguousarray(phi, dtype=np.float64)
+            g = np.ascontiguousarray(g, dtype=np.float64)
+        except (TypeError, ValueError):
+            return np.full(m, np.nan), np.full(q, np.nan), status
+        if theta.shape != (m,) or phi.shape != (q,) or g.shape != (self.n_times, self.n_states):
+            pass
+        elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi)) and np.all(np.isfinite(g))):
+            status = 4  # Status.NON_FINITE
+        elif self._delays_ok(theta):
+            solver = self._solver(False)
+            _, _, status = solver(theta, phi)
+            if status == 0:
+                module = solver.compiled.module
+                grad = np.empty(m + q)
+                status = module.dde_adjoint_vjp(solver.t0, solver.t, g, theta, solver._hkind, phi, solver._hb,
+                                                solver._hc, solver.buf, int(solver.info[6]), int(self.vjp_nsub),
+                                                grad)
+                if status == 0:
+                    return grad[:m].copy(), grad[m:].copy(), 0
+        return np.full(m, np.nan), np.full(q, np.nan), int(status)
+
+    def numba_vjp(self):
+        """An ``@njit`` function ``(theta, phi, g) -> (g_theta, g_phi)``; NaN outputs on failure.
+
+        The numba counterpart of :meth:`python_vjp`: calls the model's generated
+        ``dde_solve`` (states only, growing the dense-output store as
+        :class:`~odeinfer.solve.DDESolver` does) and ``dde_adjoint_vjp`` kernels
+        directly (no Python).
+        """
+        from numba import njit
+
+        module = self.model.compile().module
+        solve_kernel = module.dde_solve
+        vjp_kernel = module.dde_adjoint_vjp
+        n, m, n_out = self.n_states, self.n_params, self.n_times
+        q = self.n_init
+        work_size = int(module.dde_work_size(0, q))
+        hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
+        hkind = int(hkind)
+        hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
+        t_eval = np.array(self.t)
+        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
+        nsub = int(self.vjp_nsub)
+        sens_err = 1 if self.sens_error_control else 0
+        tau_limit = float(self.tau_limit)
+        delay_idx = np.array(self.model.delay_indices, dtype=np.int64)
+        cols = 2 + 5 * n
+        rows0 = min(512, max_steps)
+
+        # the same argument types as the Python path (python_vjp / DDESolver), so the disk-cached kernels are reused
+        @njit(error_model="numpy")
+        def vjp(theta, phi, g):
+            hkind_v, k_v, max_steps_v, nsub_v = np.int64(hkind), np.int64(0), np.int64(max_steps), np.int64(nsub)
+            sens_err_v = sens_err != 0
+            hb_v, hc_v = hb.copy(), hc.copy()
+            p = np.ascontiguousarray(theta)
+            ph = np.ascontiguousarray(phi)
+            gg = np.ascontiguousarray(g)
+            g_theta = np.full(m, np.nan)
+            g_phi = np.full(q, np.nan)
+            ok = p.shape[0] == m and ph.shape[0] == q and gg.shape[0] == n_out and gg.shape[1] == n
+            if ok:
+                for j in range(m):
+                    ok = ok and np.isfinite(p[j])
+                for j in range(q):
+                    ok = ok and np.isfinite(ph[j])
+                for j in delay_idx:
+                    ok = ok and p[j] > 0.0 and p[j] <= tau_limit
+                for r in range(n_out):
+                    for i in range(n):
+                        ok = ok and np.isfinite(gg[r, i])
+            if not ok:
+                return g_theta, g_phi
+            z = np.empty((n_out, n))
+            work = np.empty(work_size)
+            info = np.zeros(_INFO_SIZE)
+            rows = rows0
+            while True:
+                buf = np.empty((rows, cols))
+                status = solve_kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
+                                      max_steps_v, z, work, buf, info)
+                if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
+                    break
+                rows = min(4 * rows, max_steps)
+            if status != 0:
+                return g_theta, g_phi
+            grad = np.empty(m + q)
+            status = vjp_kernel(t0, t_eval, gg, p, hkind_v, ph, hb_v, hc_v, buf, np.int64(info[_N_STORED]), nsub_v,
+                                grad)
+            if status == 0:
+                for j in range(m):
+                    g_theta[j] = grad[j]
+                for j in range(q):
+                    g_phi[j] = grad[m + j]
+            return g_theta, g_phi
+
+        return vjp
 
 
 def dde_op(model, t, history, t0=None, **options):
