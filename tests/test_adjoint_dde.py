@@ -205,6 +205,7 @@ def test_hiv_history_parameters_with_zero_sensitivity_are_reported_not_estimated
     zero = {"A[T_star]", "A[V_NI]", "omega[T_star]", "omega[V_NI]"}
     verdicts = {n: r["verdict"] for n, r in est.extras["identifiability"].items()}
     assert {n for n, v in verdicts.items() if v == "zero"} == zero
+    assert set(est.extras["held_at_start"]) == zero  # detected before the fit and held (they drifted at noise 0.9)
     for n in zero:
         assert np.isnan(est.bse[n])
         want = h0.values[list(h0.param_names(e.model.states)).index(n)]

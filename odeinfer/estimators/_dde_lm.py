@@ -58,8 +58,28 @@ class _Logged:
 
 
 def _lm(est, f, u0, S, active=None, max_iter=None, record=True):
+    live = S.live
+    if live is not None:
+        active = live if active is None else np.asarray(active, bool) & live
     return levenberg_marquardt(f, u0, S.lo, S.hi, active, max_iter=max_iter or est.max_iter, xtol=est.xtol,
                                ftol=est.ftol, gtol=est.gtol, record=record)
+
+
+def _dead_columns(S, u):
+    """Unknowns the residuals do not depend on (column norm of the Jacobian below 1e-12 of the
+    largest scaled one) at ``u`` and at a perturbed point (so that e.g. a frequency is not
+    declared dead because its amplitude starts at 0). Held at their start values: a column
+    that is zero up to rounding makes the scaled LM step along it arbitrary (it drifted)."""
+    dead = np.ones(S.k, bool)
+    pert = np.where(np.arange(S.k) % 2 == 0, 0.013, -0.011)
+    for v in (u, np.clip(u + pert * np.where(np.abs(u) > 1e-8, np.abs(u), 1.0), S.lo, S.hi)):
+        out = S.evaluate(v)
+        if out is None or not np.all(np.isfinite(out[1])):
+            return np.zeros(S.k, bool)
+        cn = np.sqrt(np.einsum("ij,ij->j", out[1], out[1]))
+        eff = cn * np.where(np.abs(v) > 1e-8, np.abs(v), 1.0)
+        dead &= eff <= 1e-12 * max(float(np.max(eff)), 1e-300)
+    return dead
 
 
 def _shape_mask(S):
@@ -119,6 +139,13 @@ def _search(est, S):
                             else ""))
     S.set_sigma(np.ones(S.model.n_states))
     runs, extras = [], {}
+    probe = u0.copy()
+    if col is not None and not math.isfinite(probe[col]):
+        probe[col] = grid[0]
+    dead = _dead_columns(S, probe)
+    if dead.any():
+        S.live = ~dead
+        extras["held_at_start"] = [S.names[j] for j in np.flatnonzero(dead)]
     if col is None or math.isfinite(u0[col]):
         log = _Logged(S)
         runs.append(("start", _staged(est, log, u0, S)[0], log))
@@ -325,7 +352,7 @@ def _attach_profiler(est, S, estimate, u, r, cov_u):
     k = S.k
 
     def reoptimise(u_start, i):
-        act = np.ones(k, bool)
+        act = np.ones(k, bool) if S.live is None else S.live.copy()
         act[np.atleast_1d(i)] = False
         res = levenberg_marquardt(S.evaluate, u_start, S.lo, S.hi, act, max_iter=100, xtol=1e-9, ftol=1e-12,
                                   gtol=1e-9, record=False)

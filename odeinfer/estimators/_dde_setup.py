@@ -213,6 +213,7 @@ class DDESetup:
         self.rtol, self.atol, self.max_steps = est.rtol, est.atol, est.max_steps
         self.sigma_state = np.ones(model.n_states)
         self._solver = None
+        self.live = None  # unknowns the LM may move (None: all); set by the default mode's search
 
     @staticmethod
     def _check_history_names(argument, values, pnames, hnames, all_h):
