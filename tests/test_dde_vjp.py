@@ -29,31 +29,35 @@ def _sens_vjp(model, params, history, t, g, t0=None, rtol=1e-10, atol=1e-12):
     return np.einsum("ti,tij->j", g, sol.sens)
 
 
-def _close(v, ref, rel=1e-6):
-    np.testing.assert_allclose(v, ref, rtol=0, atol=rel * np.max(np.abs(ref)))
+def _rel(v, ref):
+    """Largest deviation relative to the largest reference component."""
+    return float(np.max(np.abs(np.asarray(v) - ref)) / np.max(np.abs(ref)))
 
 
-def _check_zoo(name):
+def _zoo_case(name):
+    """(VJP, sensitivity reference, names expected, sum g . y at the outputs) on a zoo model."""
     e = zoo.get(name)
     g = np.random.default_rng(1).normal(size=(e.t.size, e.model.n_states))
     v = dde_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
     ref = _sens_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
-    assert v.names == tuple(e.model.params) + e.history.param_names(e.model.states)
-    _close(v.grad, ref)
     y = solve_dde(e.model, e.params_array(), e.history, e.t, t0=e.t0, rtol=1e-10, atol=1e-12).y
-    assert v.loss == pytest.approx(float(np.sum(g * y)), rel=1e-12)
+    return v, ref, tuple(e.model.params) + e.history.param_names(e.model.states), float(np.sum(g * y))
 
 
 @pytest.mark.parametrize("name", SMALL)
 def test_vjp_matches_the_sensitivity_vjp(name):
-    _check_zoo(name)
+    v, ref, names, loss = _zoo_case(name)
+    assert v.names == names and _rel(v.grad, ref) <= 1e-6
+    assert v.loss == pytest.approx(loss, rel=1e-12)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in zoo.available("dde") if n not in SMALL])
 def test_vjp_matches_the_sensitivity_vjp_on_the_whole_dde_zoo(name):
     """Measured (nsub=2, rtol 1e-10): max relative deviation 2e-7 (hiv) .. 1e-8 on the other models."""
-    _check_zoo(name)
+    v, ref, names, loss = _zoo_case(name)
+    assert v.names == names and _rel(v.grad, ref) <= 1e-6
+    assert v.loss == pytest.approx(loss, rel=1e-12)
 
 
 def test_vjp_matches_central_finite_differences():
@@ -77,7 +81,7 @@ def test_vjp_matches_central_finite_differences():
         up[j] += h
         um[j] -= h
         fd[j] = (loss(up) - loss(um)) / (2 * h)
-    _close(v.grad, fd, rel=1e-6)
+    assert _rel(v.grad, fd) <= 1e-6
     assert v.loss == pytest.approx(loss(u0), rel=1e-9)
 
 
@@ -106,7 +110,7 @@ def test_irregular_repeated_times_and_off_grid_delays(tau, t0, shift):
     # only within 1.3e-6 (3e-8 at 1e-12)
     v = dde_vjp(e.model, p, e.history, t, g, t0=t0, rtol=1e-12, atol=1e-14)
     ref = _sens_vjp(e.model, p, e.history, t, g, t0=t0, rtol=1e-12, atol=1e-14)
-    _close(v.grad, ref)
+    assert _rel(v.grad, ref) <= 1e-6
 
 
 def test_nsub_refines():
@@ -131,7 +135,7 @@ def test_two_delays():
     for t in (np.linspace(0.0, 8.0, 33), np.sort(rng.uniform(0.0, 8.0, 25))):
         g = rng.normal(size=(t.size, 2))
         ref = _sens_vjp(two, p, hist, t, g, t0=0.0, rtol=1e-12, atol=1e-14)
-        _close(dde_vjp(two, p, hist, t, g, t0=0.0).grad, ref)
+        assert _rel(dde_vjp(two, p, hist, t, g, t0=0.0).grad, ref) <= 1e-6
 
 
 def test_bad_input():
@@ -169,7 +173,7 @@ def test_problem_vjps_match_the_sensitivities():
     ref = np.einsum("ti,tij->j", g, S)
     g_theta, g_phi, status = pr.python_vjp(theta, phi, g)
     assert status == 0 and g_theta.shape == (3,) and g_phi.shape == (3,)
-    _close(np.concatenate([g_theta, g_phi]), ref)
+    assert _rel(np.concatenate([g_theta, g_phi]), ref) <= 1e-6
     vjp = pr.numba_vjp()
     a, b = vjp(theta, phi, g)
     np.testing.assert_allclose(np.concatenate([a, b]), np.concatenate([g_theta, g_phi]), rtol=1e-13, atol=0)
@@ -201,6 +205,6 @@ def test_problem_vjp_with_a_data_driven_history():
     _, S, _ = pr.python_solve(theta, np.zeros(0), sens=True)
     g_theta, g_phi, status = pr.python_vjp(theta, np.zeros(0), g)
     assert status == 0 and g_phi.shape == (0,)
-    _close(g_theta, np.einsum("ti,tij->j", g, S))
+    assert _rel(g_theta, np.einsum("ti,tij->j", g, S)) <= 1e-6
     _, _, status = pr.python_vjp(np.array([2.0, 1.5, 2.5]), np.zeros(0), g)  # tau beyond the history window
     assert status == 6
