@@ -292,6 +292,20 @@ def _dde_rhs(t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out
 
 
 @njit(cache=True, error_model="numpy")
+def dde_next_multi_index(cnt, order):
+    """Advance ``cnt`` (one count per delay, each in 0..order) like an odometer; True once it
+    has wrapped around to all zeros (every multi-index visited)."""
+    pos = 0
+    while pos < cnt.shape[0]:
+        cnt[pos] += 1
+        if cnt[pos] <= order:
+            return False
+        cnt[pos] = 0
+        pos += 1
+    return True
+
+
+@njit(cache=True, error_model="numpy")
 def _dde_breakpoints(t0, t_end, p, eps, bps):
     """Sorted distinct breakpoints in ``(t0, t_end)``; returns their number."""
     d = N_DELAYS
@@ -306,15 +320,7 @@ def _dde_breakpoints(t0, t_end, p, eps, bps):
         if 0 < tot <= _DDE_BP_ORDER and t0 + val < t_end - eps:
             bps[nbp] = t0 + val
             nbp += 1
-        # next multi-index (odometer over 0.._DDE_BP_ORDER)
-        pos = 0
-        while pos < d:
-            cnt[pos] += 1
-            if cnt[pos] <= _DDE_BP_ORDER:
-                break
-            cnt[pos] = 0
-            pos += 1
-        if pos == d:
+        if dde_next_multi_index(cnt, _DDE_BP_ORDER):
             break
     for a in range(1, nbp):  # insertion sort
         v = bps[a]

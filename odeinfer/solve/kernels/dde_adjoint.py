@@ -416,14 +416,7 @@ def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts,
                 pts[npt] = max(val, t0) if tot > 0 else t_obs[r]
                 flags[npt] = 2 if tot == 0 else (1 if tot == 1 else 0)
                 npt += 1
-            pos = 0
-            while pos < d:
-                cnt[pos] += 1
-                if cnt[pos] <= _ADJ_BP_ORDER:
-                    break
-                cnt[pos] = 0
-                pos += 1
-            if pos == d:
+            if dde_next_multi_index(cnt, _ADJ_BP_ORDER):
                 break
     return npt
 
