@@ -10,10 +10,7 @@ References (independent of the code under test):
   right-hand side, so A and omega of T* and V_NI cannot change the trajectory).
 """
 
-import importlib.util
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,12 +26,9 @@ from odeinfer.solve import solve_dde
 
 
 def _load_reference():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 ref = _load_reference()

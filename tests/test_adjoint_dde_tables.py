@@ -23,12 +23,9 @@ about 15 min on 2 shared cores).
 """
 
 import functools
-import importlib.util
 import math
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,12 +39,9 @@ from odeinfer.model import History
 
 
 def _ref():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 # --- the paper's tables (DDE-Find, Stephany 2024, Tables 4-19; spec seed-002 sec. 3) -------------

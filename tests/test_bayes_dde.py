@@ -3,9 +3,6 @@ independent scipy method of steps, gradient vs central finite differences, NUMBA
 delays), build_model with delays and history parameters (log density vs a hand-written
 scipy.stats computation, names), a short seeded NUTS run that recovers tau, and bad input."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,12 +20,9 @@ from odeinfer.results import Estimate  # noqa: E402
 
 
 def _load_reference():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 ref = _load_reference()

@@ -7,12 +7,9 @@ not-a-knot ``CubicSpline`` of the data; the gradient against central finite diff
 same quadrature.
 """
 
-import importlib.util
 import itertools
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,12 +26,9 @@ from odeinfer.model import History
 
 
 def _ref():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 @pytest.fixture(scope="module")

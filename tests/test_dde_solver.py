@@ -6,10 +6,7 @@ hand-written right-hand sides) on every DDE zoo model; central finite difference
 of the solution map for the sensitivities.
 """
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,12 +20,9 @@ from odeinfer.solve import Status, make_dde_solver, solve_dde, solve_ode
 
 
 def _load_reference():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 ref = _load_reference()

@@ -1,9 +1,6 @@
 """The DDE zoo: entries, provenance, true values from DDE-Find sec. 6 / Brunel et al. 2013 sec. 6.2,
 and right-hand sides checked against hand-written formulas (tests/dde_reference.py)."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,12 +12,9 @@ from odeinfer.zoo.dde import DDEZooEntry
 
 
 def _load_reference():
-    if "dde_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dde_reference", Path(__file__).with_name("dde_reference.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["dde_reference"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dde_reference"]
+    import dde_reference  # tests/ is on sys.path (conftest.py)
+
+    return dde_reference
 
 
 ref = _load_reference()
