@@ -205,31 +205,6 @@ def test_build_model_gradient_option():
         oi.bayes.build_model(e.model, data, priors=priors, gradient="exact")
 
 
-@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA"])
-def test_dde_op_adjoint_gradient_equals_sensitivity_gradient(mode):
-    """The Op on a delay model (delay exponential decay, affine history: theta incl. tau, phi):
-    gradient through VJPOp (DDE-Find adjoint, corrected delay term) vs through the forward
-    sensitivities, tight tolerances."""
-    import pytensor.tensor as pt
-
-    from odeinfer.bayes.dde_problem import DDEProblem
-    from odeinfer.bayes.op import ODEOp
-
-    e = oi.zoo.get("delay_exponential_decay")
-    y_obs = np.random.default_rng(2).normal(1.0, 0.3, size=(e.t.size, e.model.n_states))
-    prob = DDEProblem(e.model, e.t, e.history, e.t0, rtol=1e-10, atol=1e-12)
-    out = {}
-    for grad in ("sensitivities", "adjoint"):
-        th, ph = pt.dvector("theta"), pt.dvector("phi")
-        y, _ = ODEOp(prob, gradient=grad)(th, ph)
-        logp = -0.5 * pt.sum((y - y_obs) ** 2)
-        f = pytensor.function([th, ph], [logp, *pytensor.grad(logp, [th, ph])], mode=mode)
-        out[grad] = f(e.params_array() * 1.05, np.asarray(e.history.values, float))
-    assert out["adjoint"][0] == pytest.approx(out["sensitivities"][0], rel=1e-12)
-    for a, b in zip(out["adjoint"][1:], out["sensitivities"][1:]):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
-
-
 def test_auto_gradient_choice():
     """'auto': the adjoint for dopri5 ODE problems with >= ADJOINT_FROM inputs, else sensitivities
     (rodas, few inputs, delay models)."""
