@@ -181,12 +181,38 @@ class DDEProblem:
         """
         from numba import njit
 
+        n, n_out = self.n_states, self.n_times
+        kk = self.n_params + self.n_init if sens else 0
+        forward = self._numba_forward(kk)
+
+        @njit(error_model="numpy")
+        def solve(theta, phi):
+            status, z, _, _ = forward(np.ascontiguousarray(theta), np.ascontiguousarray(phi))
+            y = np.empty((n_out, n))
+            s = np.empty((n_out, n, kk))
+            if status != 0:
+                y[:] = np.nan
+                s[:] = np.nan
+                return y, s
+            for i in range(n_out):
+                for a in range(n):
+                    y[i, a] = z[i, a]
+                    for b in range(kk):
+                        s[i, a, b] = z[i, n + a * kk + b]
+            return y, s
+
+        return solve
+
+    def _numba_forward(self, k):
+        """An ``@njit`` function ``(p, ph) -> (status, z, buf, info)``: the model's ``dde_solve``
+        kernel with ``k`` sensitivity columns (0 or ``n_params + n_init``) after the input checks
+        (finite values, ``0 < delay <= tau_limit``; status 6 otherwise), growing the dense-output
+        store ``buf`` as :class:`~odeinfer.solve.DDESolver` does."""
+        from numba import njit
+
         module = self.model.compile().module
         kernel = module.dde_solve
-        n, m, n_out = self.n_states, self.n_params, self.n_times
-        q = self.n_init
-        k = m + q if sens else 0
-        kk = k
+        n, m, n_out, q = self.n_states, self.n_params, self.n_times, self.n_init
         work_size = int(module.dde_work_size(k, q))
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
         hkind = int(hkind)
@@ -203,15 +229,13 @@ class DDEProblem:
         # closure constants reach numba as literal ints/bools and read-only arrays; the kernel is cached
         # (cache=True) for the plain types the Python solver uses, so pass those (else a ~1 min recompile)
         @njit(error_model="numpy")
-        def solve(theta, phi):
-            hkind_v, k_v, max_steps_v = np.int64(hkind), np.int64(kk), np.int64(max_steps)
+        def forward(p, ph):
+            hkind_v, k_v, max_steps_v = np.int64(hkind), np.int64(k), np.int64(max_steps)
             sens_err_v = sens_err != 0
             hb_v, hc_v = hb.copy(), hc.copy()
             z = np.empty((n_out, width))
-            work = np.empty(work_size)
             info = np.zeros(_INFO_SIZE)
-            p = np.ascontiguousarray(theta)
-            ph = np.ascontiguousarray(phi)
+            buf = np.empty((0, cols))
             ok = p.shape[0] == m and ph.shape[0] == q
             if ok:
                 for j in range(m):
@@ -220,30 +244,20 @@ class DDEProblem:
                     ok = ok and np.isfinite(ph[j])
                 for j in delay_idx:
                     ok = ok and p[j] > 0.0 and p[j] <= tau_limit
-            status = 6
-            if ok:
-                rows = rows0
-                while True:
-                    buf = np.empty((rows, cols))
-                    status = kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
-                                    max_steps_v, z, work, buf, info)
-                    if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
-                        break
-                    rows = min(4 * rows, max_steps)
-            y = np.empty((n_out, n))
-            s = np.empty((n_out, n, kk))
-            if status != 0:
-                y[:] = np.nan
-                s[:] = np.nan
-                return y, s
-            for i in range(n_out):
-                for a in range(n):
-                    y[i, a] = z[i, a]
-                    for b in range(kk):
-                        s[i, a, b] = z[i, n + a * kk + b]
-            return y, s
+            if not ok:
+                return 6, z, buf, info
+            work = np.empty(work_size)
+            rows = rows0
+            while True:
+                buf = np.empty((rows, cols))
+                status = kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
+                                max_steps_v, z, work, buf, info)
+                if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
+                    break
+                rows = min(4 * rows, max_steps)
+            return status, z, buf, info
 
-        return solve
+        return forward
 
     # vector-Jacobian products by the adjoint ----------------------------------------------------
     #: backward RK4 steps per forward step of the adjoint VJP (``dde_adjoint_vjp``; error O(nsub**-4))
@@ -294,64 +308,36 @@ class DDEProblem:
         """
         from numba import njit
 
-        module = self.model.compile().module
-        solve_kernel = module.dde_solve
-        vjp_kernel = module.dde_adjoint_vjp
-        n, m, n_out = self.n_states, self.n_params, self.n_times
-        q = self.n_init
-        work_size = int(module.dde_work_size(0, q))
+        vjp_kernel = self.model.compile().module.dde_adjoint_vjp
+        n, m, n_out, q = self.n_states, self.n_params, self.n_times, self.n_init
+        forward = self._numba_forward(0)
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
         hkind = int(hkind)
         hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
         t_eval = np.array(self.t)
-        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
-        nsub = int(self.vjp_nsub)
-        sens_err = 1 if self.sens_error_control else 0
-        tau_limit = float(self.tau_limit)
-        delay_idx = np.array(self.model.delay_indices, dtype=np.int64)
-        cols = 2 + 5 * n
-        rows0 = min(512, max_steps)
+        t0, nsub = self.t0, int(self.vjp_nsub)
 
         # the same argument types as the Python path (python_vjp / DDESolver), so the disk-cached kernels are reused
         @njit(error_model="numpy")
         def vjp(theta, phi, g):
-            hkind_v, k_v, max_steps_v, nsub_v = np.int64(hkind), np.int64(0), np.int64(max_steps), np.int64(nsub)
-            sens_err_v = sens_err != 0
-            hb_v, hc_v = hb.copy(), hc.copy()
             p = np.ascontiguousarray(theta)
             ph = np.ascontiguousarray(phi)
             gg = np.ascontiguousarray(g)
             g_theta = np.full(m, np.nan)
             g_phi = np.full(q, np.nan)
-            ok = p.shape[0] == m and ph.shape[0] == q and gg.shape[0] == n_out and gg.shape[1] == n
+            ok = gg.shape[0] == n_out and gg.shape[1] == n
             if ok:
-                for j in range(m):
-                    ok = ok and np.isfinite(p[j])
-                for j in range(q):
-                    ok = ok and np.isfinite(ph[j])
-                for j in delay_idx:
-                    ok = ok and p[j] > 0.0 and p[j] <= tau_limit
                 for r in range(n_out):
                     for i in range(n):
                         ok = ok and np.isfinite(gg[r, i])
             if not ok:
                 return g_theta, g_phi
-            z = np.empty((n_out, n))
-            work = np.empty(work_size)
-            info = np.zeros(_INFO_SIZE)
-            rows = rows0
-            while True:
-                buf = np.empty((rows, cols))
-                status = solve_kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
-                                      max_steps_v, z, work, buf, info)
-                if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
-                    break
-                rows = min(4 * rows, max_steps)
+            status, _, buf, info = forward(p, ph)
             if status != 0:
                 return g_theta, g_phi
             grad = np.empty(m + q)
-            status = vjp_kernel(t0, t_eval, gg, p, hkind_v, ph, hb_v, hc_v, buf, np.int64(info[_N_STORED]), nsub_v,
-                                grad)
+            status = vjp_kernel(t0, t_eval, gg, p, np.int64(hkind), ph, hb.copy(), hc.copy(), buf,
+                                np.int64(info[_N_STORED]), np.int64(nsub), grad)
             if status == 0:
                 for j in range(m):
                     g_theta[j] = grad[j]
