@@ -181,25 +181,16 @@ class DDEProblem:
         """
         from numba import njit
 
-        n, n_out = self.n_states, self.n_times
+        from odeinfer.bayes.op import split_augmented
+
+        n = self.n_states
         kk = self.n_params + self.n_init if sens else 0
         forward = self._numba_forward(kk)
 
         @njit(error_model="numpy")
         def solve(theta, phi):
             status, z, _, _ = forward(np.ascontiguousarray(theta), np.ascontiguousarray(phi))
-            y = np.empty((n_out, n))
-            s = np.empty((n_out, n, kk))
-            if status != 0:
-                y[:] = np.nan
-                s[:] = np.nan
-                return y, s
-            for i in range(n_out):
-                for a in range(n):
-                    y[i, a] = z[i, a]
-                    for b in range(kk):
-                        s[i, a, b] = z[i, n + a * kk + b]
-            return y, s
+            return split_augmented(z, n, kk, status)
 
         return solve
 

@@ -32,7 +32,7 @@ def _numba_funcify_ode_op(op, node=None, **kwargs):
     problem = op.problem
     module = problem.model.compile().module
     kind = f"{type(problem).__module__}.{type(problem).__qualname__}"
-    text = f"odeinfer-ode-op/2|{kind}|{problem.key}|{module.__name__}|{op.sensitivities}"
+    text = f"odeinfer-ode-op/3|{kind}|{problem.key}|{module.__name__}|{op.sensitivities}"
     return problem.numba_solve(op.sensitivities), hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -35,6 +35,7 @@ import hashlib
 
 import numpy as np
 import pytensor.tensor as pt
+from numba import njit
 from pytensor.gradient import DisconnectedType
 from pytensor.graph.basic import Apply
 from pytensor.graph.null_type import NullType
@@ -43,6 +44,25 @@ from pytensor.graph.op import Op
 from odeinfer.errors import InputError
 
 __all__ = ["ODEProblem", "ODEOp", "VJPOp", "ode_op"]
+
+
+@njit(cache=True, error_model="numpy")
+def split_augmented(z, n, k, status):
+    """``(y (n_out, n), S (n_out, n, k))`` from the solvers' augmented output rows ``z``
+    (states, then ``n`` blocks of ``k`` sensitivities); NaN-filled when ``status != 0``."""
+    n_out = z.shape[0]
+    y = np.empty((n_out, n))
+    s = np.empty((n_out, n, k))
+    if status != 0:
+        y[:] = np.nan
+        s[:] = np.nan
+        return y, s
+    for i in range(n_out):
+        for a in range(n):
+            y[i, a] = z[i, a]
+            for b in range(k):
+                s[i, a, b] = z[i, n + a * k + b]
+    return y, s
 
 
 class ODEProblem:
@@ -184,8 +204,6 @@ class ODEProblem:
         It calls the model's generated dopri5/rodas kernel directly (no Python);
         with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
         """
-        from numba import njit
-
         module = self.model.compile().module
         prefix = "dopri5" if self.method == "dopri5" else "rodas"
         n, m, n_out = self.n_states, self.n_params, self.n_times
@@ -225,18 +243,7 @@ class ODEProblem:
                 for j in range(n):
                     ok = ok and np.isfinite(y0[j])
             status = run(p, y0, z, work, info) if ok else 4
-            y = np.empty((n_out, n))
-            s = np.empty((n_out, n, k))
-            if status != 0:
-                y[:] = np.nan
-                s[:] = np.nan
-                return y, s
-            for i in range(n_out):
-                for a in range(n):
-                    y[i, a] = z[i, a]
-                    for b in range(k):
-                        s[i, a, b] = z[i, n + a * k + b]
-            return y, s
+            return split_augmented(z, n, k, status)
 
         return solve
 
@@ -281,8 +288,6 @@ class ODEProblem:
     def numba_vjp(self):
         """An ``@njit`` function ``(theta, x0, g) -> (g_theta, g_x0)``, NaN on failure (the adjoint
         kernel ``dopri5_adjoint_vjp`` called directly, no Python)."""
-        from numba import njit
-
         self.check_adjoint()
         module = self.model.compile().module
         kernel = module.dopri5_adjoint_vjp
