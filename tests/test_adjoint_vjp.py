@@ -223,3 +223,21 @@ def test_auto_gradient_choice():
     e = oi.zoo.get("hiv")
     assert _op_gradient("auto", DDEProblem(e.model, e.t, e.history, e.t0)) == "sensitivities"
     assert _op_gradient("sensitivities", ODEProblem(chain, t)) == "sensitivities"
+
+
+def test_numba_vjp_grows_its_step_record():
+    """The NUMBA-mode VJP starts with a 512-row step record and reruns with more rows when the solve
+    needs more steps: a 1000+-step solve gives the Python VJP's gradient; running out of max_steps
+    gives NaN in both."""
+    from odeinfer.bayes.op import ODEProblem
+
+    e, p, x0, _ = _entry("lotka_volterra")
+    t = np.linspace(0.0, 300.0, 31)
+    g = np.random.default_rng(8).normal(size=(t.size, 2))
+    prob = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11)
+    g_theta, g_x0, status = prob.python_vjp(p, x0, g)
+    assert status == 0 and prob._vjp().info[1] > 1000  # attempted steps: the record had to grow
+    n_theta, n_x0 = prob.numba_vjp()(p, x0, g)
+    np.testing.assert_allclose(np.concatenate([n_theta, n_x0]), np.concatenate([g_theta, g_x0]), rtol=1e-12)
+    short = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11, max_steps=700)
+    assert np.isnan(short.python_vjp(p, x0, g)[0]).all() and np.isnan(short.numba_vjp()(p, x0, g)[0]).all()

@@ -42,7 +42,9 @@ from pytensor.graph.null_type import NullType
 from pytensor.graph.op import Op
 
 from odeinfer.errors import InputError
+from odeinfer.solve.status import Status
 
+_MAX_STEPS = int(Status.MAX_STEPS)
 __all__ = ["ODEProblem", "ODEOp", "VJPOp", "ode_op"]
 
 
@@ -308,11 +310,18 @@ class ODEProblem:
             status = 4
             if ok:
                 y = np.empty((n_out, n))
-                rec = np.empty((max_steps, 3 + 5 * n))
                 work = np.empty(work_size)
                 info = np.zeros(6)
-                status = kernel(t0, t_eval, y0, p, gc, rtol, atol, np.int64(max_steps), np.int64(1), y, rec, grad,
-                                work, info)
+                # the step record needs a row per step: start small, and only when the solve runs out
+                # of steps rerun it with 4x the rows, up to max_steps (as the DDE dense store grows)
+                rows = min(512, max_steps)
+                while True:
+                    rec = np.empty((rows, 3 + 5 * n))
+                    status = kernel(t0, t_eval, y0, p, gc, rtol, atol, np.int64(rows), np.int64(1), y, rec, grad,
+                                    work, info)
+                    if status != _MAX_STEPS or rows >= max_steps:
+                        break
+                    rows = min(4 * rows, max_steps)
             if status != 0:
                 grad[:] = np.nan
             return grad[:m].copy(), grad[m:].copy()
