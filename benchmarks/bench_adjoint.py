@@ -22,20 +22,9 @@ Gaussian likelihood through the Op in PyTensor's NUMBA mode, both ways.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
-
-
-def best_of(fn, repeat, number):
-    """Smallest mean time per call over ``repeat`` batches of ``number`` calls (timeit's rule)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
+from bench_solve import best_of  # run as a script: benchmarks/ is on sys.path
 
 
 def chain(n):

@@ -22,22 +22,12 @@ import bisect
 import time
 
 import numpy as np
+from bench_solve import best_of  # run as a script: benchmarks/ is on sys.path
 from scipy.integrate import solve_ivp
 
 T_OUT = np.linspace(0.1, 10.0, 100)
 THETA = np.array([2.0, 1.5, 1.0])
 PHI = np.array([-0.5, 3.0, 2.0])
-
-
-def best_of(fn, repeat, number):
-    """Smallest mean time per call over ``repeat`` batches of ``number`` calls (timeit's rule)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
 
 
 def scipy_mos(theta, phi, t_out, rtol=1e-6, atol=1e-8):
