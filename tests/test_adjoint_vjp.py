@@ -203,6 +203,8 @@ def test_build_model_gradient_option():
                                atol=1e-7 * np.abs(grads["sensitivities"]).max())
     with pytest.raises(InputError, match="gradient: expected 'auto', 'sensitivities' or 'adjoint', got 'exact'"):
         oi.bayes.build_model(e.model, data, priors=priors, gradient="exact")
+    with pytest.raises(InputError, match=r"gradient='adjoint'.*method='rodas'.*use method='dopri5'"):
+        oi.bayes.build_model(e.model, data, priors=priors, gradient="adjoint", method="rodas")
 
 
 def test_auto_gradient_choice():

@@ -175,6 +175,9 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     exps = as_experiments(data)
     if gradient not in ("auto", "sensitivities", "adjoint"):
         raise InputError(f"gradient: expected 'auto', 'sensitivities' or 'adjoint', got {gradient!r}")
+    if gradient == "adjoint" and method != "dopri5" and not model.delays:
+        raise InputError(f"gradient='adjoint': the adjoint runs on the Dormand-Prince steps, but method={method!r}; "
+                         "use method='dopri5' or gradient='sensitivities'")
     likelihood = _likelihood(model, likelihood)
     _check_states(model, exps)
     _check_observations(exps, likelihood)
