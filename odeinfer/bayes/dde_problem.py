@@ -22,6 +22,8 @@ import hashlib
 
 import numpy as np
 
+from odeinfer.bayes.op import ForwardProblem
+
 __all__ = ["DDEProblem"]
 
 _N_STORED = 6  # DDE_INFO_N_STORED of the kernel
@@ -29,7 +31,7 @@ _BUF_FULL = 7  # DDE_INFO_BUF_FULL of the kernel
 _INFO_SIZE = 8
 
 
-class DDEProblem:
+class DDEProblem(ForwardProblem):
     """The forward map of a DDE model at fixed output times, for :class:`~odeinfer.bayes.op.ODEOp`.
 
     Parameters
@@ -83,21 +85,9 @@ class DDEProblem:
 
     # sizes and identity ---------------------------------------------------------------------
     @property
-    def n_params(self) -> int:
-        return self.model.n_params
-
-    @property
-    def n_states(self) -> int:
-        return self.model.n_states
-
-    @property
     def n_init(self) -> int:
         """Length of the Op's second input: the history parameters."""
         return self.history.n_params
-
-    @property
-    def n_times(self) -> int:
-        return int(self.t.size)
 
     @property
     def init_names(self) -> tuple:
@@ -111,17 +101,6 @@ class DDEProblem:
         text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, h.kind, h.n_params,
                      known, self.rtol, self.atol, self.max_steps, self.sens_error_control))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-    def __eq__(self, other):
-        return isinstance(other, DDEProblem) and other.key == self.key
-
-    def __hash__(self):
-        return hash(self.key)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_solvers"] = {}
-        return state
 
     def __repr__(self):
         return (f"DDEProblem({self.model.name!r}, history={self.history.kind!r}, n_times={self.n_times}, "

@@ -45,7 +45,7 @@ from odeinfer.errors import InputError
 from odeinfer.solve.status import Status
 
 _MAX_STEPS = int(Status.MAX_STEPS)
-__all__ = ["ODEProblem", "ODEOp", "VJPOp", "ode_op"]
+__all__ = ["ForwardProblem", "ODEProblem", "ODEOp", "VJPOp", "ode_op"]
 
 
 @njit(cache=True, error_model="numpy")
@@ -67,7 +67,37 @@ def split_augmented(z, n, k, status):
     return y, s
 
 
-class ODEProblem:
+class ForwardProblem:
+    """What :class:`ODEProblem` and :class:`~odeinfer.bayes.dde_problem.DDEProblem` share: sizes,
+    identity by ``key`` (equal problems compare and hash equal, so PyTensor merges their Op
+    applications) and pickling without compiled solvers. Subclasses set ``model``, ``t``,
+    ``_solvers`` and define ``n_init``, ``init_names`` and ``key``."""
+
+    @property
+    def n_params(self) -> int:
+        return self.model.n_params
+
+    @property
+    def n_states(self) -> int:
+        return self.model.n_states
+
+    @property
+    def n_times(self) -> int:
+        return int(self.t.size)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_solvers"] = {}
+        return state
+
+
+class ODEProblem(ForwardProblem):
     """The forward map of an ODE model at fixed output times, for :class:`ODEOp`.
 
     Parameters
@@ -119,14 +149,6 @@ class ODEProblem:
 
     # sizes and identity ---------------------------------------------------------------------
     @property
-    def n_params(self) -> int:
-        return self.model.n_params
-
-    @property
-    def n_states(self) -> int:
-        return self.model.n_states
-
-    @property
     def n_init(self) -> int:
         """Length of the Op's second input: the initial states."""
         return self.model.n_states
@@ -136,26 +158,11 @@ class ODEProblem:
         return tuple(f"x0[{s}]" for s in self.model.states)
 
     @property
-    def n_times(self) -> int:
-        return int(self.t.size)
-
-    @property
     def key(self) -> str:
         """Hash of the equations, times and solver options (identity of the forward map)."""
         text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, self.method,
                      self.rtol, self.atol, self.max_steps, self.sens_error_control))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-    def __eq__(self, other):
-        return isinstance(other, ODEProblem) and other.key == self.key
-
-    def __hash__(self):
-        return hash(self.key)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_solvers"] = {}
-        return state
 
     def __repr__(self):
         return (f"ODEProblem({self.model.name!r}, n_times={self.n_times}, t0={self.t0:g}, "
