@@ -5,11 +5,14 @@ is appended to each model's generated module (see :mod:`odeinfer.model.cache`),
 so that the solver calls the model's kernels as plain globals and numba can cache
 the machine code on disk. Rules for these files:
 
-* import only ``math``, ``numpy as np`` and ``numba`` names;
+* import only ``math``, ``numpy as np`` and ``numba`` names (``pointer.py``: also
+  ``llvmlite`` and ``numba.extending``);
 * use ``@njit(cache=True, error_model="numpy")`` (solver entry points add
   ``fastmath={"contract"}``, which only lets LLVM fuse multiply-adds; it keeps
-  IEEE inf/NaN semantics, so the non-finite checks stay valid); out-buffers
-  and integer status codes, no exceptions;
+  IEEE inf/NaN semantics, so the non-finite checks stay valid; not
+  ``dopri5_solve`` / ``dopri5_solve_sens``, which give the same bits as the
+  shared ``ptr_dopri5_*`` kernels of ``pointer.py``); out-buffers and integer
+  status codes, no exceptions;
 * call the model through these globals, defined by the generated model source
   (``n`` states, ``m`` parameters, all arrays float64, C-contiguous):
 
@@ -25,7 +28,8 @@ the machine code on disk. Rules for these files:
   and the integer constants ``N_STATES`` and ``N_PARAMS``.
 
 Solver kernels defined by these files (documented in each file):
-``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
+``direct.py`` (the model handle ``MODEL_HANDLE`` and ``mh_f``, ``mh_jac_y``, ``mh_jac_p``,
+through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
 ``linalg.py`` (``lu_factor``, ``lu_solve``), ``dopri.py`` (``dopri5_solve``,
 ``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``adjoint.py``
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
@@ -35,7 +39,16 @@ estimators of :mod:`odeinfer.estimators.newton`). Names are shared with the mode
 so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
 """
 
-KERNEL_FILES: tuple[str, ...] = ("common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py", "residuals.py")
+KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
+                                 "residuals.py")
+
+#: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
+#: handle's calls through C function pointers and the ``ptr_dopri5_*`` entry points; it may
+#: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "dopri.py")
+
+#: Appended to a model's source alone: its C callbacks for the shared module.
+MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
 
 #: Kernel files of models with delays (their model kernels take the lagged
 #: states: see :mod:`odeinfer.model.codegen_dde` and ``dde.py``).

@@ -123,7 +123,7 @@ def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out,
             or rec.shape[0] < max_steps or rec.shape[1] != 3 + 5 * n
             or work.shape[0] < dopri5_adjoint_work_size()):
         return ST_BAD_INPUT
-    status = _dopri5_run(t0, t_eval, y0, p, 0, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work, info,
+    status = _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work, info,
                          True, rec)
     if status != ST_SUCCESS:
         return status

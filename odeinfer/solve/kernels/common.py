@@ -54,7 +54,7 @@ def n_sens_columns(sens):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def aug_rhs(t, z, zy, p, k, jy, jp, out, outy):
+def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
     """Augmented right-hand side ``[f; J_y S + [J_p | 0]]`` at ``(t, z)``.
 
     Inlined into the solvers. The model kernels read and write the state part
@@ -63,6 +63,9 @@ def aug_rhs(t, z, zy, p, k, jy, jp, out, outy):
 
     Parameters
     ----------
+    mh : model handle
+        ``(n, m, ...)``; the model kernels are called through ``mh_f``,
+        ``mh_jac_y`` and ``mh_jac_p`` (see ``direct.py`` and ``pointer.py``).
     t : float
     z : (n*(1+k),) float64
         Augmented state (layout in the module docstring).
@@ -80,13 +83,13 @@ def aug_rhs(t, z, zy, p, k, jy, jp, out, outy):
     outy : (n,) float64
         The view ``out[:n]``.
     """
-    n = N_STATES
-    m = N_PARAMS
-    model_f(t, zy, p, outy)
+    n = mh[0]
+    m = mh[1]
+    mh_f(mh, t, zy, p, outy)
     if k == 0:
         return
-    model_jac_y(t, zy, p, jy)
-    model_jac_p(t, zy, p, jp)
+    mh_jac_y(mh, t, zy, p, jy)
+    mh_jac_p(mh, t, zy, p, jp)
     for i in range(n):
         row = n + i * k
         for j in range(m):
@@ -102,10 +105,10 @@ def aug_rhs(t, z, zy, p, k, jy, jp, out, outy):
 
 
 @njit(cache=True, error_model="numpy")
-def init_aug_state(y0, k, z):
+def init_aug_state(mh, y0, k, z):
     """``z = [y0, 0 | I]``: states, then ``S(t0) = [0 | I]`` when ``k > 0``."""
-    n = N_STATES
-    m = N_PARAMS
+    n = mh[0]
+    m = mh[1]
     for q in range(z.shape[0]):
         z[q] = 0.0
     for i in range(n):
@@ -156,7 +159,7 @@ def check_times(t0, t_eval):
 
 
 @njit(cache=True, error_model="numpy")
-def initial_step(t0, z, f0, p, k, nc, order, hmax, rtol, atol,
+def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
                  z1, z1y, f1, f1y, jy, jp):
     """Hairer's initial step heuristic (HINIT of dopri5.f / Hairer, Norsett,
     Wanner, Solving ODE I, 2nd ed., Sec. II.4).
@@ -181,7 +184,7 @@ def initial_step(t0, z, f0, p, k, nc, order, hmax, rtol, atol,
     h = min(h, hmax)
     for q in range(z.shape[0]):
         z1[q] = z[q] + h * f0[q]
-    aug_rhs(t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
+    aug_rhs(mh, t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
     der2 = 0.0
     for q in range(nc):
         sk = atol + rtol * abs(z[q])

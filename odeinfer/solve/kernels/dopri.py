@@ -93,17 +93,17 @@ def dopri5_work_size(sens):
     """Length of the ``work`` buffer of :func:`dopri5_solve` / :func:`dopri5_fixed`."""
     n = N_STATES
     size = n * (1 + n_sens_columns(sens))
-    return 10 * size + n * n + n * N_PARAMS
+    return 10 * size + n * n + n * N_PARAMS  # as checked in _dopri5_run
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dopri5_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for the states alone; see the module docstring."""
-    return _dopri5_run(t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, 0.0,
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                       z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for states and sensitivities; see the module docstring."""
@@ -112,7 +112,7 @@ def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_s
     # states-only one, so that each compiles only when it is used
     k = N_PARAMS + N_STATES
     nc = N_STATES * (1 + k) if sens_err else N_STATES
-    return _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
@@ -124,7 +124,7 @@ def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     n_max = min((t_eval[t_eval.shape[0] - 1] - t0) / h + 2.0, 9.0e18)
     if not (n_max >= 0.0):
         return ST_BAD_INPUT
-    return _dopri5_run(t0, t_eval, y0, p, n_sens_columns(sens), N_STATES, 1.0, 1.0, h, h,
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, n_sens_columns(sens), N_STATES, 1.0, 1.0, h, h,
                        int(n_max), z_out, work, info, False, z_out)
 
 
@@ -142,20 +142,22 @@ def _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
+def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
                 max_steps, z_out, work, info, record, rec):
-    # record: store each accepted step's dense output in the rows of rec (see
-    # _dopri5_dense and kernels/adjoint.py); callers that do not record pass False and any
-    # float64 2-D array (z_out), so the branch costs one test per step
-    n = N_STATES
-    m = N_PARAMS
+    # mh: the model handle (n, m, ...) through which aug_rhs calls the model (direct.py in a
+    # model's module, pointer.py in the shared module); record: store each accepted step's
+    # dense output in the rows of rec (see _dopri5_dense and kernels/adjoint.py); callers that
+    # do not record pass False and any float64 2-D array (z_out), so the branch costs one test
+    # per step
+    n = mh[0]
+    m = mh[1]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
     for q in range(info.shape[0]):
         info[q] = 0.0
     info[INFO_T_REACHED] = t0
     if (y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
-            or z_out.shape[1] != size or work.shape[0] < dopri5_work_size(k > 0)):
+            or z_out.shape[1] != size or work.shape[0] < 10 * size + n * n + n * m):
         return ST_BAD_INPUT
     status = check_times(t0, t_eval)
     if status != ST_SUCCESS:
@@ -186,12 +188,12 @@ def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     z1y = z1[0:n]
     zsy = zs[0:n]
 
-    init_aug_state(y0, k, z)
+    init_aug_state(mh, y0, k, z)
     i_out = emit_initial_outputs(t0, t_eval, z, z_out)
     if i_out == n_out:
         return ST_SUCCESS
     t_end = t_eval[n_out - 1]
-    aug_rhs(t0, z, zy, p, k, jy, jp, k1, k1y)
+    aug_rhs(mh, t0, z, zy, p, k, jy, jp, k1, k1y)
     n_rhs = 1
     if not (all_finite(z, size) and all_finite(k1, size)):
         info[INFO_N_RHS] = n_rhs
@@ -201,7 +203,7 @@ def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     if h_init > 0.0:
         h = min(h_init, hmax)
     else:
-        h = initial_step(t0, z, k1, p, k, nc, 5.0, hmax, rtol, atol,
+        h = initial_step(mh, t0, z, k1, p, k, nc, 5.0, hmax, rtol, atol,
                          z1, z1y, k2, k2y, jy, jp)
         n_rhs += 1
 
@@ -230,26 +232,26 @@ def _dopri5_run(t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
 
         for q in range(size):
             zs[q] = z[q] + h * _DP_A21 * k1[q]
-        aug_rhs(t + _DP_C2 * h, zs, zsy, p, k, jy, jp, k2, k2y)
+        aug_rhs(mh, t + _DP_C2 * h, zs, zsy, p, k, jy, jp, k2, k2y)
         for q in range(size):
             zs[q] = z[q] + h * (_DP_A31 * k1[q] + _DP_A32 * k2[q])
-        aug_rhs(t + _DP_C3 * h, zs, zsy, p, k, jy, jp, k3, k3y)
+        aug_rhs(mh, t + _DP_C3 * h, zs, zsy, p, k, jy, jp, k3, k3y)
         for q in range(size):
             zs[q] = z[q] + h * (_DP_A41 * k1[q] + _DP_A42 * k2[q] + _DP_A43 * k3[q])
-        aug_rhs(t + _DP_C4 * h, zs, zsy, p, k, jy, jp, k4, k4y)
+        aug_rhs(mh, t + _DP_C4 * h, zs, zsy, p, k, jy, jp, k4, k4y)
         for q in range(size):
             zs[q] = z[q] + h * (_DP_A51 * k1[q] + _DP_A52 * k2[q] + _DP_A53 * k3[q]
                                 + _DP_A54 * k4[q])
-        aug_rhs(t + _DP_C5 * h, zs, zsy, p, k, jy, jp, k5, k5y)
+        aug_rhs(mh, t + _DP_C5 * h, zs, zsy, p, k, jy, jp, k5, k5y)
         for q in range(size):
             zs[q] = z[q] + h * (_DP_A61 * k1[q] + _DP_A62 * k2[q] + _DP_A63 * k3[q]
                                 + _DP_A64 * k4[q] + _DP_A65 * k5[q])
         t_new = t_end if last else t + h
-        aug_rhs(t_new, zs, zsy, p, k, jy, jp, k6, k6y)
+        aug_rhs(mh, t_new, zs, zsy, p, k, jy, jp, k6, k6y)
         for q in range(size):
             z1[q] = z[q] + h * (_DP_A71 * k1[q] + _DP_A73 * k3[q] + _DP_A74 * k4[q]
                                 + _DP_A75 * k5[q] + _DP_A76 * k6[q])
-        aug_rhs(t_new, z1, z1y, p, k, jy, jp, k7, k7y)
+        aug_rhs(mh, t_new, z1, z1y, p, k, jy, jp, k7, k7y)
         n_rhs += 6
 
         # mean square of the scaled error; err = sqrt(err2). The controller

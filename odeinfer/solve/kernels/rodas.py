@@ -173,6 +173,7 @@ def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_st
 @njit(cache=True, error_model="numpy", inline="always")
 def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out,
                work, info):
+    mh = MODEL_HANDLE
     n = N_STATES
     m = N_PARAMS
     size = n * (1 + k)
@@ -221,12 +222,12 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
     dzy = dz[0:n]
     dy1y = dy1[0:n]
 
-    init_aug_state(y0, k, z)
+    init_aug_state(mh, y0, k, z)
     i_out = emit_initial_outputs(t0, t_eval, z, z_out)
     if i_out == n_out:
         return ST_SUCCESS
     t_end = t_eval[n_out - 1]
-    aug_rhs(t0, z, ystart, p, k, jy, jp, dy1, dy1y)
+    aug_rhs(mh, t0, z, ystart, p, k, jy, jp, dy1, dy1y)
     n_rhs = 1
     if not (all_finite(z, size) and all_finite(dy1, size)):
         info[INFO_N_RHS] = n_rhs
@@ -235,7 +236,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
     if first_step > 0.0:
         h = min(first_step, hmax)
     else:
-        h = initial_step(t0, z, dy1, p, k, nc, 4.0, hmax, rtol, atol,
+        h = initial_step(mh, t0, z, dy1, p, k, nc, 4.0, hmax, rtol, atol,
                          z1, z1y, dz, dzy, jy, jp)
         n_rhs += 1
 
@@ -264,7 +265,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
             h = t_end - t
             last = True
         if need_jac:
-            aug_rhs(t, z, ystart, p, k, jy, jp, dy1, dy1y)
+            aug_rhs(mh, t, z, ystart, p, k, jy, jp, dy1, dy1y)
             n_rhs += 1
             model_jac_y(t, ystart, p, jy0)
             _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
@@ -292,7 +293,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
 
         for q in range(size):
             zs[q] = z[q] + _RO_A21 * u1[q]
-        aug_rhs(t + _RO_C2 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        aug_rhs(mh, t + _RO_C2 * h, zs, zsy, p, k, jy, jp, dz, dzy)
         hd = h * _RO_D2
         for q in range(size):
             r[q] = dz[q] + (_RO_C21 * u1[q]) / h + hd * fx[q]
@@ -300,7 +301,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
 
         for q in range(size):
             zs[q] = z[q] + _RO_A31 * u1[q] + _RO_A32 * u2[q]
-        aug_rhs(t + _RO_C3 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        aug_rhs(mh, t + _RO_C3 * h, zs, zsy, p, k, jy, jp, dz, dzy)
         hd = h * _RO_D3
         for q in range(size):
             r[q] = dz[q] + (_RO_C31 * u1[q] + _RO_C32 * u2[q]) / h + hd * fx[q]
@@ -308,7 +309,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
 
         for q in range(size):
             zs[q] = z[q] + _RO_A41 * u1[q] + _RO_A42 * u2[q] + _RO_A43 * u3[q]
-        aug_rhs(t + _RO_C4 * h, zs, zsy, p, k, jy, jp, dz, dzy)
+        aug_rhs(mh, t + _RO_C4 * h, zs, zsy, p, k, jy, jp, dz, dzy)
         hd = h * _RO_D4
         for q in range(size):
             r[q] = (dz[q] + (_RO_C41 * u1[q] + _RO_C42 * u2[q] + _RO_C43 * u3[q]) / h
@@ -318,7 +319,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         t_new = t_end if last else t + h
         for q in range(size):
             zs[q] = z[q] + _RO_A51 * u1[q] + _RO_A52 * u2[q] + _RO_A53 * u3[q] + _RO_A54 * u4[q]
-        aug_rhs(t_new, zs, zsy, p, k, jy, jp, dz, dzy)
+        aug_rhs(mh, t_new, zs, zsy, p, k, jy, jp, dz, dzy)
         for q in range(size):
             r[q] = dz[q] + (_RO_C51 * u1[q] + _RO_C52 * u2[q] + _RO_C53 * u3[q]
                             + _RO_C54 * u4[q]) / h
@@ -326,7 +327,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
 
         for q in range(size):
             zs[q] += u5[q]  # embedded solution
-        aug_rhs(t_new, zs, zsy, p, k, jy, jp, dz, dzy)
+        aug_rhs(mh, t_new, zs, zsy, p, k, jy, jp, dz, dzy)
         for q in range(size):
             r[q] = dz[q] + (_RO_C61 * u1[q] + _RO_C62 * u2[q] + _RO_C63 * u3[q]
                             + _RO_C64 * u4[q] + _RO_C65 * u5[q]) / h

@@ -1,0 +1,157 @@
+"""Tiered compilation of the Dormand-Prince solves: answer at once, specialise in the background.
+
+A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens`` in its generated module)
+have the model inlined and its sizes as constants: the fastest warm calls, but 10-15 s of numba
+compilation the first time a model is solved. The *shared* module (``pointer.py``, ``common.py``
+and ``dopri.py``, the same source text) is compiled once per machine and calls the model
+through three C callbacks (``cfuncs.py``) that compile in about a second.
+
+On the first call of a :class:`~odeinfer.solve.Solver` whose model kernel is not compiled yet
+(neither in this process nor on disk), the solver answers with the shared kernel and starts
+one low-priority background process that compiles the model kernel into the disk cache. Once
+that process is done, the next call switches to the model kernel. Both kernels run the same
+arithmetic in the same order (no fast-math contraction in either), so results are bitwise
+identical whichever one answered.
+
+Set the environment variable ``ODEINFER_TIERED=0`` to compile the model kernel in-process on
+the first call instead (no background process; the test suite does this).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+__all__ = ["Specialisation", "model_handle", "shared_module", "specialisation", "tiered_enabled"]
+
+#: The background process's command (it reads its job from stdin).
+COMMAND = (sys.executable, "-m", "odeinfer.solve.shared")
+
+_LOCK = threading.Lock()
+_SHARED = []
+_HANDLES: dict[str, tuple] = {}
+_PENDING: dict[str, Specialisation] = {}
+
+
+def tiered_enabled() -> bool:
+    """Whether first solves use the shared kernel (``ODEINFER_TIERED`` is not ``"0"``)."""
+    return os.environ.get("ODEINFER_TIERED", "1").strip() != "0"
+
+
+def shared_module():
+    """The model-independent module (``ptr_dopri5_solve``, ``ptr_dopri5_solve_sens``)."""
+    with _LOCK:
+        if not _SHARED:
+            from odeinfer.model.cache import build_module, kernel_sources
+            from odeinfer.solve.kernels import SHARED_KERNEL_FILES
+            # numba's IR inlining is what makes a model kernel slow to compile; here the sizes
+            # are not constants anyway, so the shared module leaves inlining to LLVM
+            text = kernel_sources(SHARED_KERNEL_FILES).replace('inline="always"', 'inline="never"')
+            _SHARED.append(build_module(text, title="shared Dormand-Prince kernels", kernel_files=()))
+        return _SHARED[0]
+
+
+def model_handle(compiled) -> tuple:
+    """``(n, m, f, jac_y, jac_p)``: sizes and C callback addresses of ``compiled``'s model."""
+    model = compiled.model
+    with _LOCK:
+        hit = _HANDLES.get(model.fingerprint)
+        if hit is None:
+            from odeinfer.model.cache import build_module
+            from odeinfer.model.codegen import model_source
+            from odeinfer.solve.kernels import MODEL_CFUNC_FILES
+
+            mod = build_module(model_source(model.derivatives), title=f"model {model.name} C callbacks",
+                               kernel_files=MODEL_CFUNC_FILES)
+            hit = _HANDLES[model.fingerprint] = (model.n_states, model.n_params, mod.model_f_c.address,
+                                                 mod.model_jac_y_c.address, mod.model_jac_p_c.address)
+        return hit
+
+
+class Specialisation:
+    """One background compilation of a model kernel for one signature.
+
+    Attributes
+    ----------
+    marker : pathlib.Path
+        Written by the background process once the machine code is in the disk cache.
+    done : threading.Event
+        Set when the background process has ended (successfully or not).
+    error : str or None
+        The end of the background process's error output if it failed.
+    """
+
+    def __init__(self, marker: Path, module_name: str, kernel: str, sig: tuple):
+        self.marker = marker
+        self.done = threading.Event()
+        self.error = None
+        payload = pickle.dumps((module_name, kernel, sig, str(marker)))
+        self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc.stdin.write(payload)
+        self._proc.stdin.close()
+        threading.Thread(target=self._wait, daemon=True, name=f"odeinfer-specialise-{kernel}").start()
+
+    def _wait(self):
+        with self._proc.stderr:
+            err = self._proc.stderr.read()
+        self._proc.wait()
+        if self._proc.returncode != 0 or not self.marker.exists():
+            self.error = err.decode("utf-8", "replace")[-2000:]
+        self.done.set()
+
+    @property
+    def ready(self) -> bool:
+        """True once the model kernel can be loaded from the disk cache."""
+        return self.done.is_set() and self.error is None
+
+
+def _marker(module, kernel, sig) -> Path:
+    from odeinfer.model.cache import cache_dir
+
+    digest = hashlib.sha256(f"{module.__name__} {kernel} {sig}".encode()).hexdigest()[:16]
+    return cache_dir() / f"{module.__name__.rsplit('_', 1)[-1]}.{kernel}.{digest}.ready"
+
+
+def specialisation(module, kernel: str, args: tuple):
+    """``None`` when ``module.<kernel>`` can run ``args`` without compiling (compiled in this
+    process, or its machine code is on disk); else the :class:`Specialisation` compiling it."""
+    import numba
+
+    dispatcher = getattr(module, kernel)
+    sig = tuple(numba.typeof(a) for a in args)
+    if sig in dispatcher.overloads:
+        return None
+    marker = _marker(module, kernel, sig)
+    if marker.exists():
+        return None
+    with _LOCK:
+        hit = _PENDING.get(str(marker))
+        if hit is None:
+            hit = _PENDING[str(marker)] = Specialisation(marker, module.__name__, kernel, sig)
+        return hit
+
+
+def _main():  # the background process: compile one kernel into the disk cache, then write the marker
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass
+    module_name, kernel, sig, marker = pickle.loads(sys.stdin.buffer.read())
+    from odeinfer.model.cache import _PREFIX, cache_dir, load_module
+
+    path = cache_dir() / f"{module_name[len(_PREFIX):]}.py"
+    module = load_module(module_name, path.read_text(encoding="utf-8"))
+    getattr(module, kernel).compile(sig)
+    tmp = Path(marker + ".tmp")
+    tmp.write_text("compiled\n", encoding="utf-8")
+    os.replace(tmp, marker)
+
+
+if __name__ == "__main__":
+    _main()

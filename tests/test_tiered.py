@@ -1,0 +1,129 @@
+"""Tiered first solves (odeinfer.solve.shared): the shared Dormand-Prince kernel, called through a
+model's C callbacks, answers the first solves while a background process compiles the model's
+own kernel; the two give bitwise identical results.
+
+References: the model's own kernel (for equality) and the closed-form solution of
+x' = -k x + c, x(0) = x0: x(t) = c/k + (x0 - c/k) exp(-k t) (for accuracy).
+"""
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.solve import shared
+from odeinfer.solve.status import Status
+
+ZOO = ["lotka_volterra", "fitzhugh_nagumo", "lorenz", "population", "sir", "alpha_pinene", "activator_inhibitor"]
+
+
+def _run_both(cm, entry, sens):
+    n, m = cm.n_states, cm.n_params
+    k = n + m if sens else 0
+    t = np.asarray(entry.t, float)
+    p, x0 = entry.params_array(), entry.x0_array()
+    out = []
+    for kernel, lead in ((getattr(cm.module, "dopri5_solve_sens" if sens else "dopri5_solve"), ()),
+                         (getattr(shared.shared_module(), "ptr_dopri5_solve_sens" if sens else "ptr_dopri5_solve"),
+                          (shared.model_handle(cm),))):
+        z = np.empty((t.size, n * (1 + k)))
+        work = np.empty(10 * n * (1 + k) + n * n + n * m)
+        info = np.zeros(6)
+        flags = (True,) if sens else ()
+        status = kernel(*lead, float(entry.t0), t, x0, p, *flags, 1e-8, 1e-10, 0.0, 100_000, z, work, info)
+        out.append((status, z, info))
+    return out
+
+
+@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("sens", [False, True])
+def test_shared_kernel_is_bitwise_equal_to_the_model_kernel(name, sens):
+    entry = oi.zoo.get(name)
+    cm = oi.solve._inputs.compiled_model(entry.model)
+    (s1, z1, i1), (s2, z2, i2) = _run_both(cm, entry, sens)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.array_equal(z1, z2)  # same arithmetic in the same order: not merely close
+    assert np.array_equal(i1, i2)  # same steps, rejections and evaluations
+
+
+def test_model_handle_holds_sizes_and_callbacks():
+    cm = oi.solve._inputs.compiled_model(oi.zoo.lotka_volterra().model)
+    mh = shared.model_handle(cm)
+    assert mh[:2] == (2, 4) and all(isinstance(a, int) and a != 0 for a in mh[2:])
+    assert shared.model_handle(cm) is mh  # made once per model
+
+
+def _fresh_decay():
+    """x' = -k x + c with a constant unique to this call: a model no cache has seen."""
+    c = 1.0 + (time.time_ns() % 10**9) * 1e-12
+    model = oi.Model.from_equations({"x": f"-k*x + {c!r}"}, params=["k"], name="fresh_decay")
+    return model, c
+
+
+def _exact(t, k, c, x0):
+    return c / k + (x0 - c / k) * np.exp(-k * t)
+
+
+def _wait_for_end(spec_owner, timeout=600.0):
+    t0 = time.monotonic()
+    pending = list(shared._PENDING.values())
+    while time.monotonic() - t0 < timeout:
+        if all(p.done.is_set() for p in pending):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"background compilation still running after {timeout} s ({spec_owner})")
+
+
+def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_kernel(monkeypatch):
+    monkeypatch.setenv("ODEINFER_TIERED", "1")
+    model, c = _fresh_decay()
+    t = np.linspace(0.0, 4.0, 9)
+    p, x0 = np.array([0.7]), np.array([3.0])
+    solver = oi.solve.make_solver(model, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    assert solver.tier == "pending"
+    y, sens, status = solver(p, x0)
+    assert status == Status.SUCCESS and solver.tier == "shared"
+    first_y, first_sens = y.copy(), sens.copy()
+    np.testing.assert_allclose(first_y[:, 0], _exact(t, 0.7, c, 3.0), rtol=1e-9)
+    # d x / d x0 = exp(-k t) (closed form)
+    np.testing.assert_allclose(first_sens[:, 0, 1], np.exp(-0.7 * t), rtol=1e-8)
+    _wait_for_end("first solve test")
+    y, sens, status = solver(p, x0)
+    assert solver.tier == "model" and status == Status.SUCCESS
+    assert np.array_equal(y, first_y) and np.array_equal(sens, first_sens)
+    # a new solver for the same model and options finds the compiled kernel at once
+    again = oi.solve.make_solver(model, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    again(p, x0)
+    assert again.tier == "model"
+    # and so does solve_ode (through make_solver)
+    sol = oi.solve.solve_ode(model, p, x0, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    assert np.array_equal(sol.y, first_y) and np.array_equal(sol.sens, first_sens)
+
+
+def test_a_failed_background_compilation_warns_and_keeps_the_shared_kernel(monkeypatch):
+    monkeypatch.setenv("ODEINFER_TIERED", "1")
+    monkeypatch.setattr(shared, "COMMAND", (sys.executable, "-c", "import sys; sys.exit('no compiler today')"))
+    model, c = _fresh_decay()
+    t = np.linspace(0.0, 2.0, 5)
+    solver = oi.solve.make_solver(model, t)
+    # the process may fail before the first call returns: the warning comes at the first call
+    # that sees it, once
+    with pytest.warns(RuntimeWarning, match="no compiler today"):
+        for _ in range(2):
+            y, _, status = solver(np.array([0.5]), np.array([1.0]))
+            assert solver.tier == "shared" and status == Status.SUCCESS
+            _wait_for_end("failure test")
+    np.testing.assert_allclose(y[:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
+
+
+def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
+    model = oi.zoo.lotka_volterra().model
+    monkeypatch.setenv("ODEINFER_TIERED", "1")
+    assert oi.solve.make_solver(model, [0.0, 1.0], method="rodas").tier == "model"
+    monkeypatch.setenv("ODEINFER_TIERED", "0")
+    assert not shared.tiered_enabled()
+    assert oi.solve.make_solver(model, [0.0, 1.0]).tier == "model"
+    monkeypatch.delenv("ODEINFER_TIERED")
+    assert shared.tiered_enabled()
