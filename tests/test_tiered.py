@@ -127,3 +127,23 @@ def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
     assert oi.solve.make_solver(model, [0.0, 1.0]).tier == "model"
     monkeypatch.delenv("ODEINFER_TIERED")
     assert shared.tiered_enabled()
+
+
+def test_one_process_compiles_a_kernel_others_wait_for_its_marker(tmp_path):
+    import os
+    import threading
+
+    marker = tmp_path / "m.dopri5_solve.abc.ready"
+    lock = tmp_path / "m.dopri5_solve.abc.lock"
+    assert shared._claim(marker) and lock.exists()  # first comer compiles
+    # a second process waits while the lock is held, and returns False once the marker is written
+    threading.Timer(0.6, lambda: (marker.write_text("compiled\n"), lock.unlink())).start()
+    assert shared._claim(marker) is False
+    # the owner failed (lock gone, no marker): the waiter takes over
+    marker.unlink()
+    lock.write_text("")
+    threading.Timer(0.6, lock.unlink).start()
+    assert shared._claim(marker) and lock.exists()
+    # a lock left by a process that died long ago is taken over at once
+    os.utime(lock, (0, 0))
+    assert shared._claim(marker, stale=60.0) and lock.exists()

@@ -266,6 +266,11 @@ class Solver:
         The kernel's scratch buffer.
     info : ndarray (6,)
         Filled by each call: t_reached, n_steps, n_rejected, n_rhs, h_next, n_lu.
+    tier : str
+        Which kernel answers: ``"model"`` (``kernel``), ``"shared"`` (the model-independent
+        ``ptr_dopri5_*`` kernel while ``kernel`` compiles in a background process; same
+        results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (before the first call of
+        an adaptive ``dopri5`` solver, which decides).
     """
 
     __slots__ = ("compiled", "t", "t0", "rtol", "atol", "max_steps", "first_step", "method",

@@ -25,6 +25,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["Specialisation", "model_handle", "shared_module", "specialisation", "tiered_enabled"]
@@ -143,14 +144,41 @@ def _main():  # the background process: compile one kernel into the disk cache, 
     except (AttributeError, OSError):
         pass
     module_name, kernel, sig, marker = pickle.loads(sys.stdin.buffer.read())
-    from odeinfer.model.cache import _PREFIX, cache_dir, load_module
+    marker = Path(marker)
+    if not _claim(marker):  # another process compiles this kernel: wait for its marker
+        return
+    try:
+        from odeinfer.model.cache import _PREFIX, cache_dir, load_module
 
-    path = cache_dir() / f"{module_name[len(_PREFIX):]}.py"
-    module = load_module(module_name, path.read_text(encoding="utf-8"))
-    getattr(module, kernel).compile(sig)
-    tmp = Path(marker + ".tmp")
-    tmp.write_text("compiled\n", encoding="utf-8")
-    os.replace(tmp, marker)
+        path = cache_dir() / f"{module_name[len(_PREFIX):]}.py"
+        module = load_module(module_name, path.read_text(encoding="utf-8"))
+        getattr(module, kernel).compile(sig)
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text("compiled\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    finally:
+        marker.with_suffix(".lock").unlink(missing_ok=True)
+
+
+def _claim(marker: Path, stale: float = 1800.0) -> bool:
+    """True when this process should compile: it created ``<marker>.lock`` (or removed a lock
+    older than ``stale`` seconds, whose owner died). Else wait for the owner's marker and return
+    False; if the owner fails, take over. So several processes solving the same new model (Dask
+    or multiprocessing workers) compile it once."""
+    lock = marker.with_suffix(".lock")
+    while not marker.exists():
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            try:
+                if time.time() - lock.stat().st_mtime > stale:
+                    lock.unlink(missing_ok=True)
+                    continue
+            except FileNotFoundError:
+                continue  # the owner has just finished: its marker, or our turn
+        time.sleep(0.5)
+    return False
 
 
 if __name__ == "__main__":
