@@ -11,7 +11,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 # across the whole test run (and across runs in CI, where the variable can be set).
 os.environ.setdefault("ODEINFER_CACHE_DIR", os.path.join(tempfile.gettempdir(), "odeinfer-test-cache"))
 
-# Solvers compile each model's own kernel on first use (no background compilation processes,
-# which would compete with the test workers for the two cores); tests/test_tiered.py turns the
-# default tiered first solves back on where it tests them.
-os.environ.setdefault("ODEINFER_TIERED", "0")
+# Adaptive Dormand-Prince solves of models whose own kernel is not compiled use the shared
+# kernel, without background compilation (odeinfer.solve.shared): the same bits, and the suite
+# does not compile every model's solver kernels on top of everything else; tests/test_tiered.py
+# checks the two kernels against each other and tests the default mode.
+os.environ.setdefault("ODEINFER_TIERED", "shared")

@@ -118,6 +118,26 @@ def test_a_failed_background_compilation_warns_and_keeps_the_shared_kernel(monke
     np.testing.assert_allclose(y[:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
 
 
+def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    model, c = _fresh_decay()
+    t = np.linspace(0.0, 1.0, 3)
+    solver = oi.solve.make_solver(model, t)
+    n_pending = len(shared._PENDING)
+    for _ in range(3):
+        y, _, status = solver(np.array([0.5]), np.array([1.0]))
+        assert solver.tier == "shared" and status == Status.SUCCESS
+    assert len(shared._PENDING) == n_pending  # no background process started
+    assert not solver.kernel.overloads  # and nothing compiled in-process
+    np.testing.assert_allclose(y[:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
+
+
+def test_a_bad_tiered_setting_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setenv("ODEINFER_TIERED", "sometimes")
+    with pytest.raises(oi.errors.InputError, match="ODEINFER_TIERED.*'sometimes'.*unset"):
+        oi.solve.make_solver(oi.zoo.lotka_volterra().model, [0.0, 1.0])
+
+
 def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
     model = oi.zoo.lotka_volterra().model
     monkeypatch.setenv("ODEINFER_TIERED", "1")

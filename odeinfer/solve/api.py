@@ -315,7 +315,8 @@ class Solver:
         # the first call picks the kernel (odeinfer.solve.shared): the model's own if it needs no
         # compiling, else the shared one until a background process has compiled the model's
         def first(params, x0):
-            spec = _shared.specialisation(self.compiled.module, self.kernel.__name__, self._args(params, x0))
+            spec = _shared.specialisation(self.compiled.module, self.kernel.__name__, self._args(params, x0),
+                                          background=_shared.tiered_mode() == "1")
             if spec is None:
                 self.tier, self._run = "model", self._bind()
                 return self._run(params, x0)

@@ -14,7 +14,10 @@ arithmetic in the same order (no fast-math contraction in either), so results ar
 identical whichever one answered.
 
 Set the environment variable ``ODEINFER_TIERED=0`` to compile the model kernel in-process on
-the first call instead (no background process; the test suite does this).
+the first call instead (no background process), or ``ODEINFER_TIERED=shared`` to keep the
+shared kernel for models whose own kernel is not compiled yet, without compiling it (the test
+suite does this: the shared kernel gives the same bits, so the suite does not compile every
+model's solver twice).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["Specialisation", "model_handle", "shared_module", "specialisation", "tiered_enabled"]
+__all__ = ["Specialisation", "model_handle", "shared_module", "specialisation", "tiered_enabled", "tiered_mode"]
 
 #: The background process's command (it reads its job from stdin).
 COMMAND = (sys.executable, "-m", "odeinfer.solve.shared")
@@ -39,9 +42,22 @@ _HANDLES: dict[str, tuple] = {}
 _PENDING: dict[str, Specialisation] = {}
 
 
+def tiered_mode() -> str:
+    """``ODEINFER_TIERED``: ``"1"`` (default: shared kernel first, model kernel compiled in the
+    background), ``"0"`` (model kernel, compiled in-process on first use) or ``"shared"`` (the
+    shared kernel unless the model kernel is already compiled; never compiles one)."""
+    value = os.environ.get("ODEINFER_TIERED", "1").strip().lower()
+    if value not in ("0", "1", "shared"):
+        from odeinfer.errors import InputError
+
+        raise InputError(f"ODEINFER_TIERED: expected '1' (default), '0' or 'shared', got {value!r}; "
+                         "fix or unset the environment variable")
+    return value
+
+
 def tiered_enabled() -> bool:
-    """Whether first solves use the shared kernel (``ODEINFER_TIERED`` is not ``"0"``)."""
-    return os.environ.get("ODEINFER_TIERED", "1").strip() != "0"
+    """Whether first solves may use the shared kernel (``ODEINFER_TIERED`` is not ``"0"``)."""
+    return tiered_mode() != "0"
 
 
 def shared_module():
@@ -119,9 +135,17 @@ def _marker(module, kernel, sig) -> Path:
     return cache_dir() / f"{module.__name__.rsplit('_', 1)[-1]}.{kernel}.{digest}.ready"
 
 
-def specialisation(module, kernel: str, args: tuple):
+class _NotStarted:
+    """Stands for a background compilation that ``ODEINFER_TIERED=shared`` does not start."""
+
+    done = threading.Event()
+    ready = False
+
+
+def specialisation(module, kernel: str, args: tuple, background: bool = True):
     """``None`` when ``module.<kernel>`` can run ``args`` without compiling (compiled in this
-    process, or its machine code is on disk); else the :class:`Specialisation` compiling it."""
+    process, or its machine code is on disk); else the :class:`Specialisation` compiling it
+    (with ``background=False``: an object whose ``done`` is never set)."""
     import numba
 
     dispatcher = getattr(module, kernel)
@@ -131,6 +155,8 @@ def specialisation(module, kernel: str, args: tuple):
     marker = _marker(module, kernel, sig)
     if marker.exists():
         return None
+    if not background:
+        return _NotStarted()
     with _LOCK:
         hit = _PENDING.get(str(marker))
         if hit is None:
