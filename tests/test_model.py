@@ -308,3 +308,21 @@ def test_second_process_reuses_disk_cache(tmp_path):
     assert second[:2] == ["1", "0"]  # loaded from disk in the second
     assert float(second[2]) == -6.0 and float(second[3]) == 1.0
     assert len(list(tmp_path.glob("m_*.py"))) == 1
+
+
+def test_models_with_the_same_equations_and_other_names_keep_their_own_cached_files(tmp_path):
+    """Loading one must not rewrite the other's file (that made numba's cached machine code for it
+    stale, so the two recompiled in turn)."""
+    script = textwrap.dedent("""
+        import sys, numpy as np, odeinfer as oi
+        m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name=sys.argv[1])
+        c = m.compile()
+        out = np.empty(1)
+        c.module.model_f(0.0, np.array([2.0]), np.array([3.0]), out)
+        print(sum(c.module.model_f.stats.cache_hits.values()), out[0])
+    """)
+    env = dict(os.environ, ODEINFER_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script, name], env=env, capture_output=True, text=True,
+                           check=True).stdout.split() for name in ("first", "second", "first")]
+    assert len(list(tmp_path.glob("m_*.py"))) == 2
+    assert runs[2] == ["1", "-6.0"]  # the first model's machine code is still valid

@@ -6,7 +6,7 @@ and the whole text is written once to ``<cache_dir>/m_<hash>.py`` and imported.
 Every numba function in it uses ``cache=True``, so numba stores the machine code
 next to the file and a second Python process does not recompile.
 
-The file name is a hash of the full source text and of the versions of Python,
+The file name is a hash of the full source text (title included) and of the versions of Python,
 numpy, numba and odeinfer, so any change of model, solver code or library gives a
 new file. The cache directory is ``$ODEINFER_CACHE_DIR`` if set, else
 ``$XDG_CACHE_HOME/odeinfer`` (``~/.cache/odeinfer`` by default).
@@ -91,11 +91,13 @@ def build_module(model_source: str, title: str = "model", kernel_files=None):
     """
     from odeinfer import __version__
 
-    body = model_source + "\n" + kernel_sources(kernel_files)
-    key_text = _versions() + "\n" + body
-    digest = hashlib.sha256(key_text.encode("utf-8")).hexdigest()[:20]
-    modname = f"{_PREFIX}m_{digest}"
-    return load_module(modname, _HEADER.format(version=__version__, title=title.replace('"', "'")) + body)
+    # the title is part of the text and so of the hash: two models with the same equations but
+    # other names get two files, instead of rewriting one file (which makes numba's cached
+    # machine code for it stale) each time the other is loaded
+    text = (_HEADER.format(version=__version__, title=title.replace('"', "'"))
+            + model_source + "\n" + kernel_sources(kernel_files))
+    digest = hashlib.sha256((_versions() + "\n" + text).encode("utf-8")).hexdigest()[:20]
+    return load_module(f"{_PREFIX}m_{digest}", text)
 
 
 def load_module(modname: str, text: str):
