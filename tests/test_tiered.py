@@ -48,6 +48,30 @@ def test_shared_kernel_is_bitwise_equal_to_the_model_kernel(name, sens):
     assert np.array_equal(i1, i2)  # same steps, rejections and evaluations
 
 
+DDE_ZOO = ["logistic_delay", "delay_exponential_decay", "cheyne_stokes", "enso", "hiv", "nicholson_blowflies"]
+
+
+@pytest.mark.parametrize("name", DDE_ZOO)
+@pytest.mark.parametrize("sens", [False, True])
+def test_shared_dde_kernel_is_bitwise_equal_to_the_model_kernel(name, sens):
+    z = oi.zoo.get(name)
+    phi = z.history_params_array() if z.history_param_names else None
+    out = []
+    for run in ("model", "shared"):
+        s = oi.solve.make_dde_solver(z.model, z.t, z.history, t0=z.t0, sensitivities=sens, rtol=1e-8, atol=1e-10,
+                                     buffer_steps=20_000)
+        args = (s.t0, s.t, z.params_array(), s._hkind, s.history.values if phi is None else phi, s._hb, s._hc,
+                s._k, True, s.rtol, s.atol, s.first_step, s.max_steps, s.z, s.work, s.buf, s.info)
+        if run == "model":
+            status = s.kernel(*args)
+        else:
+            status = shared.shared_module().ptr_dde_solve(shared.model_handle(s.compiled), *args)
+        out.append((status, s.z.copy(), s.info.copy(), s.buf[: int(s.info[6])].copy()))
+    (s1, z1, i1, b1), (s2, z2, i2, b2) = out
+    assert s1 == s2 == Status.SUCCESS
+    assert np.array_equal(z1, z2) and np.array_equal(i1, i2) and np.array_equal(b1, b2)
+
+
 def test_model_handle_holds_sizes_and_callbacks():
     cm = oi.solve._inputs.compiled_model(oi.zoo.lotka_volterra().model)
     mh = shared.model_handle(cm)
@@ -84,6 +108,7 @@ def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_k
     solver = oi.solve.make_solver(model, t, sensitivities=True, rtol=1e-10, atol=1e-12)
     assert solver.tier == "pending"
     y, sens, status = solver(p, x0)
+    assert solver.kernel is not None
     assert status == Status.SUCCESS and solver.tier == "shared"
     first_y, first_sens = y.copy(), sens.copy()
     np.testing.assert_allclose(first_y[:, 0], _exact(t, 0.7, c, 3.0), rtol=1e-9)
@@ -134,8 +159,9 @@ def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
 
 def test_a_bad_tiered_setting_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "sometimes")
+    solver = oi.solve.make_solver(oi.zoo.lotka_volterra().model, [0.0, 1.0])
     with pytest.raises(oi.errors.InputError, match="ODEINFER_TIERED.*'sometimes'.*unset"):
-        oi.solve.make_solver(oi.zoo.lotka_volterra().model, [0.0, 1.0])
+        solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
 
 
 def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
@@ -143,10 +169,11 @@ def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "1")
     assert oi.solve.make_solver(model, [0.0, 1.0], method="rodas").tier == "model"
     monkeypatch.setenv("ODEINFER_TIERED", "0")
-    assert not shared.tiered_enabled()
-    assert oi.solve.make_solver(model, [0.0, 1.0]).tier == "model"
+    solver = oi.solve.make_solver(model, [0.0, 1.0])
+    solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
+    assert shared.tiered_mode() == "0" and solver.tier == "model"
     monkeypatch.delenv("ODEINFER_TIERED")
-    assert shared.tiered_enabled()
+    assert shared.tiered_mode() == "1"
 
 
 def test_one_process_compiles_a_kernel_others_wait_for_its_marker(tmp_path):
@@ -167,3 +194,24 @@ def test_one_process_compiles_a_kernel_others_wait_for_its_marker(tmp_path):
     # a lock left by a process that died long ago is taken over at once
     os.utime(lock, (0, 0))
     assert shared._claim(marker, stale=60.0) and lock.exists()
+
+
+def test_dde_solver_answers_from_the_shared_kernel(monkeypatch):
+    """x' = -a x(t - tau) + c with history 1: x(t) = 1 + (c - a) t on [0, tau] (closed form)."""
+    from odeinfer import math as om
+
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    c = 0.5 + (time.time_ns() % 10**9) * 1e-12  # a model no cache has seen
+
+    @oi.model(states=["x"], params=["a", "tau"], delays=["tau"])
+    def fresh_delay(t, y, p):
+        return {"x": -p.a * om.lag(y.x, "tau") + c}
+
+    t = np.linspace(0.0, 1.0, 5)
+    solver = oi.solve.make_dde_solver(fresh_delay, t, 1.0, sensitivities=True)
+    assert solver.tier == "pending"
+    y, sens, status = solver(np.array([2.0, 1.5]), np.array([1.0]))
+    assert status == Status.SUCCESS and solver.tier == "shared"
+    assert not solver.kernel.overloads  # nothing compiled for the model itself
+    np.testing.assert_allclose(y[:, 0], 1.0 + (c - 2.0) * t, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sens[:, 0, 0], -t, atol=1e-12)  # d x / d a = -t

@@ -8,7 +8,6 @@ allocates buffers and turns status codes into exceptions or statuses.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,15 +266,12 @@ class Solver:
     info : ndarray (6,)
         Filled by each call: t_reached, n_steps, n_rejected, n_rhs, h_next, n_lu.
     tier : str
-        Which kernel answers: ``"model"`` (``kernel``), ``"shared"`` (the model-independent
-        ``ptr_dopri5_*`` kernel while ``kernel`` compiles in a background process; same
-        results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (before the first call of
-        an adaptive ``dopri5`` solver, which decides).
+        Which kernel answers (see the property).
     """
 
     __slots__ = ("compiled", "t", "t0", "rtol", "atol", "max_steps", "first_step", "method",
                  "sensitivities", "sens_error_control", "sens_exclude", "kernel", "z", "work", "info", "_y",
-                 "_sens", "_run", "_nan_cols", "tier")
+                 "_sens", "_run", "_nan_cols", "_tiers")
 
     def __init__(self, compiled, t, t0, sensitivities, method, rtol, atol, max_steps, first_step,
                  sens_error_control, sens_exclude=()):
@@ -297,61 +293,28 @@ class Solver:
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
-        if method == "dopri5" and _shared.tiered_enabled():
-            self.tier = "pending"
-            self._run = self._bind_tiered()
-        else:
-            self.tier = "model"
-            self._run = self._bind()
+        # adaptive Dormand-Prince: the model kernel or, while it compiles, the shared one
+        self._tiers = _shared.TieredKernel(compiled, self.kernel) if method == "dopri5" else None
+        self._run = self._bind()
 
-    def _args(self, params, x0):
-        """The kernel's arguments after ``(params, x0)`` are placed."""
-        head = (self.t0, self.t, x0, params)
-        if self.sensitivities:
-            head += (self.sens_error_control,)
-        return head + (self.rtol, self.atol, self.first_step, self.max_steps, self.z, self.work, self.info)
+    @property
+    def tier(self):
+        """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the model-independent
+        ``ptr_dopri5_*`` kernel while :attr:`kernel` compiles in a background process; same
+        results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive ``dopri5``
+        solver before its first call, which decides)."""
+        return "model" if self._tiers is None else self._tiers.tier
 
-    def _bind_tiered(self):
-        # the first call picks the kernel (odeinfer.solve.shared): the model's own if it needs no
-        # compiling, else the shared one until a background process has compiled the model's
-        def first(params, x0):
-            spec = _shared.specialisation(self.compiled.module, self.kernel.__name__, self._args(params, x0),
-                                          background=_shared.tiered_mode() == "1")
-            if spec is None:
-                self.tier, self._run = "model", self._bind()
-                return self._run(params, x0)
-            shared_run = self._bind(getattr(_shared.shared_module(), "ptr_" + self.kernel.__name__),
-                                    (_shared.model_handle(self.compiled),))
-
-            def run(params, x0):
-                if spec.done.is_set():
-                    if spec.ready:
-                        self.tier, self._run = "model", self._bind()
-                    else:
-                        warnings.warn(f"odeinfer: compiling {self.kernel.__name__} for model "
-                                      f"{self.compiled.model.name!r} in the background failed; this solver "
-                                      f"keeps the shared kernel (same results, slower).\n{spec.error}",
-                                      RuntimeWarning, stacklevel=3)
-                        self._run = shared_run
-                    return self._run(params, x0)
-                return shared_run(params, x0)
-
-            self.tier, self._run = "shared", run
-            return run(params, x0)
-
-        return first
-
-    def _bind(self, kernel=None, lead=()):
-        # a closure over locals: the cheapest call path from Python to the kernel; ``lead``:
-        # arguments before the usual ones (the model handle of the shared kernel)
-        kernel = self.kernel if kernel is None else kernel
+    def _bind(self):
+        # a closure over locals: the cheapest call path from Python to the kernel
+        kernel = self.kernel if self._tiers is None else self._tiers
         t0, t, rtol, atol = self.t0, self.t, self.rtol, self.atol
         h0, max_steps, z, work, info = self.first_step, self.max_steps, self.z, self.work, self.info
         if self.sensitivities:
             sens_err = self.sens_error_control
 
             def run(params, x0):
-                return kernel(*lead, t0, t, x0, params, sens_err, rtol, atol, h0, max_steps, z, work, info)
+                return kernel(t0, t, x0, params, sens_err, rtol, atol, h0, max_steps, z, work, info)
 
             if self._nan_cols.size:
                 sens, cols, nan = self._sens, self._nan_cols, np.nan
@@ -362,7 +325,7 @@ class Solver:
                     return status
         else:
             def run(params, x0):
-                return kernel(*lead, t0, t, x0, params, rtol, atol, h0, max_steps, z, work, info)
+                return kernel(t0, t, x0, params, rtol, atol, h0, max_steps, z, work, info)
         return run
 
     def __call__(self, params, x0):

@@ -18,6 +18,7 @@ import numpy as np
 from odeinfer.errors import DataError, InputError, SolverError
 from odeinfer.model.history import History
 from odeinfer.solve import _inputs
+from odeinfer.solve.shared import TieredKernel
 from odeinfer.solve.status import Status, status_message
 
 __all__ = ["DDESolution", "DDESolver", "solve_dde", "make_dde_solver", "as_history"]
@@ -215,6 +216,8 @@ class DDESolver:
     history_params : tuple of str
     kernel : numba dispatcher
         ``module.dde_solve`` (signature in ``odeinfer/solve/kernels/dde.py``).
+    tier : str
+        Which kernel answers (see the property).
     z, work, buf, info : ndarray
         Output buffer, scratch, dense-output store of the last solve (``buf``
         rows ``[:info[6]]``: step start, step size, 5 coefficient vectors), info.
@@ -222,7 +225,7 @@ class DDESolver:
 
     __slots__ = ("compiled", "t", "t0", "history", "history_params", "rtol", "atol", "max_steps", "first_step",
                  "sensitivities", "sens_error_control", "kernel", "z", "work", "buf", "info", "_hkind", "_hb",
-                 "_hc", "_k", "_y", "_sens")
+                 "_hc", "_k", "_y", "_sens", "_tiers")
 
     def __init__(self, compiled, t, t0, history, sensitivities, rtol, atol, max_steps, first_step,
                  sens_error_control, buffer_steps):
@@ -237,6 +240,7 @@ class DDESolver:
         q = history.n_params
         self._k = k = m + q if sensitivities else 0
         self.kernel = module.dde_solve
+        self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while dde_solve compiles
         self.work = np.empty(module.dde_work_size(k, q))
         self.info = np.zeros(_INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
@@ -248,12 +252,19 @@ class DDESolver:
         """Solve; returns ``(y, sens, status)``."""
         phi = self.history.values if history_params is None else history_params
         while True:
-            status = self.kernel(self.t0, self.t, params, self._hkind, phi, self._hb, self._hc, self._k,
+            status = self._tiers(self.t0, self.t, params, self._hkind, phi, self._hb, self._hc, self._k,
                                  self.sens_error_control, self.rtol, self.atol, self.first_step,
                                  self.max_steps, self.z, self.work, self.buf, self.info)
             if status == 0 or self.info[_INFO_BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:
                 return self._y, self._sens, status
             self.buf = np.empty((min(4 * self.buf.shape[0], self.max_steps), self.buf.shape[1]))
+
+    @property
+    def tier(self):
+        """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the shared
+        ``ptr_dde_solve`` while :attr:`kernel` compiles in a background process; same results,
+        see :mod:`odeinfer.solve.shared`) or ``"pending"`` (before the first call)."""
+        return self._tiers.tier
 
     def dense_steps(self):
         """The accepted steps of the last solve: ``(t_start (n_steps,), h (n_steps,), coef (n_steps, 5, size))``."""

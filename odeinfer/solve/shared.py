@@ -29,9 +29,10 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "model_handle", "shared_module", "specialisation", "tiered_enabled", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
 
 #: The background process's command (it reads its job from stdin).
 COMMAND = (sys.executable, "-m", "odeinfer.solve.shared")
@@ -55,13 +56,8 @@ def tiered_mode() -> str:
     return value
 
 
-def tiered_enabled() -> bool:
-    """Whether first solves may use the shared kernel (``ODEINFER_TIERED`` is not ``"0"``)."""
-    return tiered_mode() != "0"
-
-
 def shared_module():
-    """The model-independent module (``ptr_dopri5_solve``, ``ptr_dopri5_solve_sens``)."""
+    """The model-independent module (``ptr_dopri5_solve``, ``ptr_dopri5_solve_sens``, ``ptr_dde_solve``)."""
     with _LOCK:
         if not _SHARED:
             from odeinfer.model.cache import build_module, kernel_sources
@@ -69,25 +65,86 @@ def shared_module():
             # numba's IR inlining is what makes a model kernel slow to compile; here the sizes
             # are not constants anyway, so the shared module leaves inlining to LLVM
             text = kernel_sources(SHARED_KERNEL_FILES).replace('inline="always"', 'inline="never"')
-            _SHARED.append(build_module(text, title="shared Dormand-Prince kernels", kernel_files=()))
+            _SHARED.append(build_module(text, title="shared solver kernels", kernel_files=()))
         return _SHARED[0]
 
 
 def model_handle(compiled) -> tuple:
-    """``(n, m, f, jac_y, jac_p)``: sizes and C callback addresses of ``compiled``'s model."""
+    """The model handle of ``compiled``'s model (layouts in ``odeinfer/solve/kernels/pointer.py``):
+    ``(n, m, f, jac_y, jac_p)``, or ``(n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)`` for a
+    model with delays; sizes, then C callback addresses."""
+    import numpy as np
+
     model = compiled.model
     with _LOCK:
         hit = _HANDLES.get(model.fingerprint)
         if hit is None:
             from odeinfer.model.cache import build_module
-            from odeinfer.model.codegen import model_source
-            from odeinfer.solve.kernels import MODEL_CFUNC_FILES
+            from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES
 
-            mod = build_module(model_source(model.derivatives), title=f"model {model.name} C callbacks",
-                               kernel_files=MODEL_CFUNC_FILES)
-            hit = _HANDLES[model.fingerprint] = (model.n_states, model.n_params, mod.model_f_c.address,
-                                                 mod.model_jac_y_c.address, mod.model_jac_p_c.address)
+            title = f"model {model.name} C callbacks"
+            if model.delays:
+                from odeinfer.model.codegen_dde import dde_model_source
+
+                mod = build_module(dde_model_source(model), title=title, kernel_files=DDE_MODEL_CFUNC_FILES)
+                hit = (model.n_states, model.n_params, model.n_delays, np.array(model.delay_indices, dtype=np.int64),
+                       mod.model_f_c.address, mod.model_jac_y_c.address, mod.model_jac_ylag_c.address,
+                       mod.model_jac_p_c.address)
+            else:
+                from odeinfer.model.codegen import model_source
+
+                mod = build_module(model_source(model.derivatives), title=title, kernel_files=MODEL_CFUNC_FILES)
+                hit = (model.n_states, model.n_params, mod.model_f_c.address, mod.model_jac_y_c.address,
+                       mod.model_jac_p_c.address)
+            _HANDLES[model.fingerprint] = hit
         return hit
+
+
+class TieredKernel:
+    """Runs a model kernel (``kernel``, of ``compiled.module``), or the shared ``ptr_<kernel>``
+    until the model's is compiled: the policy of the module docstring, decided on the first call
+    (by ``ODEINFER_TIERED`` then). Called with the model kernel's arguments.
+
+    Attributes
+    ----------
+    tier : str
+        ``"pending"`` before the first call, then ``"shared"`` or ``"model"``.
+    """
+
+    __slots__ = ("_mh", "_shared", "_spec", "compiled", "kernel", "tier")
+
+    def __init__(self, compiled, kernel):
+        self.compiled, self.kernel = compiled, kernel
+        self.tier = "pending"
+
+    def __call__(self, *args):
+        if self.tier == "model":
+            return self.kernel(*args)
+        if self.tier == "pending":
+            self._decide(args)
+            return self(*args)
+        if self._spec.done.is_set():
+            if self._spec.ready:
+                self.tier = "model"
+            else:
+                warnings.warn(f"odeinfer: compiling {self.kernel.__name__} for model {self.compiled.model.name!r} "
+                              f"in the background failed; the shared kernel goes on (same results, slower)."
+                              f"\n{self._spec.error}", RuntimeWarning, stacklevel=3)
+                self._spec = _NotStarted()
+            return self(*args)
+        return self._shared(self._mh, *args)
+
+    def _decide(self, args):
+        mode = tiered_mode()
+        name = self.kernel.__name__
+        spec = None if mode == "0" else specialisation(self.compiled.module, name, args, background=mode == "1")
+        if spec is None:
+            self.tier = "model"
+            return
+        self._shared = getattr(shared_module(), "ptr_" + name)
+        self._mh = model_handle(self.compiled)
+        self._spec = spec
+        self.tier = "shared"
 
 
 class Specialisation:

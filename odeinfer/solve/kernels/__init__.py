@@ -43,13 +43,16 @@ KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.p
                                  "residuals.py")
 
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
-#: handle's calls through C function pointers and the ``ptr_dopri5_*`` entry points; it may
+#: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
-SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "dopri.py")
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "dopri.py", "dde.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module.
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
 
+#: The same for a model with delays.
+DDE_MODEL_CFUNC_FILES: tuple[str, ...] = ("dde_cfuncs.py",)
+
 #: Kernel files of models with delays (their model kernels take the lagged
 #: states: see :mod:`odeinfer.model.codegen_dde` and ``dde.py``).
-DDE_KERNEL_FILES: tuple[str, ...] = ("common.py", "dde.py", "dde_adjoint.py")
+DDE_KERNEL_FILES: tuple[str, ...] = ("dde_direct.py", "common.py", "dde.py", "dde_adjoint.py")

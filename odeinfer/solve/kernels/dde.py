@@ -118,8 +118,13 @@ _DDE_LOG_FACOLD_MIN = math.log(1.0e-4)
 @njit(cache=True, error_model="numpy")
 def dde_breakpoint_capacity():
     """Number of multi-indices ``n`` with ``sum(n) <= 5`` over ``N_DELAYS`` delays."""
+    return _dde_bp_capacity(MODEL_HANDLE)
+
+
+@njit(cache=True, error_model="numpy")
+def _dde_bp_capacity(mh):
     c = 1
-    for i in range(1, N_DELAYS + 1):
+    for i in range(1, mh[2] + 1):
         c = c * (_DDE_BP_ORDER + i) // i
     return c
 
@@ -127,18 +132,23 @@ def dde_breakpoint_capacity():
 @njit(cache=True, error_model="numpy")
 def dde_work_size(k, q):
     """Length of the ``work`` buffer of :func:`dde_solve` for ``k`` sensitivity columns."""
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    return _dde_work_size(MODEL_HANDLE, k, q)
+
+
+@njit(cache=True, error_model="numpy")
+def _dde_work_size(mh, k, q):
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     size = n * (1 + k)
     return (10 * size + n * n + d * n * n + n * m + 2 * n * d + d * size + d * n
-            + 4 * n + n * max(q, 1) + dde_breakpoint_capacity())
+            + 4 * n + n * max(q, 1) + _dde_bp_capacity(mh))
 
 
 @njit(cache=True, error_model="numpy")
 def dde_history(kind, u, phi, hb, hc, x, dx, g):
     """History ``X0(u)`` (x), ``dX0/du`` (dx) and ``dX0/dphi`` (g, (n, q)) at ``u = s - t0``."""
-    n = N_STATES
+    n = x.shape[0]
     q = phi.shape[0]
     for i in range(n):
         for j in range(q):
@@ -204,15 +214,15 @@ def _dde_find_row(buf, nbuf, s, left):
 @njit(cache=True, error_model="numpy")
 def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out, hx, hdx, hg):
     """Augmented state at ``s`` into ``out[:ncomp]``; returns 1 if from the history (``hdx`` = dX0/du)."""
-    n = N_STATES
-    m = N_PARAMS
+    n = hx.shape[0]
     if nbuf == 0 or s < t0 - eps or (left and s <= t0 + eps):
         u = min(s - t0, 0.0)
         dde_history(kind, u, phi, hb, hc, hx, hdx, hg)
         for i in range(n):
             out[i] = hx[i]
-        if ncomp > n:
-            q = k - m
+        if ncomp > n:  # sensitivities: k = m + q columns
+            q = phi.shape[0]
+            m = k - q
             for i in range(n):
                 row = n + i * k
                 for j in range(m):
@@ -234,42 +244,44 @@ def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out
 
 
 @njit(cache=True, error_model="numpy")
-def _dde_ydot(s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag2, fd, hx, hdx, hg):
+def _dde_ydot(mh, s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag2, fd, hx, hdx, hg):
     """``ydot(s)`` into ``fd``: the history's ``dX0/du`` or ``f`` at ``s`` from the dense output."""
-    n = N_STATES
+    n = mh[0]
     if dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, n, k, ys, hx, hdx, hg) == 1:
         for i in range(n):
             fd[i] = hdx[i]
         return
-    for kk in range(N_DELAYS):
-        dde_dense_eval(s - p[DELAY_PARAMS[kk]], left, t0, eps, kind, phi, hb, hc, buf, nbuf, n, k,
+    for kk in range(mh[2]):
+        dde_dense_eval(s - p[mh[3][kk]], left, t0, eps, kind, phi, hb, hc, buf, nbuf, n, k,
                        hx, hx, hdx, hg)
         for i in range(n):
             ylag2[i, kk] = hx[i]
-    model_f(s, ys, ylag2, p, fd)
+    mh_dde_f(mh, s, ys, ylag2, p, fd)
 
 
 @njit(cache=True, error_model="numpy")
-def _dde_rhs(t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out, outy):
+def _dde_rhs(mh, t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out, outy):
     """Augmented right-hand side at stage time ``t`` (scratch arrays in the tuple ``w``)."""
-    n = N_STATES
-    m = N_PARAMS
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
+    dpar = mh[3]
     jy, jl, jp, ylag, lz, yd, ylag2, ys, fd, hx, hdx, hg = w
     ncomp = n * (1 + k)
-    for kk in range(N_DELAYS):
+    for kk in range(d):
         lzk = lz[kk]
-        dde_dense_eval(t - p[DELAY_PARAMS[kk]], left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k,
+        dde_dense_eval(t - p[dpar[kk]], left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k,
                        lzk, hx, hdx, hg)
         for i in range(n):
             ylag[i, kk] = lzk[i]
-    model_f(t, zy, ylag, p, outy)
+    mh_dde_f(mh, t, zy, ylag, p, outy)
     if k == 0:
         return
-    model_jac_y(t, zy, ylag, p, jy)
-    model_jac_ylag(t, zy, ylag, p, jl)
-    model_jac_p(t, zy, ylag, p, jp)
-    for kk in range(N_DELAYS):
-        _dde_ydot(t - p[DELAY_PARAMS[kk]], left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k,
+    mh_dde_jac_y(mh, t, zy, ylag, p, jy)
+    mh_dde_jac_ylag(mh, t, zy, ylag, p, jl)
+    mh_dde_jac_p(mh, t, zy, ylag, p, jp)
+    for kk in range(d):
+        _dde_ydot(mh, t - p[dpar[kk]], left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k,
                   ys, ylag2, fd, hx, hdx, hg)
         for i in range(n):
             yd[kk, i] = fd[i]
@@ -279,16 +291,16 @@ def _dde_rhs(t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out
             acc = jp[i, j] if j < m else 0.0
             for l in range(n):
                 acc += jy[i, l] * z[n + l * k + j]
-            for kk in range(N_DELAYS):
+            for kk in range(d):
                 lzk = lz[kk]
                 for l in range(n):
                     acc += jl[kk, i, l] * lzk[n + l * k + j]
             out[row + j] = acc
-        for kk in range(N_DELAYS):
+        for kk in range(d):
             acc = 0.0
             for l in range(n):
                 acc += jl[kk, i, l] * yd[kk, l]
-            out[row + DELAY_PARAMS[kk]] -= acc
+            out[row + dpar[kk]] -= acc
 
 
 @njit(cache=True, error_model="numpy")
@@ -306,9 +318,9 @@ def dde_next_multi_index(cnt, order):
 
 
 @njit(cache=True, error_model="numpy")
-def _dde_breakpoints(t0, t_end, p, eps, bps):
+def _dde_breakpoints(mh, t0, t_end, p, eps, bps):
     """Sorted distinct breakpoints in ``(t0, t_end)``; returns their number."""
-    d = N_DELAYS
+    d = mh[2]
     cnt = np.zeros(d, dtype=np.int64)
     nbp = 0
     while True:
@@ -316,7 +328,7 @@ def _dde_breakpoints(t0, t_end, p, eps, bps):
         val = 0.0
         for kk in range(d):
             tot += cnt[kk]
-            val += cnt[kk] * p[DELAY_PARAMS[kk]]
+            val += cnt[kk] * p[mh[3][kk]]
         if 0 < tot <= _DDE_BP_ORDER and t0 + val < t_end - eps:
             bps[nbp] = t0 + val
             nbp += 1
@@ -337,13 +349,21 @@ def _dde_breakpoints(t0, t_end, p, eps, bps):
     return out
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
               z_out, work, buf, info):
     """Method of steps with Dormand-Prince 5(4); see the module docstring."""
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    # no fast-math contraction: the same bits as ptr_dde_solve of the shared module
+    return _dde_run(MODEL_HANDLE, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step,
+                    max_steps, z_out, work, buf, info)
+
+
+@njit(cache=True, error_model="numpy")
+def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
+             z_out, work, buf, info):
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     q = phi.shape[0]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
@@ -351,14 +371,14 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
         info[a] = 0.0
     info[INFO_T_REACHED] = t0
     if (p.shape[0] != m or z_out.shape[0] != n_out or z_out.shape[1] != size
-            or (k != 0 and k != m + q) or work.shape[0] < dde_work_size(k, q)
+            or (k != 0 and k != m + q) or work.shape[0] < _dde_work_size(mh, k, q)
             or buf.shape[1] != 2 + 5 * size or buf.shape[0] < 1 or hkind < 0 or hkind > 3
             or (hkind == 0 and q != n) or (hkind == 1 and q != 2 * n) or (hkind == 2 and q != 3 * n)
             or (hkind == 3 and (q != 0 or hc.shape[2] != n or hb.shape[0] != hc.shape[1] + 1))):
         return ST_BAD_INPUT
     tau_min = np.inf
     for kk in range(d):
-        tau = p[DELAY_PARAMS[kk]]
+        tau = p[mh[3][kk]]
         if not (tau > 0.0 and math.isfinite(tau)):
             return ST_BAD_INPUT
         tau_min = min(tau_min, tau)
@@ -402,7 +422,7 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
     off += 4 * n
     hg = work[off:off + n * max(q, 1)].reshape((n, max(q, 1)))
     off += n * max(q, 1)
-    bps = work[off:off + dde_breakpoint_capacity()]
+    bps = work[off:off + _dde_bp_capacity(mh)]
     w = (jy, jl, jp, ylag, lz, yd, ylag2, ys, fd, hx, hdx, hg)
     k1y = k1[0:n]
     k2y = k2[0:n]
@@ -429,9 +449,9 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
     i_out = emit_initial_outputs(t0, t_eval, z, z_out)
     if i_out == n_out:
         return ST_SUCCESS
-    nbp = _dde_breakpoints(t0, t_end, p, eps, bps)
+    nbp = _dde_breakpoints(mh, t0, t_end, p, eps, bps)
     ibp = 0
-    _dde_rhs(t0, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
+    _dde_rhs(mh, t0, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
     n_rhs = 1
     if not (all_finite(z, size) and all_finite(k1, size)):
         info[INFO_N_RHS] = n_rhs
@@ -450,7 +470,7 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
         h = min(h, hmax)
         for a in range(size):
             z1[a] = z[a] + h * k1[a]
-        _dde_rhs(t0 + h, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
+        _dde_rhs(mh, t0 + h, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         n_rhs += 1
         der2 = 0.0
         for a in range(nc):
@@ -497,16 +517,16 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
         n_steps += 1
         for a in range(size):
             zs[a] = z[a] + h * _DDE_A21 * k1[a]
-        _dde_rhs(t + _DDE_C2 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
+        _dde_rhs(mh, t + _DDE_C2 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         for a in range(size):
             zs[a] = z[a] + h * (_DDE_A31 * k1[a] + _DDE_A32 * k2[a])
-        _dde_rhs(t + _DDE_C3 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
+        _dde_rhs(mh, t + _DDE_C3 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
         for a in range(size):
             zs[a] = z[a] + h * (_DDE_A41 * k1[a] + _DDE_A42 * k2[a] + _DDE_A43 * k3[a])
-        _dde_rhs(t + _DDE_C4 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
+        _dde_rhs(mh, t + _DDE_C4 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
         for a in range(size):
             zs[a] = z[a] + h * (_DDE_A51 * k1[a] + _DDE_A52 * k2[a] + _DDE_A53 * k3[a] + _DDE_A54 * k4[a])
-        _dde_rhs(t + _DDE_C5 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
+        _dde_rhs(mh, t + _DDE_C5 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
         for a in range(size):
             zs[a] = z[a] + h * (_DDE_A61 * k1[a] + _DDE_A62 * k2[a] + _DDE_A63 * k3[a]
                                 + _DDE_A64 * k4[a] + _DDE_A65 * k5[a])
@@ -516,11 +536,11 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
             t_new = bps[ibp]
         else:
             t_new = t + h
-        _dde_rhs(t_new, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k6, k6y)
+        _dde_rhs(mh, t_new, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k6, k6y)
         for a in range(size):
             z1[a] = z[a] + h * (_DDE_A71 * k1[a] + _DDE_A73 * k3[a] + _DDE_A74 * k4[a]
                                 + _DDE_A75 * k5[a] + _DDE_A76 * k6[a])
-        _dde_rhs(t_new, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
+        _dde_rhs(mh, t_new, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
         n_rhs += 6
         err2 = 0.0
         for a in range(nc):
@@ -583,7 +603,7 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
             if last:
                 break
             if at_bp:  # the right limit at a breakpoint: no FSAL
-                _dde_rhs(t, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
+                _dde_rhs(mh, t, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
                 n_rhs += 1
             else:
                 for a in range(size):

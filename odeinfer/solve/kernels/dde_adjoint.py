@@ -161,7 +161,7 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
             for i in range(n):
                 yd[kk, i] = hdx[i]
         else:
-            _dde_ydot(t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, 0, ys, ylag2, fd, hx, hdx, tg)
+            _dde_ydot(MODEL_HANDLE, t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, 0, ys, ylag2, fd, hx, hdx, tg)
             for i in range(n):
                 yd[kk, i] = fd[i]
     model_jac_y(t, x, ylag, p, jy)
@@ -388,7 +388,7 @@ def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts,
     flags[npt] = 0
     npt += 1
     bps = np.empty(dde_breakpoint_capacity())
-    nbp = _dde_breakpoints(t0, t_end, p, snap, bps)
+    nbp = _dde_breakpoints(MODEL_HANDLE, t0, t_end, p, snap, bps)
     for a in range(nbp):
         pts[npt] = bps[a]
         flags[npt] = 0
