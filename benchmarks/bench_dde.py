@@ -2,6 +2,8 @@
 
 Usage:  python benchmarks/bench_dde.py [--quick]
 
+Also measures the start-up of a new delay model (tiered first solves, odeinfer.solve.shared).
+
 Case: the logistic delay model of the zoo (DDE-Find sec. 6.2: theta = (2, 1.5), tau = 1,
 periodic history), 100 output times on (0, 10]; rtol 1e-6, atol 1e-8.
 
@@ -22,7 +24,12 @@ import bisect
 import time
 
 import numpy as np
-from bench_solve import best_of  # run as a script: benchmarks/ is on sys.path
+from bench_solve import (  # benchmarks/ on sys.path
+    _first_result,
+    _wait_for_background,
+    best_of,
+    settle,
+)
 from scipy.integrate import solve_ivp
 
 T_OUT = np.linspace(0.1, 10.0, 100)
@@ -68,6 +75,7 @@ def main():
                                       rtol=1e-6, atol=1e-8)
     solver(THETA, PHI)
     cold = time.perf_counter() - t0c
+    shared = settle(solver, lambda: solver(THETA, PHI), 100 if args.quick else 500)
     data = scipy_mos(THETA, PHI, T_OUT, rtol=1e-10, atol=1e-12) + 0.05 * np.random.default_rng(0).standard_normal(100)
 
     def ours_solve():
@@ -100,7 +108,10 @@ def main():
     lo, go, _ = ours_loss_grad()
     ls, gs = scipy_loss_grad()
     print(f"logistic delay, 100 outputs, rtol 1e-6 (first call incl. compile/cache load: {cold:.2f} s)")
-    print(f"  ours  solve + 6 sensitivities : {t_solve * 1e6:9.1f} us  (steps: {int(solver.info[1])})")
+    print(f"  ours  solve + 6 sensitivities : {t_solve * 1e6:9.1f} us  (steps: {int(solver.info[1])}; "
+          f"{solver.tier} kernel)")
+    if shared is not None:
+        print(f"  (first calls, shared kernel while the model's compiled: {shared * 1e6:.1f} us)")
     print(f"  ours  loss + exact gradient   : {t_lg * 1e6:9.1f} us  (target < 1000 us)")
     print(f"  scipy method of steps, states : {t_scipy * 1e6:9.1f} us  -> ratio {t_scipy / t_solve:7.1f}x "
           f"(scipy states only vs ours with sensitivities)")
@@ -109,5 +120,41 @@ def main():
           f"{np.max(np.abs(go - gs)) / np.max(np.abs(gs)):.1e}")
 
 
+def bench_start_up():
+    """Whole processes solving a new delay model (python start, import, first solve with
+    sensitivities): tiered off on an empty cache, then tiered with the shared kernel cached."""
+    import os
+    import tempfile
+    import textwrap
+
+    def code(c):  # a delay model no cache has seen: x' = -a x(t - tau) + c
+        return textwrap.dedent(f"""
+            import numpy as np, odeinfer as oi
+            from odeinfer import math as om
+            @oi.model(states=["x"], params=["a", "tau"], delays=["tau"])
+            def m(t, y, p):
+                return {{"x": -p.a * om.lag(y.x, "tau") * (1.0 - y.x) + {c!r}}}
+            s = oi.solve.make_dde_solver(m, np.linspace(0.0, 10.0, 50), 0.5, sensitivities=True)
+            y, sens, status = s(np.array([1.4, 1.0]), np.array([0.5]))
+            assert status == 0
+            print(s.tier)
+        """)
+
+    with tempfile.TemporaryDirectory() as cache:
+        off = _first_result(code(0.0), dict(os.environ, ODEINFER_CACHE_DIR=cache, ODEINFER_TIERED="0"))
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, ODEINFER_CACHE_DIR=cache, ODEINFER_TIERED="1")
+        empty = _first_result(code(0.0), env)
+        _wait_for_background(cache, 1)
+        new = _first_result(code(0.001), env)
+        _wait_for_background(cache, 2)  # before the folder goes
+    print("Start-up, new delay model, whole process (first solve with sensitivities)")
+    print(f"  empty cache, tiered off (compiles dde_solve for the model): {off[0]:6.2f} s   [{off[1]}]")
+    print(f"  empty cache (compiles the shared kernels, once per machine): {empty[0]:6.2f} s   [{empty[1]}]")
+    print(f"  new model, shared kernel cached:                             {new[0]:6.2f} s   [{new[1]}]")
+
+
 if __name__ == "__main__":
     main()
+    print()
+    bench_start_up()

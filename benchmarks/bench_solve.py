@@ -44,6 +44,23 @@ def best_of(fn, repeat, number):
     return min(times)
 
 
+def settle(solver, call, number):
+    """Call once; if the shared kernel answered (a new model, see odeinfer.solve.shared), time it
+    (best of 5 x ``number`` calls) and wait until the model's own kernel has taken over. Returns
+    the shared kernel's time or None."""
+    call()
+    if solver.tier != "shared":
+        return None
+    shared = best_of(call, 5, number)
+    t0 = time.perf_counter()
+    while solver.tier != "model":
+        if time.perf_counter() - t0 > 600:
+            raise RuntimeError("the model kernel did not take over within 600 s")
+        time.sleep(0.2)
+        call()
+    return shared
+
+
 def lv_rhs(t, y, a, b, g, d):
     return [a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - g * y[1]]
 
@@ -55,14 +72,7 @@ def bench_lotka_volterra(quick):
     exec(compile(_LV_SOURCE, "<lv>", "exec"), ns)  # the same model text as the cold-start runs
     model = ns["lv"]
     solver = oi.solve.make_solver(model, T21, sensitivities=True, rtol=1e-6, atol=1e-8)
-    solver(LV_PARAMS, LV_X0)  # warm
-    shared = None
-    if solver.tier == "shared":  # a new model: time the shared kernel, then wait for the model's own
-        shared = best_of(lambda: solver(LV_PARAMS, LV_X0), 5, 500 if not quick else 50)
-        t0 = time.perf_counter()
-        while solver.tier != "model" and time.perf_counter() - t0 < 600:
-            time.sleep(0.2)
-            solver(LV_PARAMS, LV_X0)
+    shared = settle(solver, lambda: solver(LV_PARAMS, LV_X0), 500 if not quick else 50)
     ours = best_of(lambda: solver(LV_PARAMS, LV_X0), 5, 2000 if not quick else 200)
 
     def scipy_states():
