@@ -215,3 +215,32 @@ def test_dde_solver_answers_from_the_shared_kernel(monkeypatch):
     assert not solver.kernel.overloads  # nothing compiled for the model itself
     np.testing.assert_allclose(y[:, 0], 1.0 + (c - 2.0) * t, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(sens[:, 0, 0], -t, atol=1e-12)  # d x / d a = -t
+
+
+def test_model_kernel_bits_do_not_depend_on_what_compiled_before():
+    """A fresh model compiled in a fresh process, Rodas (the stiff solver) first: its Dormand-Prince
+    kernel still gives the shared kernel's bits (a fast-math Rodas used to change them)."""
+    import os
+    import subprocess
+    import textwrap
+
+    c = 1.0 + (time.time_ns() % 10**9) * 1e-12
+    script = textwrap.dedent(f"""
+        import numpy as np, odeinfer as oi
+        from odeinfer.solve import shared
+        m = oi.Model.from_equations({{"x": "-k*x*y + {c!r}", "y": "k*x - y*y"}}, params=["k"])
+        t = np.linspace(0.0, 3.0, 7)
+        oi.solve.solve_ode(m, [0.8], [1.0, 0.5], t, method="rodas", sensitivities=True)
+        cm = m.compile()
+        out = []
+        for kernel, lead in ((cm.module.dopri5_solve_sens, ()),
+                             (shared.shared_module().ptr_dopri5_solve_sens, (shared.model_handle(cm),))):
+            z, work, info = np.empty((7, 8)), np.empty(200), np.zeros(6)  # n = 2, k = 3 columns
+            status = kernel(*lead, 0.0, t, np.array([1.0, 0.5]), np.array([0.8]), True, 1e-9, 1e-11, 0.0, 10**5,
+                            z, work, info)
+            out.append(z)
+        print(np.array_equal(out[0], out[1]), status == 0)
+    """)
+    env = dict(os.environ, ODEINFER_TIERED="0")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["True", "True"]

@@ -7,12 +7,13 @@ the machine code on disk. Rules for these files:
 
 * import only ``math``, ``numpy as np`` and ``numba`` names (``pointer.py``: also
   ``llvmlite`` and ``numba.extending``);
-* use ``@njit(cache=True, error_model="numpy")`` (solver entry points add
-  ``fastmath={"contract"}``, which only lets LLVM fuse multiply-adds; it keeps
-  IEEE inf/NaN semantics, so the non-finite checks stay valid; not
-  ``dopri5_solve`` / ``dopri5_solve_sens``, which give the same bits as the
-  shared ``ptr_dopri5_*`` kernels of ``pointer.py``); out-buffers and integer
-  status codes, no exceptions;
+* use ``@njit(cache=True, error_model="numpy")``, without ``fastmath``: numba
+  compiles a callee (``model_f``, ...) once per signature, and a fast-math
+  caller compiled first changed the last bits of kernels compiled after it in
+  the same process (``fastmath={"contract"}`` on Rodas made Dormand-Prince
+  results depend on what ran before); the shared ``ptr_*`` kernels of
+  ``pointer.py`` give the same bits as a model's kernels only without it;
+  out-buffers and integer status codes, no exceptions;
 * call the model through these globals, defined by the generated model source
   (``n`` states, ``m`` parameters, all arrays float64, C-contiguous):
 

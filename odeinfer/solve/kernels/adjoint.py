@@ -112,7 +112,7 @@ def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
         w[q] += hb * acc
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """Gradient of ``sum_i g_i . x(t_i)`` by the adjoint; see the module docstring."""
     n = N_STATES

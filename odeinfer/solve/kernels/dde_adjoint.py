@@ -228,7 +228,7 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
     out[n + m + q] = -lval
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf, nbuf, tb, tc,
                wl, paper, grad, anodes, adnodes, work):
     """RK4 backward adjoint on ``nstep`` steps: uniform (``h > 0``) or on ``tnodes`` with jumps ``gnode``.
@@ -351,7 +351,7 @@ def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi
     return ST_SUCCESS
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad,
                          anodes, adnodes, work):
     """RK4 backward adjoint of the integral loss; see the module docstring. Returns a status code."""

@@ -116,7 +116,7 @@ def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_s
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     """Dormand-Prince 5 with constant step ``h > 0``; see the module docstring."""
     if not (h > 0.0) or t_eval.shape[0] == 0:

@@ -153,14 +153,14 @@ def _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
             u[n + i * k + j] = col[i]
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Rodas4 for the states alone; see the module docstring."""
     return _rodas_run(t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, max_steps,
                       z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                      z_out, work, info):
     """Adaptive Rodas4 for states and sensitivities; see the module docstring."""
