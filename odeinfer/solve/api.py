@@ -230,7 +230,7 @@ def _raise(status, message, t_reached, method):
 class Solver:
     """A solver bound to a model, output times and options, with preallocated buffers.
 
-    Made by :func:`make_solver`. Calling it runs the numba kernel directly:
+    Made by :func:`make_solver`. Calling it runs a numba kernel (see :attr:`tier`):
     ``y, sens, status = solver(params, x0)``.
 
     ``params`` and ``x0`` must be float64 1-D C-contiguous arrays of length
