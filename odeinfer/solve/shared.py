@@ -1,17 +1,19 @@
-"""Tiered compilation of the Dormand-Prince solves: answer at once, specialise in the background.
+"""Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
 
-A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens`` in its generated module)
-have the model inlined and its sizes as constants: the fastest warm calls, but 10-15 s of numba
-compilation the first time a model is solved. The *shared* module (``pointer.py``, ``common.py``
-and ``dopri.py``, the same source text) is compiled once per machine and calls the model
-through three C callbacks (``cfuncs.py``) that compile in about a second.
+A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``; ``dde_solve`` for a model
+with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
+10-35 s of numba compilation the first time a model is solved. The *shared* module
+(``pointer.py``, ``common.py``, ``dopri.py`` and ``dde.py``: the same source text) is compiled
+once per machine and calls the model through C callbacks (``cfuncs.py``, ``dde_cfuncs.py``)
+that compile in about a second.
 
-On the first call of a :class:`~odeinfer.solve.Solver` whose model kernel is not compiled yet
+On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``dopri5``) or
+:class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
 (neither in this process nor on disk), the solver answers with the shared kernel and starts
 one low-priority background process that compiles the model kernel into the disk cache. Once
 that process is done, the next call switches to the model kernel. Both kernels run the same
-arithmetic in the same order (no fast-math contraction in either), so results are bitwise
-identical whichever one answered.
+arithmetic in the same order (no fast-math in any kernel), so results are bitwise identical
+whichever one answered.
 
 Set the environment variable ``ODEINFER_TIERED=0`` to compile the model kernel in-process on
 the first call instead (no background process), or ``ODEINFER_TIERED=shared`` to keep the
