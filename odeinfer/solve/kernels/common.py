@@ -2,8 +2,11 @@
 (forward-sensitivity) right-hand side and Hairer's initial step heuristic.
 
 This text is appended to every generated model module (see
-``odeinfer/solve/kernels/__init__.py``); ``model_f``, ``model_jac_y``,
-``model_jac_p``, ``N_STATES`` and ``N_PARAMS`` are globals of that module.
+``odeinfer/solve/kernels/__init__.py``) and to the shared module of
+``pointer.py``. The kernels that touch the model take a model handle ``mh``
+(``mh[0]`` states, ``mh[1]`` parameters) and call it through ``mh_f``,
+``mh_jac_y`` and ``mh_jac_p``: direct calls of ``model_f`` & co. in a model's
+module (``direct.py``), C function pointers in the shared one.
 
 Augmented state layout
 ----------------------
