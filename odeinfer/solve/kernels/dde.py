@@ -177,15 +177,7 @@ def dde_history(kind, u, phi, hb, hc, x, dx, g):
             g[i, n + i] = amp * u * cs
             g[i, 2 * n + i] = 1.0
     else:
-        nb = hb.shape[0] - 1
-        lo = 0
-        hi = nb - 1
-        while lo < hi:  # last piece with hb[piece] <= u
-            mid = (lo + hi + 1) // 2
-            if hb[mid] <= u:
-                lo = mid
-            else:
-                hi = mid - 1
+        lo = dde_last_at_or_below(hb, hb.shape[0] - 2, u)  # the piece holding u
         r = u - hb[lo]
         for i in range(n):
             c0 = hc[0, lo, i]
@@ -194,6 +186,19 @@ def dde_history(kind, u, phi, hb, hc, x, dx, g):
             c3 = hc[3, lo, i]
             x[i] = ((c0 * r + c1) * r + c2) * r + c3
             dx[i] = (3.0 * c0 * r + 2.0 * c1) * r + c2
+
+
+@njit(cache=True, error_model="numpy")
+def dde_last_at_or_below(a, hi, x):
+    """Largest ``i`` in ``[0, hi]`` with ``a[i] <= x`` (``a`` sorted; 0 if none), by bisection."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid] <= x:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @njit(cache=True, error_model="numpy")

@@ -102,15 +102,7 @@ def _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, g
     t_end = tnodes[nnode - 1]
     if s > t_end + snap or (not left and s >= t_end - snap) or nnode < 2:
         return False
-    lo = 0
-    hi = nnode - 2
-    while lo < hi:  # last interval with tnodes[lo] <= s
-        mid = (lo + hi + 1) // 2
-        if tnodes[mid] <= s:
-            lo = mid
-        else:
-            hi = mid - 1
-    j = lo
+    j = dde_last_at_or_below(tnodes, nnode - 2, s)  # last interval with tnodes[j] <= s
     ta = tnodes[j]
     tb = tnodes[j + 1]
     if left and j > 0 and s - ta <= snap:
@@ -517,14 +509,7 @@ def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     for r in range(nobs):
         if not keep[r]:
             continue
-        lo = 0
-        hi = nnode - 1
-        while lo < hi:  # nearest node
-            mid = (lo + hi + 1) // 2
-            if tnodes[mid] <= t_obs[r]:
-                lo = mid
-            else:
-                hi = mid - 1
+        lo = dde_last_at_or_below(tnodes, nnode - 1, t_obs[r])  # then the nearer neighbour
         if lo + 1 < nnode and tnodes[lo + 1] - t_obs[r] < t_obs[r] - tnodes[lo]:
             lo += 1
         for i in range(n):
