@@ -1,18 +1,36 @@
-"""ODE solvers: explicit Dormand-Prince 5(4) and stiff Rodas4, with forward sensitivities;
-DDE solver (method of steps with Dormand-Prince 5(4)): :func:`solve_dde`, :func:`make_dde_solver`.
+"""Solving ODE and delay models: :class:`Problem`, :func:`solve`, :func:`bind`, solver and
+gradient values (:class:`Dopri5`, :class:`Rodas`, :class:`MethodOfSteps`, :class:`Forward`,
+:class:`Adjoint`) and the one :class:`Solution`.
 
-:func:`solve_ode` is the validated, user-facing call; :func:`make_solver` returns a
-:class:`Solver` that calls the numba kernel directly with preallocated buffers
-(for estimators and benchmarks). :func:`solve_vjp` / :func:`make_vjp` give vector-Jacobian
-products ``sum_i g_i^T dx(t_i)/d(params, x0)`` by the continuous adjoint (for many
-parameters). The kernels themselves live in :mod:`odeinfer.solve.kernels` and are compiled into each model's generated module,
-so numba code there can call ``dopri5_solve`` / ``rodas_solve`` directly.
+``odeinfer.solve`` is this package and, called, the function :func:`solve`:
+``oi.solve(problem, params)`` is ``oi.solve.solve(problem, params)``.
+
+:func:`solve` is the validated, user-facing call; :func:`bind` returns the prebuilt solver
+(:class:`Solver`, :class:`DDESolver` or :class:`VJP`) that estimators, the PyMC Op and the
+widgets call in their loops. The numba kernels live in :mod:`odeinfer.solve.kernels`; their
+calling convention (signatures, info layout, status codes) in :mod:`odeinfer.solve.status`.
 """
 
-from odeinfer.solve.adjoint import VJP, make_vjp, solve_vjp
-from odeinfer.solve.api import Solution, Solver, make_solver, solve_ode
-from odeinfer.solve.dde import DDESolution, DDESolver, make_dde_solver, solve_dde
+import sys as _sys
+import types as _types
+
+from odeinfer.solve.adjoint import VJP
+from odeinfer.solve.api import Solver
+from odeinfer.solve.config import DEFAULT_SOLVERS, Adjoint, Dopri5, Forward, MethodOfSteps, Rodas
+from odeinfer.solve.dde import DDESolver
+from odeinfer.solve.problem import Problem, bind, solve
+from odeinfer.solve.solution import Solution
 from odeinfer.solve.status import Status, status_message
 
-__all__ = ["solve_ode", "make_solver", "Solver", "Solution", "Status", "status_message",
-           "solve_dde", "make_dde_solver", "DDESolver", "DDESolution", "solve_vjp", "make_vjp", "VJP"]
+__all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint",
+           "DEFAULT_SOLVERS", "Solver", "DDESolver", "VJP", "Status", "status_message"]
+
+
+class _CallableModule(_types.ModuleType):
+    """This package, callable as :func:`solve`."""
+
+    def __call__(self, problem, params, **options):
+        return solve(problem, params, **options)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

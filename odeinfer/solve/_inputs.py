@@ -1,5 +1,5 @@
-"""Validation of the arguments of :func:`odeinfer.solve.solve_ode` and
-:func:`odeinfer.solve.make_solver`: every check happens here, before a kernel runs."""
+"""Validation of the arguments of :func:`odeinfer.solve` and :func:`odeinfer.bind` (values,
+times, sensitivities): every check happens here, before a kernel runs."""
 
 from __future__ import annotations
 
@@ -11,17 +11,10 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 
-METHODS = ("dopri5", "rodas")
-
-
 def compiled_model(model):
     """The :class:`~odeinfer.model.CompiledModel` of a ``Model`` or ``CompiledModel``."""
     from odeinfer.model import CompiledModel, Model
 
-    m = model.model if isinstance(model, CompiledModel) else model
-    if isinstance(m, Model) and m.delays:
-        raise InputError(f"model: {m.name!r} has delays {list(m.delays)}; the ODE solvers cannot integrate it: "
-                         "use odeinfer.solve.solve_dde / make_dde_solver")
     if isinstance(model, CompiledModel):
         return model
     if isinstance(model, Model):
@@ -108,50 +101,6 @@ def output_times(t, t0):
             )
     arr.flags.writeable = False
     return arr, t0
-
-
-def method_name(method):
-    if method not in METHODS:
-        hint = _suggest(method, METHODS) if isinstance(method, str) else ""
-        raise InputError(
-            f"method: expected one of {list(METHODS)} (\"rodas\" for stiff problems), got {method!r}{hint}"
-        )
-    return method
-
-
-def tolerances(rtol, atol):
-    """Validated ``(rtol, atol)`` floats."""
-    out = []
-    for name, value, upper in (("rtol", rtol, 1.0), ("atol", atol, math.inf)):
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise InputError(f"{name}: expected a positive number, got {type(value).__name__}") from None
-        if not (v > 0.0 and v < upper):
-            raise InputError(f"{name}: expected a number in (0, {upper}), got {value!r}")
-        out.append(v)
-    if out[0] < 100 * np.finfo(float).eps:
-        raise InputError(f"rtol: {rtol!r} is below 100 * machine epsilon (2.2e-14): the solver cannot reach it")
-    return out[0], out[1]
-
-
-def positive_int(name, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def first_step_value(first_step, name="first_step"):
-    """``first_step`` as a float; 0.0 (the kernels' "choose it") for None."""
-    if first_step is None:
-        return 0.0
-    try:
-        h = float(first_step)
-    except (TypeError, ValueError):
-        raise InputError(f"{name}: expected a positive number or None, got {type(first_step).__name__}") from None
-    if not (h > 0.0 and math.isfinite(h)):
-        raise InputError(f"{name}: expected a positive finite number or None, got {first_step!r}")
-    return h
 
 
 def check_sensitivities(cm, sensitivities, sens_exclude=()):

@@ -1,0 +1,295 @@
+"""Solvers and gradients as values: what to integrate with, and which derivatives to return.
+
+A solver is a small frozen value that names the method and carries its options; a gradient is
+a value that says how derivatives are computed. Both validate at construction, so a bad
+tolerance or an impossible combination is refused before any work starts.
+
+>>> import odeinfer as oi
+>>> oi.Dopri5(rtol=1e-8)                       # explicit Dormand-Prince 5(4)
+Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None)
+>>> oi.MethodOfSteps(oi.Dopri5(rtol=1e-8))     # delay models
+MethodOfSteps(inner=Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None))
+
+The defaults of every role (a one-off solve, a fit, the Bayesian likelihood, a view) are
+:data:`DEFAULT_SOLVERS`, in this one place; :func:`default_solver` looks them up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from odeinfer.errors import InputError
+
+__all__ = ["Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint", "DEFAULT_SOLVERS", "default_solver",
+           "as_solver", "as_gradient"]
+
+_EPS100 = 100 * 2.220446049250313e-16
+
+
+def _tolerance(owner, name, value, upper):
+    if isinstance(value, bool):
+        raise InputError(f"{owner}({name}=...): expected a positive number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{owner}({name}=...): expected a positive number, got {type(value).__name__}") from None
+    if not (v > 0.0 and v < upper):
+        raise InputError(f"{owner}({name}=...): expected a number in (0, {upper:g}), got {value!r}; "
+                         f"typical values are rtol=1e-6 .. 1e-10, atol=1e-8 .. 1e-12")
+    if name == "rtol" and v < _EPS100:
+        raise InputError(f"{owner}(rtol=...): {value!r} is below 100 * machine epsilon (2.2e-14): the solver "
+                         "cannot reach it; use rtol >= 1e-13")
+    return v
+
+
+def _check_steps(owner, max_steps, first_step):
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) and not _is_np_int(max_steps) or max_steps < 1:
+        raise InputError(f"{owner}(max_steps=...): expected a positive integer, got {max_steps!r}; "
+                         "the default is 100000")
+    if first_step is not None:
+        try:
+            h = float(first_step)
+        except (TypeError, ValueError):
+            raise InputError(f"{owner}(first_step=...): expected a positive number or None, "
+                             f"got {type(first_step).__name__}") from None
+        if isinstance(first_step, bool) or not (h > 0.0 and math.isfinite(h)):
+            raise InputError(f"{owner}(first_step=...): expected a positive finite number or None "
+                             f"(None: chosen automatically), got {first_step!r}")
+        return int(max_steps), h
+    return int(max_steps), None
+
+
+def _is_np_int(x):
+    import numpy as np
+
+    return isinstance(x, np.integer)
+
+
+def _is_np_float(x):
+    import numpy as np
+
+    return isinstance(x, np.floating)
+
+
+@dataclass(frozen=True)
+class _Adaptive:
+    """Options shared by the adaptive one-step methods."""
+
+    rtol: float = 1e-6
+    atol: float = 1e-8
+    max_steps: int = 100_000
+    first_step: float | None = None
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        object.__setattr__(self, "rtol", _tolerance(owner, "rtol", self.rtol, 1.0))
+        object.__setattr__(self, "atol", _tolerance(owner, "atol", self.atol, math.inf))
+        steps, h = _check_steps(owner, self.max_steps, self.first_step)
+        object.__setattr__(self, "max_steps", steps)
+        object.__setattr__(self, "first_step", h)
+
+    def replace(self, **changes):
+        """A copy with some options changed (validated again)."""
+        return replace(self, **changes)
+
+    @property
+    def delays(self) -> bool:
+        """Whether this solver integrates delay models (only :class:`MethodOfSteps` does)."""
+        return False
+
+
+@dataclass(frozen=True)
+class Dopri5(_Adaptive):
+    """Explicit Dormand-Prince 5(4) with error control on the states (and sensitivities),
+    stiffness detection and a 4th-order dense output; the default for non-stiff models.
+
+    Parameters
+    ----------
+    rtol, atol : float, default 1e-6, 1e-8
+        Local error tolerances: ``|err_i| <= atol + rtol * |y_i|`` in the RMS norm.
+    max_steps : int, default 100000
+        Steps (accepted or rejected) before the solver gives up.
+    first_step : float, optional
+        Initial step size; default: Hairer's heuristic.
+    fixed_step : float, optional
+        Integrate with this constant step instead (the last step is shortened to end at
+        ``t[-1]``): no error control and no stiffness test; ``rtol``, ``atol``, ``max_steps`` and
+        ``first_step`` are unused. For convergence studies; leave None for real work.
+    """
+
+    fixed_step: float | None = None
+    method = "dopri5"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.fixed_step is not None:
+            h = self.fixed_step
+            ok = not isinstance(h, bool) and isinstance(h, (int, float)) and math.isfinite(h) and h > 0
+            if not ok and _is_np_float(h):
+                ok = math.isfinite(float(h)) and float(h) > 0
+            if not ok:
+                raise InputError(f"Dopri5(fixed_step=...): expected a positive finite number or None, got {h!r}")
+            object.__setattr__(self, "fixed_step", float(h))
+
+
+@dataclass(frozen=True)
+class Rodas(_Adaptive):
+    """Stiff Rosenbrock solver Rodas4 (exact Jacobian from the model); for stiff models
+    (chemical kinetics, signalling networks). Options as :class:`Dopri5`."""
+
+    method = "rodas"
+
+
+@dataclass(frozen=True)
+class MethodOfSteps:
+    """Delay models: the method of steps around an explicit Runge-Kutta solver, with
+    breakpoint tracking and dense-output interpolation of the lagged states.
+
+    Parameters
+    ----------
+    inner : Dopri5, default Dopri5()
+        The stepper and its options (only Dormand-Prince has a delay kernel).
+    """
+
+    inner: Dopri5 = field(default_factory=Dopri5)
+    method = "dde-dopri5"
+
+    def __post_init__(self):
+        if not isinstance(self.inner, Dopri5):
+            got = type(self.inner).__name__
+            hint = (" (a stiff delay solver is not available; shorten the step with Dopri5(max_steps=...) "
+                    "or reformulate)" if isinstance(self.inner, Rodas) else "")
+            raise InputError(f"MethodOfSteps(inner=...): expected a Dopri5(...) value, got {got}{hint}")
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def max_steps(self):
+        return self.inner.max_steps
+
+    @property
+    def first_step(self):
+        return self.inner.first_step
+
+    @property
+    def delays(self) -> bool:
+        return True
+
+    def replace(self, **changes):
+        """A copy with options of the inner solver changed."""
+        return MethodOfSteps(self.inner.replace(**changes))
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Derivatives by forward sensitivity equations, integrated with the states.
+
+    Parameters
+    ----------
+    error_control : bool, default True
+        Control the local error of the sensitivities as well as of the states.
+    exclude : tuple of str, default ()
+        Parameters whose sensitivity columns are not needed (held fixed): their columns are NaN.
+        This allows sensitivities for a model whose switching parameters are held fixed.
+    """
+
+    error_control: bool = True
+    exclude: tuple = ()
+
+    def __post_init__(self):
+        import numpy as np
+
+        if not isinstance(self.error_control, (bool, np.bool_)):
+            raise InputError(f"Forward(error_control=...): expected True or False, got {self.error_control!r}")
+        object.__setattr__(self, "error_control", bool(self.error_control))
+        ex = self.exclude
+        if ex is None:
+            ex = ()
+        if isinstance(ex, str):
+            ex = (ex,)
+        try:
+            ex = tuple(ex)
+        except TypeError:
+            raise InputError(f"Forward(exclude=...): expected a list of parameter names, got {ex!r}") from None
+        bad = [x for x in ex if not isinstance(x, str)]
+        if bad:
+            raise InputError(f"Forward(exclude=...): expected parameter names (str), got {bad[0]!r}")
+        object.__setattr__(self, "exclude", ex)
+
+
+@dataclass(frozen=True)
+class Adjoint:
+    """Vector-Jacobian products ``sum_i g_i^T dy(t_i)/d(params, x0)`` by the continuous adjoint
+    (one backward solve whatever the number of parameters; for many parameters).
+
+    Parameters
+    ----------
+    nsub : int, default 1
+        Backward sub-steps per forward step (more for accuracy on coarse forward meshes).
+    """
+
+    nsub: int = 1
+
+    def __post_init__(self):
+        if isinstance(self.nsub, bool) or not (isinstance(self.nsub, int) or _is_np_int(self.nsub)) or self.nsub < 1:
+            raise InputError(f"Adjoint(nsub=...): expected a positive integer, got {self.nsub!r}")
+        object.__setattr__(self, "nsub", int(self.nsub))
+
+
+#: The default solver of each role. ``solve``: a one-off :func:`odeinfer.solve`;
+#: ``fit``: trajectory estimators, predictions and simulated data (tight tolerances, so the
+#: integration error stays far below the data's noise); ``sample``: the likelihood inside the
+#: Bayesian sampler (a bounded step count: a divergent proposal fails fast instead of hanging);
+#: ``view``: interactive widgets.
+DEFAULT_SOLVERS = {
+    "solve": Dopri5(),
+    "fit": Dopri5(rtol=1e-8, atol=1e-10),
+    "sample": Dopri5(max_steps=20_000),
+    "view": Dopri5(),
+}
+
+_SOLVER_TYPES = (Dopri5, Rodas, MethodOfSteps)
+
+
+def default_solver(role: str, delays: bool = False):
+    """The default solver of ``role`` (see :data:`DEFAULT_SOLVERS`), wrapped in
+    :class:`MethodOfSteps` for a model with delays."""
+    s = DEFAULT_SOLVERS[role]
+    return MethodOfSteps(s) if delays else s
+
+
+def as_solver(solver, *, delays: bool, role: str = "solve", arg: str = "solver"):
+    """``solver`` validated for a model with (``delays=True``) or without delays; None gives the
+    role's default. A plain ``Dopri5`` for a delay model is wrapped in :class:`MethodOfSteps`
+    only when it is the default; otherwise the caller must say so."""
+    if solver is None:
+        return default_solver(role, delays)
+    if isinstance(solver, str):
+        hint = {"dopri5": "oi.Dopri5()", "rodas": "oi.Rodas()"}.get(solver.lower(), "oi.Dopri5() or oi.Rodas()")
+        raise InputError(f"{arg}: expected a solver value such as {hint}, got the string {solver!r}; "
+                         f"pass {arg}={hint}")
+    if not isinstance(solver, _SOLVER_TYPES):
+        raise InputError(f"{arg}: expected oi.Dopri5(...), oi.Rodas(...) or oi.MethodOfSteps(...), "
+                         f"got {type(solver).__name__}")
+    if delays and not solver.delays:
+        raise InputError(f"{arg}: the model has delays, so it needs a method of steps, got {solver!r}; "
+                         f"pass {arg}=oi.MethodOfSteps({solver!r})")
+    if not delays and solver.delays:
+        raise InputError(f"{arg}: the model has no delays, got {solver!r}; pass {arg}={solver.inner!r}")
+    return solver
+
+
+def as_gradient(gradient, *, arg: str = "gradient"):
+    """``gradient`` validated: None (states only), :class:`Forward` or :class:`Adjoint`."""
+    if gradient is None or isinstance(gradient, (Forward, Adjoint)):
+        return gradient
+    if gradient is True:
+        raise InputError(f"{arg}: expected oi.Forward() or oi.Adjoint(), got True; pass {arg}=oi.Forward()")
+    raise InputError(f"{arg}: expected None, oi.Forward(...) or oi.Adjoint(...), got {gradient!r}")

@@ -1,0 +1,291 @@
+"""One problem type for ODE and delay models, one verb to solve it, one prebuilt fast path.
+
+>>> import numpy as np, odeinfer as oi
+>>> @oi.model(states=["x"], params=["k"])
+... def decay(t, y, p):
+...     return {"x": -p.k * y.x}
+>>> prob = oi.Problem(decay, [0.0, 1.0, 2.0], x0=[2.0])
+>>> oi.solve(prob, {"k": 0.5}).y[:, 0].round(6)
+array([2.      , 1.213061, 0.735759])
+>>> sol = oi.solve(prob, {"k": 0.5}, solver=oi.Rodas(rtol=1e-8), gradient=oi.Forward())
+>>> sol.sens_names
+('k', 'x(t0)')
+
+:func:`solve` validates everything and returns an immutable :class:`~odeinfer.Solution`;
+:func:`bind` returns the prebuilt callable that estimators, the PyMC Op and the widgets call in
+their loops (no validation, reused buffers). Repeated :func:`solve` calls on one problem reuse
+the bound solver, so the convenience costs little.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from odeinfer.errors import InputError, SolverError
+from odeinfer.solve import _inputs
+from odeinfer.solve.config import Adjoint, Forward, Rodas, as_gradient, as_solver
+from odeinfer.solve.solution import Solution
+from odeinfer.solve.status import Status, status_message
+
+__all__ = ["Problem", "solve", "bind"]
+
+
+def _model_of(model):
+    from odeinfer.model import CompiledModel, Model
+
+    if isinstance(model, CompiledModel):
+        return model.model
+    if isinstance(model, Model):
+        return model
+    raise InputError(f"model: expected an odeinfer Model (from @oi.model or Model.from_equations) or its "
+                     f"CompiledModel, got {type(model).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A model, its output times and its initial condition: an ODE (``x0``) or a delay model
+    (``history``) alike.
+
+    Parameters
+    ----------
+    model : Model or CompiledModel
+    t : array-like, shape (n_times,)
+        Output times, sorted (non-decreasing), all ``>= t0``.
+    x0 : array-like (n_states,) or mapping name -> value, optional
+        Initial state at ``t0`` (ODE models); may instead be given to each :func:`solve` call.
+    history : History, number(s), mapping or callable, optional
+        The states before ``t0`` (delay models only; required for them): see
+        :func:`odeinfer.solve.dde.as_history`.
+    t0 : float, optional
+        Initial time (for a delay model, the end of the history window); default ``t[0]``.
+
+    Raises
+    ------
+    InputError, DataError
+        Bad times, an ``x0`` of the wrong size, a history for a model without delays, a delay
+        model without a history or with an ``x0``.
+    """
+
+    model: object
+    t: np.ndarray
+    x0: np.ndarray | None = None
+    history: object = None
+    t0: float | None = None
+    _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        m = _model_of(self.model)
+        if m.delays:
+            from odeinfer.solve.dde import _times  # says that times before t0 belong to the history
+
+            t_arr, t0 = _times(self.t, self.t0)
+        else:
+            t_arr, t0 = _inputs.output_times(self.t, self.t0)
+        object.__setattr__(self, "t", t_arr)
+        object.__setattr__(self, "t0", t0)
+        if m.delays:
+            if self.x0 is not None:
+                raise InputError(f"x0: {m.name!r} has delays {list(m.delays)}, so its initial condition is a "
+                                 "history, not x0; pass history=... (y(t0) is the history's value at t0)")
+            if self.history is None:
+                raise InputError(f"history: {m.name!r} has delays {list(m.delays)}; pass history=... (a History, "
+                                 "constant numbers, a mapping state -> value or a function of time)")
+            from odeinfer.solve.dde import as_history
+
+            object.__setattr__(self, "history", as_history(self.history, m))
+        else:
+            if self.history is not None:
+                raise InputError(f"history: {m.name!r} has no delays; pass x0=... for its initial state instead")
+            if self.x0 is not None:
+                object.__setattr__(self, "x0", _inputs.named_values("x0", self.x0, m.states, "state"))
+                self.x0.flags.writeable = False
+
+    @property
+    def delays(self) -> bool:
+        """Whether the model has delays (then the problem is a delay problem)."""
+        return bool(_model_of(self.model).delays)
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return tuple(_model_of(self.model).states)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(_model_of(self.model).params)
+
+    def __repr__(self):
+        m = _model_of(self.model)
+        init = f"history={self.history!r}" if m.delays else f"x0={None if self.x0 is None else list(self.x0)}"
+        return (f"Problem(model={m.name!r}, t=[{self.t[0]:g} .. {self.t[-1]:g}] ({self.t.size} times), "
+                f"t0={self.t0:g}, {init})")
+
+
+def _check_problem(problem):
+    if not isinstance(problem, Problem):
+        raise InputError(f"problem: expected an oi.Problem(model, t, x0=... or history=...), "
+                         f"got {type(problem).__name__}")
+
+
+def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
+    """The prebuilt solver of ``problem``: buffers allocated, options validated, the kernel chosen.
+
+    Parameters
+    ----------
+    problem : Problem
+    solver : Dopri5, Rodas or MethodOfSteps, optional
+        Default: the ``role``'s (see :data:`odeinfer.solve.config.DEFAULT_SOLVERS`);
+        :class:`~odeinfer.MethodOfSteps` for a delay model.
+    gradient : None, Forward or Adjoint
+        None: states only; :class:`~odeinfer.Forward`: forward sensitivities;
+        :class:`~odeinfer.Adjoint`: vector-Jacobian products (ODE models, ``Dopri5``).
+    role : str, default "solve"
+        Which default solver to use when ``solver`` is None.
+
+    Returns
+    -------
+    Solver, DDESolver or VJP
+        ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, history_params)``
+        (delay model), or ``grad, status = bound(params, x0, g)`` (adjoint): float64 C-contiguous
+        arrays in, views of buffers that the **next call overwrites** out; nothing is validated
+        on this path.
+    """
+    _check_problem(problem)
+    solver = as_solver(solver, delays=problem.delays, role=role)
+    gradient = as_gradient(gradient)
+    key = (solver, gradient)
+    bound = problem._bound.get(key)
+    if bound is None:
+        bound = problem._bound[key] = _build(problem, solver, gradient)
+    return bound
+
+
+def _build(problem, solver, gradient):
+    cm = _inputs.compiled_model(problem.model)
+    if isinstance(gradient, Adjoint):
+        if problem.delays:
+            raise InputError("gradient: oi.Adjoint() is not available through bind() for delay models; use "
+                             "gradient=oi.Forward(), or odeinfer.solve.dde_adjoint.dde_vjp for one product")
+        if isinstance(solver, Rodas) or solver.fixed_step:
+            raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver=oi.Dopri5(...) (the adjoint "
+                             f"integrates backward on Dormand-Prince's steps), got {solver!r}; pass "
+                             "solver=oi.Dopri5(...) or gradient=oi.Forward()")
+        _inputs.check_sensitivities(cm, True)
+        from odeinfer.solve.adjoint import VJP
+
+        return VJP(cm, problem.t, problem.t0, solver, gradient)
+    exclude = gradient.exclude if gradient is not None else ()
+    _inputs.check_sensitivities(cm, gradient is not None, exclude)
+    if problem.delays:
+        if exclude:
+            raise InputError("gradient: Forward(exclude=...) is not available for delay models; pass "
+                             "gradient=oi.Forward()")
+        from odeinfer.solve.dde import DDESolver
+
+        return DDESolver(cm, problem.t, problem.t0, problem.history, solver, gradient)
+    from odeinfer.solve.api import Solver
+
+    return Solver(cm, problem.t, problem.t0, solver, gradient, _inputs.sens_exclude_indices(cm, exclude))
+
+
+def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None, gradient=None,
+          raise_on_failure: bool = True) -> Solution:
+    """Solve ``problem`` at ``params``: the states at ``problem.t`` (and their derivatives).
+
+    Parameters
+    ----------
+    problem : Problem
+    params : array-like (n_params,) or mapping name -> value
+    x0 : array-like (n_states,) or mapping, optional
+        Initial state (ODE); default ``problem.x0``.
+    history_params : array-like, optional
+        Values of a parametric history's parameters (delay model); default the history's own.
+    solver : Dopri5, Rodas or MethodOfSteps, optional
+        Default ``oi.Dopri5()`` (``oi.MethodOfSteps(oi.Dopri5())`` for a delay model).
+    gradient : None or Forward
+        ``oi.Forward()`` adds ``sens`` = d y / d(params, x0) (ODE) or d y / d(params,
+        history_params) (delay model). For adjoint products use :func:`bind` with
+        ``gradient=oi.Adjoint()``.
+    raise_on_failure : bool, default True
+        If False, a failed solve returns a :class:`Solution` with ``status`` set and NaN after
+        the failure instead of raising.
+
+    Returns
+    -------
+    Solution
+
+    Raises
+    ------
+    InputError, DataError
+        Invalid arguments (checked before any integration).
+    StiffnessError
+        ``Dopri5`` detected stiffness or used up ``max_steps``: use ``oi.Rodas()``.
+    SolverError
+        Any other failure (finite-time blow-up, non-finite values, singular matrix).
+    """
+    _check_problem(problem)
+    if isinstance(gradient, Adjoint):
+        raise InputError("gradient: solve() returns states and forward sensitivities; for adjoint "
+                         "vector-Jacobian products use oi.bind(problem, gradient=oi.Adjoint())(params, x0, g)")
+    if not isinstance(raise_on_failure, (bool, np.bool_)):
+        raise InputError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
+    bound = bind(problem, solver=solver, gradient=gradient)
+    cm = bound.compiled
+    p = _inputs.named_values("params", params, cm.params, "parameter")
+    if problem.delays:
+        return _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure)
+    if history_params is not None:
+        raise InputError(f"history_params: {cm.model.name!r} has no delays; pass x0=... instead")
+    if x0 is None:
+        if problem.x0 is None:
+            raise InputError("x0: the problem has no initial state; pass x0=... here or to oi.Problem(...)")
+        y0 = problem.x0
+    else:
+        y0 = _inputs.named_values("x0", x0, cm.states, "state")
+    with problem._lock:
+        y, sens, status = bound(p, y0)
+        y, sens = y.copy(), None if sens is None else sens.copy()
+        info = bound.info.copy()
+    t_reached = float(info[0])
+    message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
+    if status != Status.SUCCESS:
+        from odeinfer.solve.api import _finite_time_derivative, _raise
+
+        if bound.method == "rodas" and not _finite_time_derivative(cm, t_reached, y, y0, p):
+            message += (" The right-hand side's time derivative df/dt, which the Rosenbrock method uses, is not "
+                        f"finite at t={t_reached!r} (e.g. sqrt(t) at t = 0); use solver=oi.Dopri5(), or start "
+                        "after that point")
+        if raise_on_failure:
+            _raise(status, message, t_reached, bound.method)
+    return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
+                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method=bound.method,
+                    states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
+
+
+def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):
+    from odeinfer.model.history import History
+    from odeinfer.solve.dde import _check_delays, _check_window, _with_history_params
+
+    if x0 is not None:
+        raise InputError(f"x0: {cm.model.name!r} has delays; its initial condition is the problem's history "
+                         "(pass history_params=... to change a parametric history's values)")
+    _check_delays(cm, p)
+    tau_max = max(p[j] for j in cm.model.delay_indices)
+    hist = _with_history_params(problem.history, history_params, isinstance(problem.history, History))
+    _check_window(hist, problem.t0, tau_max)
+    with problem._lock:
+        y, sens, status = bound(p, np.array(hist.values))
+        y, sens = y.copy(), None if sens is None else sens.copy()
+        info = bound.info.copy()
+    t_reached = float(info[0])
+    message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
+    if status != Status.SUCCESS and raise_on_failure:
+        raise SolverError(f"solve (MethodOfSteps) failed with status {Status(status).name} at "
+                          f"t_reached={t_reached!r}: {message}", status=int(status), t_reached=t_reached)
+    return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
+                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method="dde-dopri5",
+                    states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0, history=hist,
+                    history_params=bound.history_params)
