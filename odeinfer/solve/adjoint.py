@@ -48,7 +48,8 @@ class VJP:
         n, m = compiled.n_states, compiled.n_params
         self.compiled, self.t, self.t0 = compiled, t, t0
         self.solver, self.gradient = solver, gradient
-        self.rtol, self.atol, self.max_steps, self.nsub = solver.rtol, solver.atol, solver.max_steps, gradient.nsub
+        self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
+        self.nsub = 1 if gradient.nsub is None else gradient.nsub
         self.kernel = module.dopri5_adjoint_vjp
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)

@@ -231,13 +231,16 @@ class Adjoint:
 
     Parameters
     ----------
-    nsub : int, default 1
-        Backward sub-steps per forward step (more for accuracy on coarse forward meshes).
+    nsub : int, optional
+        Backward sub-steps per forward step (more for accuracy on coarse forward meshes); default
+        1 for ODE models, 2 for delay models (64 per smallest delay for the DDE integral loss).
     """
 
-    nsub: int = 1
+    nsub: int | None = None
 
     def __post_init__(self):
+        if self.nsub is None:
+            return
         if isinstance(self.nsub, bool) or not (isinstance(self.nsub, int) or _is_np_int(self.nsub)) or self.nsub < 1:
             raise InputError(f"Adjoint(nsub=...): expected a positive integer, got {self.nsub!r}")
         object.__setattr__(self, "nsub", int(self.nsub))
@@ -247,12 +250,14 @@ class Adjoint:
 #: ``fit``: trajectory estimators, predictions and simulated data (tight tolerances, so the
 #: integration error stays far below the data's noise); ``sample``: the likelihood inside the
 #: Bayesian sampler (a bounded step count: a divergent proposal fails fast instead of hanging);
-#: ``view``: interactive widgets.
+#: ``view``: interactive widgets; ``dde_adjoint``: the forward solve under a delay model's adjoint
+#: (:func:`odeinfer.solve.dde_adjoint.dde_vjp`; the adjoint's error follows it).
 DEFAULT_SOLVERS = {
     "solve": Dopri5(),
     "fit": Dopri5(rtol=1e-8, atol=1e-10),
     "sample": Dopri5(max_steps=20_000),
     "view": Dopri5(),
+    "dde_adjoint": Dopri5(rtol=1e-10, atol=1e-12),
 }
 
 _SOLVER_TYPES = (Dopri5, Rodas, MethodOfSteps)

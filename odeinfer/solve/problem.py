@@ -141,15 +141,16 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         :class:`~odeinfer.MethodOfSteps` for a delay model.
     gradient : None, Forward or Adjoint
         None: states only; :class:`~odeinfer.Forward`: forward sensitivities;
-        :class:`~odeinfer.Adjoint`: vector-Jacobian products (ODE models, ``Dopri5``).
+        :class:`~odeinfer.Adjoint`: vector-Jacobian products (``Dopri5`` or ``MethodOfSteps``).
     role : str, default "solve"
         Which default solver to use when ``solver`` is None.
 
     Returns
     -------
-    Solver, DDESolver or VJP
+    Solver, DDESolver, VJP or DDEVJP
         ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, history_params)``
-        (delay model), or ``grad, status = bound(params, x0, g)`` (adjoint): float64 C-contiguous
+        (delay model), or ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
+        ``g`` (n_times, n_states) the weights of the states at ``t``): float64 C-contiguous
         arrays in, views of buffers that the **next call overwrites** out; nothing is validated
         on this path.
     """
@@ -167,8 +168,9 @@ def _build(problem, solver, gradient):
     cm = _inputs.compiled_model(problem.model)
     if isinstance(gradient, Adjoint):
         if problem.delays:
-            raise InputError("gradient: oi.Adjoint() is not available through bind() for delay models; use "
-                             "gradient=oi.Forward(), or odeinfer.solve.dde_adjoint.dde_vjp for one product")
+            from odeinfer.solve.dde_adjoint import DDEVJP
+
+            return DDEVJP(bind(problem, solver=solver), gradient)
         if isinstance(solver, Rodas) or solver.fixed_step:
             raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver=oi.Dopri5(...) (the adjoint "
                              f"integrates backward on Dormand-Prince's steps), got {solver!r}; pass "
