@@ -55,7 +55,7 @@ class SolverError(OdeinferError, RuntimeError):
 
 
 class StiffnessError(SolverError):
-    """The explicit solver detected stiffness or ran out of steps; use ``method="rodas"``."""
+    """The explicit solver detected stiffness or ran out of steps; use ``solver=oi.Rodas()``."""
 
 
 class StudyError(OdeinferError, ValueError):

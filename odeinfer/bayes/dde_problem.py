@@ -46,9 +46,9 @@ class DDEProblem(ForwardProblem):
         (``History.from_data``; no parameters). Numbers mean ``History.constant``.
     t0 : float, optional
         End of the history window, start of the integration; default ``t[0]``.
-    rtol, atol : float, default 1e-6, 1e-8
-    max_steps : int, default 20000
-        Steps per solve before it counts as failed (NaN).
+    solver : MethodOfSteps, optional
+        Default ``oi.MethodOfSteps(oi.Dopri5(max_steps=20_000))`` (the ``sample`` role's: steps per
+        solve before it counts as failed, NaN).
     sens_error_control : bool, default False
         As for :class:`~odeinfer.bayes.op.ODEProblem`: off, the sensitivities
         ride on the states' steps (the gradient is then the derivative of the
@@ -64,19 +64,19 @@ class DDEProblem(ForwardProblem):
     #: name of the build_model deterministic holding the Op's second input
     init_name = "history_params"
 
-    def __init__(self, model, t, history, t0=None, *, rtol=1e-6, atol=1e-8, max_steps=20_000,
-                 sens_error_control=False):
-        from odeinfer.solve.dde import make_dde_solver
+    def __init__(self, model, t, history, t0=None, *, solver=None, sens_error_control=False):
+        from odeinfer.solve import Problem
+        from odeinfer.solve.config import as_solver
+        from odeinfer.solve.problem import model_of
 
-        solver = make_dde_solver(model, t, history, t0=t0, sensitivities=False, rtol=rtol, atol=atol,
-                                 max_steps=max_steps, sens_error_control=bool(sens_error_control))
-        self.model = solver.compiled.model
-        self.history = solver.history
-        self.t = np.array(solver.t)
-        self.t.flags.writeable = False
-        self.t0 = float(solver.t0)
-        self.method = "dde-dopri5"
-        self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
+        problem = Problem(model, t, history=history, t0=t0)  # validates the model, times and history once
+        self.solver = as_solver(solver, delays=True, role="sample")
+        self.model = model_of(problem.model)
+        self.history = problem.history
+        self.t = problem.t
+        self.t0 = float(problem.t0)
+        self.method = self.solver.method
+        self.rtol, self.atol, self.max_steps = self.solver.rtol, self.solver.atol, self.solver.max_steps
         self.sens_error_control = bool(sens_error_control)
         window = self.history.window()
         # longest delay the history covers (data-driven histories only)
@@ -99,27 +99,27 @@ class DDEProblem(ForwardProblem):
         h = self.history
         known = "" if h.kind != "piecewise" else (h.breaks.tobytes().hex() + h.coef.tobytes().hex())
         text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, h.kind, h.n_params,
-                     known, self.rtol, self.atol, self.max_steps, self.sens_error_control))
+                     known, self.solver, self.sens_error_control))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def __repr__(self):
         return (f"DDEProblem({self.model.name!r}, history={self.history.kind!r}, n_times={self.n_times}, "
-                f"t0={self.t0:g}, rtol={self.rtol:g}, atol={self.atol:g})")
+                f"t0={self.t0:g}, solver={self.solver!r})")
 
     def at_times(self, t):
         """The same problem at other output times ``t`` (>= t0)."""
-        return DDEProblem(self.model, t, self.history, self.t0, rtol=self.rtol, atol=self.atol,
-                          max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+        return DDEProblem(self.model, t, self.history, self.t0, solver=self.solver,
+                          sens_error_control=self.sens_error_control)
 
     # solving ----------------------------------------------------------------------------------
     def _solver(self, sens):
         solver = self._solvers.get(sens)
         if solver is None:
-            from odeinfer.solve.dde import make_dde_solver
+            from odeinfer.solve import Forward, Problem, bind
 
-            solver = self._solvers[sens] = make_dde_solver(
-                self.model, self.t, self.history, t0=self.t0, sensitivities=sens, rtol=self.rtol, atol=self.atol,
-                max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+            gradient = Forward(error_control=self.sens_error_control) if sens else None
+            solver = self._solvers[sens] = bind(Problem(self.model, self.t, history=self.history, t0=self.t0),
+                                                solver=self.solver, gradient=gradient)
         return solver
 
     def _delays_ok(self, theta):

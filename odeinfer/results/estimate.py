@@ -185,7 +185,7 @@ class Estimate:
         d = np.sqrt(np.diag(cov))
         return pd.DataFrame(cov / np.outer(d, d), index=list(self.names), columns=list(self.names))
 
-    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, method="dopri5", rtol=1e-8, atol=1e-10):
+    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None):
         """The model's trajectory at this estimate with pointwise (1 - alpha) confidence bands.
 
         Parameters
@@ -199,11 +199,12 @@ class Estimate:
             Time of the initial state; default ``t[0]``.
         history : History, numbers or callable, optional
             Delay models only (required there): the states on ``[t0 - max(tau), t0]``, as in
-            :func:`odeinfer.solve_dde`; a parametric :class:`~odeinfer.History` takes its
+            :class:`~odeinfer.Problem`; a parametric :class:`~odeinfer.History` takes its
             parameters from this estimate where they were estimated.
         alpha : float, default 0.05
-        method, rtol, atol
-            Passed to :func:`odeinfer.solve_ode` (``rtol``, ``atol`` to :func:`odeinfer.solve_dde`).
+        solver : Dopri5, Rodas or MethodOfSteps, optional
+            Default ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (wrapped in ``oi.MethodOfSteps`` for a
+            delay model).
 
         Returns
         -------
@@ -213,7 +214,7 @@ class Estimate:
         """
         from odeinfer.results.prediction import predict
 
-        return predict(self, t, x0=x0, t0=t0, history=history, alpha=alpha, method=method, rtol=rtol, atol=atol)
+        return predict(self, t, x0=x0, t0=t0, history=history, alpha=alpha, solver=solver)
 
     # display ---------------------------------------------------------------------------
     def summary_frame(self, alpha: float = 0.05) -> pd.DataFrame:

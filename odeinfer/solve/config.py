@@ -17,7 +17,7 @@ The defaults of every role (a one-off solve, a fit, the Bayesian likelihood, a v
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from odeinfer.errors import InputError
 
@@ -92,6 +92,10 @@ class _Adaptive:
     def replace(self, **changes):
         """A copy with some options changed (validated again)."""
         return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """``{"method": ..., <options>}``: for provenance and JSON."""
+        return {"method": self.method, **asdict(self)}
 
     @property
     def delays(self) -> bool:
@@ -185,6 +189,10 @@ class MethodOfSteps:
     def replace(self, **changes):
         """A copy with options of the inner solver changed."""
         return MethodOfSteps(self.inner.replace(**changes))
+
+    def as_dict(self) -> dict:
+        """``{"method": "dde-dopri5", <the inner solver's options>}``: for provenance and JSON."""
+        return {**self.inner.as_dict(), "method": self.method}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from odeinfer.model.history import History
 from odeinfer.solve import _inputs
 from odeinfer.solve.shared import TieredKernel
 
-__all__ = ["DDESolver", "as_history"]
+__all__ = ["DDESolver", "as_history", "history_for"]
 
 _INFO_T_REACHED, _INFO_N_STEPS, _INFO_N_REJECTED, _INFO_N_RHS = 0, 1, 2, 3
 _INFO_N_STORED, _INFO_BUF_FULL, _INFO_SIZE = 6, 7, 8
@@ -55,6 +55,17 @@ def as_history(history, model, *, t0=None, tau_max=None) -> History:
         raise InputError(f"history: has {h.n_states} state(s) but model {model.name!r} has {n} "
                          f"{list(model.states)}; give one value per state, in this order")
     return h
+
+
+def history_for(history, model, params, t, t0=None) -> History:
+    """``history`` as a :class:`History`; a function of time is sampled over the window that the
+    delays in ``params`` (array in the model's order) need before ``t0`` (default ``t[0]``)."""
+    if isinstance(history, History) or not callable(history):
+        return as_history(history, model)
+    p = _inputs.named_values("params", params, model.params, "parameter")
+    tau_max = max(p[j] for j in model.delay_indices)
+    start = float(np.asarray(t, dtype=float).reshape(-1)[0]) if t0 is None else float(t0)
+    return as_history(history, model, t0=start, tau_max=tau_max)
 
 
 def _with_history_params(history, history_params, given_as_history):

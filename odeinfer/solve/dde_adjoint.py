@@ -118,7 +118,7 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
         A model with delays.
     params : array-like (n_params,) or mapping
     history : History or number(s)
-        As in :func:`odeinfer.solve.solve_dde`.
+        As in :class:`odeinfer.Problem`.
     target : callable, (t, y) pair or History
         ``target(s) -> (n_states,)`` of absolute time (sampled at 2001 points and
         splined), or samples ``(t (n,), y (n, n_states))`` interpolated by a cubic
@@ -221,7 +221,7 @@ def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, solve
     params : array-like (n_params,) or mapping
         Model parameters; delays must be > 0.
     history : History or number(s)
-        As in :func:`odeinfer.solve.solve_dde`.
+        As in :class:`odeinfer.Problem`.
     t : array-like (n_times,)
         Output times, sorted, ``>= t0`` (repeats allowed).
     g : array-like (n_times, n_states)

@@ -33,7 +33,7 @@ from odeinfer.solve.status import Status, status_message
 __all__ = ["Problem", "solve", "bind"]
 
 
-def _model_of(model):
+def model_of(model):
     from odeinfer.model import CompiledModel, Model
 
     if isinstance(model, CompiledModel):
@@ -78,7 +78,7 @@ class Problem:
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        m = _model_of(self.model)
+        m = model_of(self.model)
         if m.delays:
             from odeinfer.solve.dde import _times  # says that times before t0 belong to the history
 
@@ -107,18 +107,18 @@ class Problem:
     @property
     def delays(self) -> bool:
         """Whether the model has delays (then the problem is a delay problem)."""
-        return bool(_model_of(self.model).delays)
+        return bool(model_of(self.model).delays)
 
     @property
     def states(self) -> tuple[str, ...]:
-        return tuple(_model_of(self.model).states)
+        return tuple(model_of(self.model).states)
 
     @property
     def params(self) -> tuple[str, ...]:
-        return tuple(_model_of(self.model).params)
+        return tuple(model_of(self.model).params)
 
     def __repr__(self):
-        m = _model_of(self.model)
+        m = model_of(self.model)
         init = f"history={self.history!r}" if m.delays else f"x0={None if self.x0 is None else list(self.x0)}"
         return (f"Problem(model={m.name!r}, t=[{self.t[0]:g} .. {self.t[-1]:g}] ({self.t.size} times), "
                 f"t0={self.t0:g}, {init})")

@@ -28,7 +28,7 @@ _MESSAGES = {
     Status.SUCCESS: "the solver reached the last output time",
     Status.MAX_STEPS: (
         "the solver took max_steps={max_steps} steps and stopped at t={t_reached:.6g}; "
-        "raise max_steps, loosen rtol/atol, or, if the problem is stiff, use method=\"rodas\""
+        "raise max_steps, loosen rtol/atol, or, if the problem is stiff, use solver=oi.Rodas()"
     ),
     Status.STEP_TOO_SMALL: (
         "the step size fell below the rounding unit of t at t={t_reached:.6g}: the solution "
@@ -36,7 +36,7 @@ _MESSAGES = {
     ),
     Status.STIFF: (
         "the problem became stiff at t={t_reached:.6g} (Hairer's test in dopri5 fired 15 "
-        "times); use method=\"rodas\""
+        "times); use solver=oi.Rodas()"
     ),
     Status.NON_FINITE: (
         "the solution or its derivative became inf or NaN at t={t_reached:.6g} and shorter "
