@@ -32,6 +32,8 @@ from odeinfer.solve.status import Status, status_message
 
 __all__ = ["Problem", "solve", "bind"]
 
+_SUCCESS = status_message(Status.SUCCESS)
+
 
 def model_of(model):
     from odeinfer.model import CompiledModel, Model
@@ -74,11 +76,13 @@ class Problem:
     x0: np.ndarray | None = None
     history: object = None
     t0: float | None = None
+    _delays: bool = field(default=False, init=False, repr=False, compare=False)
     _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         m = model_of(self.model)
+        object.__setattr__(self, "_delays", bool(m.delays))
         if m.delays:
             from odeinfer.solve.dde import _times  # says that times before t0 belong to the history
 
@@ -107,7 +111,7 @@ class Problem:
     @property
     def delays(self) -> bool:
         """Whether the model has delays (then the problem is a delay problem)."""
-        return bool(model_of(self.model).delays)
+        return self._delays
 
     @property
     def states(self) -> tuple[str, ...]:
@@ -155,12 +159,20 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         on this path.
     """
     _check_problem(problem)
-    solver = as_solver(solver, delays=problem.delays, role=role)
-    gradient = as_gradient(gradient)
-    key = (solver, gradient)
-    bound = problem._bound.get(key)
+    given = (solver, gradient, role)
+    try:
+        bound = problem._bound.get(given)  # the arguments as given: the one-shot solve's fast path
+    except TypeError:  # unhashable: refused below
+        bound, given = None, None
     if bound is None:
-        bound = problem._bound[key] = _build(problem, solver, gradient)
+        solver = as_solver(solver, delays=problem.delays, role=role)
+        gradient = as_gradient(gradient)
+        key = (solver, gradient)
+        bound = problem._bound.get(key)
+        if bound is None:
+            bound = problem._bound[key] = _build(problem, solver, gradient)
+        if given is not None:
+            problem._bound[given] = bound
     return bound
 
 
@@ -244,7 +256,7 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
     if x0 is None:
         if problem.x0 is None:
             raise InputError("x0: the problem has no initial state; pass x0=... here or to oi.Problem(...)")
-        y0 = problem.x0
+        y0 = problem.x0.copy()  # writable: the kernels' compiled signature
     else:
         y0 = _inputs.named_values("x0", x0, cm.states, "state")
     with problem._lock:
@@ -252,9 +264,12 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
     t_reached = float(info[0])
-    message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
-    if status != Status.SUCCESS:
+    if status == Status.SUCCESS:
+        message = _SUCCESS
+    else:
         from odeinfer.solve.api import _finite_time_derivative, _raise
+
+        message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
 
         if bound.method == "rodas" and not _finite_time_derivative(cm, t_reached, y, y0, p):
             message += (" The right-hand side's time derivative df/dt, which the Rosenbrock method uses, is not "
