@@ -1,11 +1,13 @@
 """The Estimate result: statsmodels vocabulary, immutability, display, JSON round trip."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 
 import odeinfer as oi
+from odeinfer.errors import InputError
 from odeinfer.results import Estimate
 
 MODEL = oi.Model.from_equations({"x": "-k*x + c"}, params=["k", "c"], name="decay <b>&")
@@ -89,6 +91,68 @@ def test_json_round_trip(tmp_path):
     assert dict(back.extras) == {"L": [2, 3]} and back.warnings == ("w <1>",)
     with pytest.raises(ValueError, match="not an odeinfer Estimate JSON"):
         Estimate.from_json('{"format": "other"}')
+
+
+_FSIZE_CHILD = """
+import resource, signal, sys
+import numpy as np
+from odeinfer.results import Estimate
+import odeinfer as oi
+
+m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+big = Estimate("Test", m, ("k",), np.array([1.0]), None, "converged", residuals=np.arange(20000.0))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    big.to_json(sys.argv[1])
+except OSError as err:
+    print("failed:", err.errno)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGXFSZ"), reason="needs POSIX file-size limits")
+def test_to_json_failing_part_way_keeps_the_old_file(tmp_path):
+    """A real write failure (the file-size limit hit after 4 KiB): the previous file stays whole."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "e.json"
+    make().to_json(path)
+    old = path.read_bytes()
+    assert len(old) < 4096
+    r = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "failed: 27" in r.stdout, r.stderr  # EFBIG
+    assert path.read_bytes() == old and Estimate.from_json(path).n_iter == 7
+    assert os.listdir(tmp_path) == ["e.json"]  # no temporary file left behind
+
+
+def test_to_json_error_while_writing_leaves_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from odeinfer import _io
+
+    path = tmp_path / "e.json"
+    path.write_text("previous")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_io.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        make().to_json(path)
+    assert path.read_text() == "previous" and os.listdir(tmp_path) == ["e.json"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_to_json_keeps_the_files_permission_bits(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text("{}")
+    path.chmod(0o600)
+    make().to_json(path)
+    assert (path.stat().st_mode & 0o777) == 0o600 and Estimate.from_json(path).n_iter == 7
+
+
+def test_to_json_into_a_missing_directory_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"path: the directory .*nope.* does not exist"):
+        make().to_json(tmp_path / "nope" / "e.json")
 
 
 def test_predict_bands_match_analytic_delta_method():

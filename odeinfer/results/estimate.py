@@ -11,6 +11,7 @@ from types import MappingProxyType
 import numpy as np
 from odeinfer._lazy import pandas as pd
 
+from odeinfer._io import write_atomic
 from odeinfer.model import Model
 
 __all__ = ["Estimate", "STATUSES"]
@@ -270,11 +271,15 @@ class Estimate:
         }
 
     def to_json(self, path=None, **kwargs) -> str:
-        """JSON text (written to ``path`` if given). NaN is written as ``NaN``."""
+        """JSON text (written to ``path`` if given). NaN is written as ``NaN``.
+
+        The file is written atomically (a temporary file in the same directory, flushed to
+        disk, then renamed): if the write fails, an existing file keeps its old content, and
+        an overwritten file keeps its permission bits.
+        """
         text = json.dumps(self.to_dict(), **kwargs)
         if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            write_atomic(text, path)
         return text
 
     @classmethod
