@@ -129,3 +129,27 @@ def test_pipeline_rejects_unknown_estimators():
     z = oi.zoo.linear_decay()
     with pytest.raises(InputError, match=r"\['Magic'\] not available"):
         run(z.model, oi.simulate(z.model, z.params, z.x0, z.t).data, estimators=["Magic"])
+
+
+def test_pipeline_notes_report_fit_times_without_compilation(monkeypatch):
+    """The notes (the report's first section) must not present compile-inclusive wall times as fit times:
+    estimator lines carry no time, the NUTS line the sampler's own time without compilation."""
+    import re
+
+    import arviz as az
+
+    from odeinfer.pipeline import run
+    from odeinfer.spec import BayesSpec
+
+    z = oi.zoo.linear_decay()
+    data = oi.simulate(z.model, z.params, z.x0, z.t).data
+    r = np.random.default_rng(0)
+    fake = az.from_dict(posterior={"k1": r.normal(0.5, 0.01, (2, 500))},
+                        sample_stats={"diverging": np.zeros((2, 500), bool)})
+    fake.posterior.attrs.update(sampling_time=1.25, odeinfer_wall_time=31.5)  # as oi.bayes.sample records them
+    monkeypatch.setattr(oi.bayes, "sample", lambda *a, **k: fake)
+    res = run(z.model, data, estimators=["OrthogonalConditions"], bayes=BayesSpec(), progress=lambda msg: None)
+    oc, nuts = res.notes[0], res.notes[-1]
+    assert oc.startswith("OrthogonalConditions: converged; k1 = ") and not re.search(r"\d s\b", oc)
+    assert nuts.startswith("NUTS: sampled in 1.2 s (without compilation); diagnostics "), nuts
+    assert "31.5" not in nuts and res.timings["OrthogonalConditions"] > 0

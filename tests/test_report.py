@@ -227,6 +227,21 @@ def test_a_missing_directory_is_refused_before_the_report_is_built(tmp_path, mon
         oi.report.export_html(["x"], tmp_path / "nope" / "r.html")
 
 
+def test_posterior_summary_lists_each_initial_state_once():
+    """oi.bayes.build_model samples unknown initial states as scalars 'x0[s]' and also keeps the
+    vector 'x0' (dim state) as a deterministic: arviz labels both 'x0[s]'; the report shows each once."""
+    import arviz as az
+
+    r = np.random.default_rng(0)
+    x0 = {"x0[hare]": r.normal(30, 1, (2, 200)), "x0[lynx]": r.normal(4, 0.2, (2, 200))}
+    post = {"alpha": r.normal(0.5, 0.01, (2, 200)), **x0, "x0": np.stack(list(x0.values()), axis=-1)}
+    idata = az.from_dict(posterior=post, dims={"x0": ["state"]}, coords={"state": ["hare", "lynx"]})
+    html = oi.report.render_html([idata], plots=False)
+    posterior, diagnostics = html[html.index("<h2>Posterior</h2>"):].split("<h2>Diagnostics</h2>")
+    for part in (posterior, diagnostics):  # the summary table and the table of the checks
+        assert re.findall(r"<th>([^<]*)</th>\s*<td>", part) == ["alpha", "x0[hare]", "x0[lynx]"]
+
+
 def test_missing_plots_module_degrades_to_a_clear_block(lv, monkeypatch):
     _, data, oc, _ = lv
     monkeypatch.setitem(sys.modules, "odeinfer.plots", None)   # import now raises ImportError
