@@ -314,6 +314,14 @@ def test_export_notebook_missing_file(tmp_path):
         oi.report.export_notebook_html(tmp_path / "none.ipynb", tmp_path / "out.html")
 
 
+def test_export_notebook_checks_its_output_before_running(tmp_path):
+    pytest.importorskip("nbconvert")
+    nb = tmp_path / "a.ipynb"
+    nb.write_text("{}")  # not even a notebook: the output path is checked first
+    with pytest.raises(InputError, match=r"out: the directory .*nope.* does not exist"):
+        oi.report.export_notebook_html(nb, tmp_path / "nope" / "a.html", execute=True)
+
+
 def test_export_notebook_not_a_notebook(tmp_path):
     pytest.importorskip("nbconvert")
     bad = tmp_path / "bad.ipynb"

@@ -134,6 +134,7 @@ def export_notebook_html(nb_path, out, *, execute=False, timeout=600, kernel_nam
     src = Path(os.fspath(nb_path))
     if not src.is_file():
         raise InputError(f"nb_path: the notebook {str(src)!r} does not exist")
+    check_target(out, overwrite=overwrite, argument="out")  # before running the notebook
     try:
         nb = nbformat.read(src, as_version=4)
     except Exception as err:
@@ -150,4 +151,4 @@ def export_notebook_html(nb_path, out, *, execute=False, timeout=600, kernel_nam
             kwargs["kernel_name"] = kernel_name
         NotebookClient(nb, **kwargs).execute()
     body, _ = nbconvert.HTMLExporter(template_name="lab").from_notebook_node(nb)
-    return write_atomic(body, out, overwrite=overwrite)
+    return write_atomic(body, out, overwrite=overwrite, argument="out")
