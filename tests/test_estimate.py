@@ -190,8 +190,11 @@ def test_from_json_truncated_and_wrong_types(tmp_path):
     _broken("[1, 2]", "expected a JSON object written by Estimate.to_json")
     d = make().to_dict()
     d["values"] = ["a", "b", "c"]
-    msg = _broken(json.dumps(d), r"the field 'values' must be a list of numbers")
-    assert "'a'" not in msg
+    msg = _broken(json.dumps(d), r"the JSON text: the field 'values' must be a list of numbers; the file holds")
+    assert "'a'" not in msg and "do not fit together" not in msg
+    d = make().to_dict()
+    d["history"] = {"cost": "abc" * 10_000}
+    assert len(_broken(json.dumps(d), r"the stored fields do not fit together")) < 500
     d = make().to_dict()
     d["values"] = [1.0]
     _broken(json.dumps(d), r"the stored fields do not fit together \(values: expected shape \(3,\)")

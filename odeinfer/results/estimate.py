@@ -319,7 +319,7 @@ class Estimate:
                                              observed=stored["observed"], noise=stored["noise"])
             except OdeinferError as exc:
                 raise ResultFileError(f"{where}: its model cannot be rebuilt from the stored equations "
-                                      f"({type(exc).__name__}: {exc})") from exc
+                                      f"({type(exc).__name__}: {_short(exc)})") from exc
         else:
             _check_model(model, stored, d.get("fingerprint"))
 
@@ -336,14 +336,15 @@ class Estimate:
                                       "Write the estimate again with Estimate.to_json")
             return arr
 
+        values, cov, residuals = array("values", 1), array("cov", 2), array("residuals")
         try:
-            return cls(str(d["estimator"]), model, tuple(d["names"]), array("values", 1), array("cov", 2),
+            return cls(str(d["estimator"]), model, tuple(d["names"]), values, cov,
                        d["status"], str(d["message"]), int(d["n_iter"]), float(d["cost"]), int(d["nobs"]),
-                       dict(d["fixed"]), dict(d["sigma"]), array("residuals"),
+                       dict(d["fixed"]), dict(d["sigma"]), residuals,
                        {k: np.array(v, float) for k, v in dict(d["history"]).items()}, dict(d["extras"]),
                        tuple(d["warnings"]), dict(d["provenance"]))
         except (TypeError, ValueError) as exc:
-            raise ResultFileError(f"{where}: the stored fields do not fit together ({exc}); "
+            raise ResultFileError(f"{where}: the stored fields do not fit together ({_short(exc)}); "
                                   "write the estimate again with Estimate.to_json") from None
 
 
@@ -356,6 +357,12 @@ _KEYS = ("format", "estimator", "model", "names", "values", "cov", "status", "me
 _MODEL_KEYS = ("name", "states", "params", "equations", "observed", "noise")
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _HOW = "pass the text of Estimate.to_json() or the path of a file it wrote"
+
+
+def _short(exc, limit=200):
+    """An error's text cut to ``limit`` characters (it may quote a long field of the file)."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _read_source(text_or_path):
