@@ -260,6 +260,10 @@ def _data(table, model, base_dir, source):
     observed = _mapping(observed, "[data.observed]", source)
     time, experiment = table["time"], table.get("experiment")
     needed = [time, *observed.values()] + ([experiment] if experiment is not None else [])
+    odd = [c for c in needed if not isinstance(c, str)]
+    if odd:
+        raise InputError(f"{source} [data]: column names must be strings, got {odd!r} in time / experiment / "
+                         "[data.observed]; write them in quotes, e.g. time = \"year\"")
     missing = [c for c in needed if c not in df.columns]
     if missing:
         shown = [c for c in df.columns if isinstance(c, str) and _PLAIN_COLUMN.fullmatch(c)]
@@ -294,7 +298,11 @@ def _data_path(csv, base_dir, source):
                          f"(e.g. 'data.csv'), got {csv!r}")
     root = os.path.realpath(base_dir)
     path = os.path.realpath(os.path.join(root, csv))
-    if os.path.commonpath([root, path]) != root:
+    try:
+        inside = os.path.commonpath([root, path]) == root
+    except ValueError:  # another drive (Windows)
+        inside = False
+    if not inside:
         raise InputError(f"{source} [data] csv: {csv!r} is outside the folder of the spec (an absolute path, '..' "
                          "or a symbolic link leading elsewhere); a spec may only read files in its own folder "
                          "and below. Put the CSV file next to the spec and name it relative to it, e.g. 'data.csv'")

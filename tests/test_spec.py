@@ -95,6 +95,7 @@ def test_bad_priors(text, match):
     ('draws = 200', 'draws = -3', InputError, "draws: expected a positive integer"),
     ('alpha = "TruncatedNormal', 'zeta = "TruncatedNormal', InputError, "'zeta' is not a parameter"),
     ('time = "year"', 'time = "yr"', DataError, r"\['yr'\]"),
+    ('time = "year"', 'time = ["year"]', InputError, r"column names must be strings, got \[\['year'\]\]"),
 ])
 def test_bad_specs_name_the_key(tmp_path, old, new, err, match):
     assert old in SPEC
