@@ -9,9 +9,9 @@ import pytest
 import sympy as sp
 
 import odeinfer as oi
+from odeinfer import _io
 from odeinfer.errors import InputError
 from odeinfer.model import Model
-from odeinfer import _io
 
 EVIL = "<script>window.__pwned=1</script>"
 

@@ -355,7 +355,7 @@ _FORMAT = "odeinfer.Estimate/1"
 _KEYS = ("format", "estimator", "model", "names", "values", "cov", "status", "message", "n_iter", "cost", "nobs",
          "fixed", "sigma", "residuals", "history", "extras", "warnings", "provenance")
 _MODEL_KEYS = ("name", "states", "params", "equations", "observed", "noise")
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _HOW = "pass the text of Estimate.to_json() or the path of a file it wrote"
 
 
