@@ -26,9 +26,9 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
-from odeinfer.solve.config import Adjoint, Forward, Rodas, as_gradient, as_solver
+from odeinfer.solve.config import Adjoint, Rodas, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["Problem", "solve", "bind"]
 
@@ -263,7 +263,7 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         y, sens, status = bound(p, y0)
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
+    t_reached = float(info[Info.T_REACHED])
     if status == Status.SUCCESS:
         message = _SUCCESS
     else:
@@ -278,7 +278,8 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         if raise_on_failure:
             _raise(status, message, t_reached, bound.method)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method=bound.method,
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method=bound.method,
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
 
 
@@ -297,12 +298,13 @@ def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):
         y, sens, status = bound(p, np.array(hist.values))
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
+    t_reached = float(info[Info.T_REACHED])
     message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
     if status != Status.SUCCESS and raise_on_failure:
         raise SolverError(f"solve (MethodOfSteps) failed with status {Status(status).name} at "
                           f"t_reached={t_reached!r}: {message}", status=int(status), t_reached=t_reached)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method="dde-dopri5",
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method="dde-dopri5",
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0, history=hist,
                     history_params=bound.history_params)
