@@ -46,10 +46,13 @@ KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.p
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
-SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "dopri.py", "dde.py")
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "rodas.py", "dde.py")
 
-#: Appended to a model's source alone: its C callbacks for the shared module.
+#: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
+
+#: The same, with the further callbacks the shared Rodas kernels need (built only for them).
+RODAS_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py", "cfuncs_rodas.py")
 
 #: The same for a model with delays.
 DDE_MODEL_CFUNC_FILES: tuple[str, ...] = ("dde_cfuncs.py",)
