@@ -1,7 +1,7 @@
 """Solver entry points shared by every model: the model comes as C function pointers.
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
-``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py`` and ``dde.py``), compiled and cached once per machine, not once per
+``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py``, ``collocation.py`` and ``dde.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
@@ -20,7 +20,8 @@ double *p, double *out)`` (``ylag`` (n, d); ``jac_ylag`` out (d, n, n)).
 Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)`` (``work`` has at least
 ``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_rodas_solve`` and
-``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``) and
+``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
+(Simultaneous's collocation constraints) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``).
 """
 from llvmlite import ir
@@ -121,6 +122,12 @@ def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step
     k = mh[0] + mh[1]
     nc = mh[0] * (1 + k) if sens_err else mh[0]
     return _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
+    """``coll_constraints`` (``collocation.py``) for the model behind ``mh``."""
+    return _coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac)
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)
