@@ -81,7 +81,8 @@ def fit_proxies(smoother: SplineSmoother, model, experiments, x0=None) -> list:
     ----------
     smoother : SplineSmoother
     model : Model
-        ``model.observation.noise`` chooses the scale; every state is fitted.
+        ``model.observation.noise`` chooses the scale (``"log"``: for the states in
+        ``model.observed``; the others stay additive); every state is fitted.
     experiments : sequence of Data
         Positive observations for log noise (checked by :func:`~odeinfer.estimators.base.prepare`).
     x0 : dict, optional
@@ -89,18 +90,23 @@ def fit_proxies(smoother: SplineSmoother, model, experiments, x0=None) -> list:
     """
     if model.observation.noise != "log":
         return [smoother.fit(d, states=model.states, x0=x0) for d in experiments]
-    bad = {s: v for s, v in (x0 or {}).items() if not v > 0}
+    logged = set(model.observed)  # the noise model covers the observed states only
+    bad = {s: v for s, v in (x0 or {}).items() if s in logged and not v > 0}
     if bad:
         raise InputError(f"x0: {bad} constrain the proxy, but the model's noise is 'log' and the proxy is fitted to "
                          "log y; give positive initial states or constrain_x0=False")
-    log_x0 = None if x0 is None else {s: float(np.log(v)) for s, v in x0.items()}
+    x0_scaled = None if x0 is None else {s: (float(np.log(v)) if s in logged else v) for s, v in x0.items()}
     out = []
     for d in experiments:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ly = np.where(d.mask, np.log(np.where(d.mask, d.y, 1.0)), np.nan)
-        logd = Data(d.t, ly, d.states, t0=d.t0, name=d.name, replicates=d.replicates)
-        pr = smoother.fit(logd, states=model.states, x0=log_x0)
-        out.append(SplineProxy(pr.states, tuple(LogSplineFit(f) for f in pr.fits), pr.domain, pr.t0, pr.smoother))
+        y = np.array(d.y, dtype=float)
+        for c, s in enumerate(d.states):
+            if s in logged:
+                ok = d.mask[:, c]
+                y[:, c] = np.where(ok, np.log(np.where(ok, y[:, c], 1.0)), np.nan)
+        logd = Data(d.t, y, d.states, t0=d.t0, name=d.name, replicates=d.replicates)
+        pr = smoother.fit(logd, states=model.states, x0=x0_scaled)
+        fits = tuple(LogSplineFit(f) if s in logged else f for s, f in zip(pr.states, pr.fits))
+        out.append(SplineProxy(pr.states, fits, pr.domain, pr.t0, pr.smoother))
     return out
 
 

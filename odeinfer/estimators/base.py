@@ -221,8 +221,8 @@ def check_log_noise_data(model, experiments) -> None:
         bad = v[v <= 0]
         if bad.size:
             raise DataError(
-                f"data: state {s!r} of experiment {name!r} has {bad.size} observations <= 0 (smallest "
-                f"{float(bad.min()):g}), but the model's noise is 'log' (log y = log x + e needs positive data); "
+                f"data: state {s!r} of experiment {name!r} has {bad.size} observations <= 0, but the model's noise "
+                f"is 'log' (log y = log x + e needs positive data; the smallest is {float(bad.min()):g}); "
                 "drop those values (set them to NaN) or declare the model with "
                 "model.with_observation(noise='additive')")
 
