@@ -336,7 +336,8 @@ _FIT_DOC = """
         Parameters
         ----------
         model : Model
-            Every state must be observed (equation-error methods need all of ``x``).
+            Every state must be observed (equation-error methods need all of ``x``); additive noise
+            (``noise="log"`` is refused with an EstimationError naming the estimators that honour it).
         data : Data or Experiments
             Strictly increasing times; missing values (NaN) drop the affected rows.
         start : dict, array-like (n_free,) or Estimate, optional
