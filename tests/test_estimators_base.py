@@ -13,7 +13,12 @@ import pytest
 
 import odeinfer as oi
 from odeinfer.errors import DataError, InputError
-from odeinfer.estimators.base import EstimationError, OverflowWarning, make_estimate, prepare
+from odeinfer.estimators.base import (
+    EstimationError,
+    OverflowWarning,
+    make_estimate,
+    prepare,
+)
 
 LV = oi.zoo.get("lotka_volterra")
 LV_START = {"alpha": 0.5, "beta": 0.03, "gamma": 0.7, "delta": 0.02}
@@ -45,7 +50,7 @@ def test_non_positive_data_under_log_noise_refused_alike_by_every_estimator(lv_d
     y[7, 1] = 0.0
     neg = oi.Data(lv_data.t, y, lv_data.states, t0=lv_data.t0, name="counts")
     messages = set()
-    for name, fit in ALL.items():
+    for fit in ALL.values():
         with pytest.raises(DataError, match=r"data: state 'predator' of experiment 'counts' has 2 observations <= 0, "
                                             r"but the model's noise is 'log' .*the smallest is -2\.5\).*NaN.*"
                                             r"with_observation\(noise='additive'\)") as exc:
@@ -75,7 +80,7 @@ def test_newton_family_refuses_log_noise_and_names_the_alternatives(lv_data):
 # --- item 11: non-finite fixed values, data that overflow ------------------------------------------
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_non_finite_fixed_refused_by_every_estimator(lv_data, bad):
-    for name, fit in ALL.items():
+    for fit in ALL.values():
         with pytest.raises(InputError, match=r"fixed\['beta'\]: expected a finite number, got (nan|inf|-inf); "
                                              r"give a finite value, or leave 'beta' free"):
             fit(LV.model, lv_data, fixed={"beta": bad})
@@ -92,7 +97,7 @@ def test_infinite_start_refused_nan_start_means_none(lv_data):
 
 def test_data_scaled_to_overflow_refused_by_every_estimator(lv_data):
     big = oi.Data(lv_data.t, np.asarray(lv_data.y) * 1e300, lv_data.states, t0=lv_data.t0, name="scaled")
-    for name, fit in ALL.items():
+    for fit in ALL.values():
         with pytest.raises(DataError, match=r"data: state '(prey|predator)' of experiment 'scaled' reaches "
                                             r"\|y\| = .*e\+30[0-9]; .*overflow float64.*numerical overflow\)\. "
                                             r"Rescale the data"):

@@ -197,11 +197,15 @@ def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observe
     return Problem(model, model.compile(), exps, free, fixed_d, start_arr, x0_d)
 
 
+def _named(experiments):
+    """``(name, Data)`` pairs; unnamed experiments are ``experiment_<i>``."""
+    names = experiments.names if isinstance(experiments, Experiments) else [d.name for d in experiments]
+    return [(n if n is not None else f"experiment_{e}", d) for e, (n, d) in enumerate(zip(names, experiments))]
+
+
 def _observed_columns(model, exps):
     """``(experiment name, state, observed values)`` of the model's observed states, per experiment."""
-    names = exps.names if isinstance(exps, Experiments) else [d.name for d in exps]
-    for e, d in enumerate(exps):
-        name = names[e] if names[e] is not None else f"experiment_{e}"
+    for name, d in _named(exps):
         for c, s in enumerate(d.states):
             if s in model.observed:
                 yield name, s, np.asarray(d.y)[np.asarray(d.mask)[:, c], c]
@@ -239,18 +243,17 @@ def check_data_scale(experiments) -> None:
     DataError
         Naming the experiment, the state and the largest magnitude, suggesting a rescaling.
     """
-    names = experiments.names if isinstance(experiments, Experiments) else [d.name for d in experiments]
-    for e, d in enumerate(experiments):
+    for name, d in _named(experiments):
         y = np.abs(np.where(np.asarray(d.mask), np.asarray(d.y), 0.0))
         if y.size and y.max() > _MAX_DATA_SCALE:
             c = int(np.argmax(y.max(axis=0)))
             big = float(y[:, c].max())
-            name = names[e] if names[e] is not None else f"experiment_{e}"
+            unit = 10.0 ** math.floor(math.log10(big))
             raise DataError(
                 f"data: state {d.states[c]!r} of experiment {name!r} reaches |y| = {big:.3g}; squares of such values "
                 f"overflow float64 (largest {np.finfo(float).max:.3g}), so no objective, Jacobian or covariance could "
-                f"be computed (numerical overflow). Rescale the data (change units, e.g. divide by {10.0 ** math.floor(math.log10(big)):.0e}) "
-                f"so that |y| stays below {_MAX_DATA_SCALE:.3g}")
+                f"be computed (numerical overflow). Rescale the data (change units, e.g. divide by {unit:.0e}) so "
+                f"that |y| stays below {_MAX_DATA_SCALE:.3g}")
 
 
 def _clip_to_bounds(names, values, bounds):
