@@ -380,7 +380,8 @@ T_LV = np.linspace(0, 20, 201)
 
 
 def _log_lv_data(sd, seed):
-    y = np.asarray(oi.solve_ode(LV.model, LV.params, LV.x0, T_LV, t0=0.0, rtol=1e-11, atol=1e-12).y)
+    y = np.asarray(oi.solve(oi.Problem(LV.model, T_LV, x0=LV.x0, t0=0.0), LV.params,
+                            solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y)
     y = y * np.exp(np.random.default_rng(seed).normal(0, sd, y.shape))
     return oi.Data(T_LV, y, LV.model.states, t0=0.0)
 
