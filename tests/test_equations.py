@@ -15,30 +15,37 @@ from odeinfer.spec import load_spec
 
 
 def refused_quickly(text, match, params=("k",)):
-    """``text`` as the equation of state x is refused with ``match`` in well under a second."""
+    """``text`` as the equation of state x is refused with ``match`` in under a second (a shared machine)."""
     t0 = time.perf_counter()
     with pytest.raises(EquationParseError, match=match):
         oi.Model.from_equations({"x": text}, params=list(params))
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 1.0
 
 
 # ------------------------------------------------------------------------- numbers too large
 
 
+def short_ids(value):
+    return value if len(str(value)) <= 30 else f"{str(value)[:25]}...({len(str(value))})"
+
+
 @pytest.mark.parametrize("text, match", [
     ("-k*x + 10**10**10", r"equations\['x'\]: the power 10\*\*10\*\*10 would give an integer of about "
-                          r"10000000001 digits; integers are limited to 18 digits.*float"),
+                          r"10000000001 digits; exact numbers are limited to 18 digits.*float"),
     ("2**2**20", r"the power 2\*\*2\*\*20 would give an integer of about 315653 digits"),
     ("k*x*(2*x)**(2**40)", r"the power \(2\*x\)\*\*\(2\*\*40\) has the exponent 1099511627776; integer "
                            r"exponents are limited to 1000"),
     ("(((((10*x)**999)**999)**999)**999)**999", r"the power \(10\*x\)\*\*999 gives a number of 1000 digits"),
     ("x*" + "9" * 5000, r"the integer literal 99999999999999999999\.\.\. \(5000 digits\) is longer than "
                         r"the limit of 18 digits.*write it as a float"),
-    ("x*" + "*".join(["999999999999999999"] * 400), r"the product .* would give an integer of 19 digits or more"),
+    ("k*x + (" + "*".join(["999999999999999999"] * 10) + ")",
+     r"the product 999999999999999999\*999999999999999999 would give an integer of 36 digits; exact numbers are "
+     r"limited to 18 digits"),
+    ("x*" + "*".join(["999999999999999999"] * 20), r"the product x\*(9{18}\*)+9+\.\.\. gives a number of 306 digits"),
     ("x*1e999", r"the number 1e999 is not finite"),
     ("x*10.0**400", r"10\.0\*\*400 overflows"),
     ("1e308*10*x", r"1e308\*10 is not finite"),
-])
+], ids=short_ids)
 def test_numbers_too_large_are_refused_quickly(text, match):
     refused_quickly(text, match)
 
@@ -75,7 +82,7 @@ def test_huge_power_in_a_spec_file_is_refused_quickly(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(EquationParseError, match=r"the power 10\*\*10\*\*10"):
         load_spec(tmp_path / "spec.toml")
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 1.0
 
 
 # ------------------------------------------------------------------------ size and nesting
@@ -87,7 +94,10 @@ def test_huge_power_in_a_spec_file_is_refused_quickly(tmp_path):
     ("+".join(["x"] * 300), r"equations\['x'\]: the expression nests 299 levels deep.*at most 200.*@oi\.model"),
     ("-" * 1500 + "x", r"nests 1500 levels deep"),
     ("exp(" * 250 + "x" + ")" * 250, r"nests 250 levels deep|too many nested parentheses"),
-])
+    ("".join(f"min(k*x**{i}, " for i in range(99)) + "k" + ")" * 99,
+     r"equations\['x'\]: min\(k\*x\*\*93, .* takes the min of 7 values \(nested min calls combine\); at "
+     r"most 6 are allowed"),
+], ids=short_ids)
 def test_deep_or_long_expressions_are_refused_quickly(text, match):
     assert len(text) <= 10_000
     refused_quickly(text, match)
@@ -117,7 +127,7 @@ def uses_every_function(t, y, p):
         "pi": om.pi * y.x, "e": om.e * y.z,
     }
     assert set(terms) == set(om.__all__)  # a new function of odeinfer.math must be added here
-    return {"x": sum(terms.values()) + (y.x + 1) / 3, "z": -y.z / 7 + 1 / 2}
+    return {"x": sum(terms.values()), "z": -y.z / 7 + (y.z + 1) / 3 + 2}
 
 
 def test_every_function_of_odeinfer_math_round_trips_through_its_equations():
@@ -132,6 +142,18 @@ def test_every_function_of_odeinfer_math_round_trips_through_its_equations():
         t, y, ylag = rng.uniform(0, 3), rng.uniform(-2, 2, 2), rng.uniform(-2, 2, (2, 1))
         p = rng.uniform(0.1, 2, 3)
         np.testing.assert_allclose(g(t, y, ylag, p), f(t, y, ylag, p), rtol=1e-14)
+
+
+def test_floats_that_sympy_combined_round_trip_to_rounding():
+    """pi*x + x/3 has a coefficient sympy computed beyond double precision: equal to rounding."""
+    m = oi.model(states=["x"], params=["k"])(lambda t, y, p: [om.pi * y.x + y.x / 3 + 0.1 * p.k + 1 / 3])
+    back = oi.Model.from_equations(m.equations(), ["k"])
+    text = m.equations()["x"]
+    assert back.equations()["x"] == text and "0.1*k" in text and "0.3333333333333333" in text
+    f, g = m.lambdify("f"), back.lambdify("f")
+    np.testing.assert_allclose(g(0.0, np.array([1.7]), np.array([0.3])), f(0.0, np.array([1.7]), np.array([0.3])),
+                               rtol=1e-15)
+    assert f(0.0, np.array([1.7]), np.array([0.3]))[0] == pytest.approx((math.pi + 1 / 3) * 1.7 + 0.03 + 1 / 3)
 
 
 def test_printed_equations_use_the_parser_names():

@@ -361,15 +361,16 @@ def test_model_with_other_free_symbols_is_refused():
 def test_numpy_scalars_combine_with_traced_values():
     @oi.model(states=["x"], params=["k"])
     def m(t, y, p):
-        return {"x": np.float64(2.0) * y.x - p.k * np.float64(0.5) + np.int64(3) ** y.x}
+        return {"x": np.float64(2.0) * y.x - p.k * np.float64(0.5) + np.int64(3) ** y.x + np.power(y.x, 2)}
 
     x, k = sp.symbols("x k", real=True)
-    assert sp.simplify(m.exprs[0] - (2.0 * x - 0.5 * k + 3 ** x)) == 0
+    assert sp.simplify(m.exprs[0] - (2.0 * x - 0.5 * k + 3 ** x + x ** 2)) == 0
 
 
 @pytest.mark.parametrize("rhs, match", [
     (lambda t, y, p: np.array([2.0]) * y.x, r"numpy\.multiply was applied to a traced value and a numpy array"),
-    (lambda t, y, p: np.power(y.x, 2), r"numpy\.power.*Use odeinfer\.math\.pow instead.*om\.pow\(\.\.\.\)"),
+    (lambda t, y, p: np.exp(y.x), r"numpy\.exp.*Use odeinfer\.math\.exp instead.*om\.exp\(\.\.\.\)"),
+    (lambda t, y, p: np.fmax(y.x, 1.0), r"numpy\.fmax.*odeinfer\.math\.max instead"),
     (lambda t, y, p: np.absolute(y.x), r"numpy\.absolute.*odeinfer\.math\.abs instead"),
     (lambda t, y, p: np.minimum(y.x, 1.0), r"numpy\.minimum.*odeinfer\.math\.min instead"),
     (lambda t, y, p: np.arctan(y.x), r"numpy\.arctan.*odeinfer\.math has no such function; it offers "

@@ -14,7 +14,7 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from odeinfer.model.derivatives import Derivatives
 
-__all__ = ["model_source"]
+__all__ = ["model_source", "safe_symbols"]
 
 _DECOR = '@njit(cache=True, error_model="numpy")'
 
@@ -31,6 +31,21 @@ class _Printer(PythonCodePrinter):
 
     def _print_Half(self, expr):
         return "0.5"
+
+
+def safe_symbols(state_symbols, param_symbols, lag_symbols=None) -> dict:
+    """Plain symbols ``_y<k>``, ``_p<j>`` (and ``_l<i>_<k>`` for the lagged states) for a model's symbols.
+
+    Generated code and :meth:`~odeinfer.model.Model.lambdify` use these, so that a
+    user's name never reaches generated source nor shadows a function (a state ``exp``).
+    """
+    rename = {s: sp.Symbol(f"_y{k}", real=True) for k, s in enumerate(state_symbols)}
+    rename.update({s: sp.Symbol(f"_p{k}", real=True) for k, s in enumerate(param_symbols)})
+    if lag_symbols is not None:
+        for i in range(lag_symbols.rows):
+            for k in range(lag_symbols.cols):
+                rename[lag_symbols[i, k]] = sp.Symbol(f"_l{i}_{k}", real=True)
+    return rename
 
 
 def _kernel(name, args, outputs, rename, n_in, loads=()):
@@ -67,8 +82,7 @@ def model_source(deriv: Derivatives) -> str:
     """Python source of all kernels of a model (without the module header)."""
     n, m = deriv.n_states, deriv.n_params
     ys, ps, vs = deriv.state_symbols, deriv.param_symbols, sp.symbols(f"_v0:{max(n, 1)}", real=True)[:n]
-    rename = {s: sp.Symbol(f"_y{k}", real=True) for k, s in enumerate(ys)}
-    rename.update({s: sp.Symbol(f"_p{k}", real=True) for k, s in enumerate(ps)})
+    rename = safe_symbols(ys, ps)
     rename.update({v: sp.Symbol(f"_v{k}", real=True) for k, v in enumerate(vs)})
     f, jy, jp, ft = deriv.f, deriv.jac_y, deriv.jac_p, deriv.f_t
     jyt, jpt = deriv.jac_y_t, deriv.jac_p_t
