@@ -288,7 +288,7 @@ class Model:
         ]
 
     def __repr__(self):
-        eqs = "; ".join(f"d{s}/dt = {e}" for s, e in self.equations().items())
+        eqs = "; ".join(f"d{s}/dt = {e}" for s, e in zip(self.states, self.exprs))
         delays = f", delays={list(self.delays)}" if self.delays else ""
         return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}{delays}, "
                 f"observed={list(self.observed)}, noise={self.observation.noise!r}: {eqs})")

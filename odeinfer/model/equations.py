@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import difflib
 import math
-import numbers
 import operator
 import re
 from fractions import Fraction
@@ -51,6 +50,7 @@ _MAX_EXPONENT = 1_000  # integer exponents of expressions in the states and para
 _MAX_MINMAX = 6  # values under one min or max: sympy compares them pairwise, slowly
 _MAX_COEFF_DIGITS = 300  # exact coefficients sympy computes, e.g. 10**999 in (10*x)**999
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\d_]*\.?[\d_]*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\*\*|[<>=!]=|\S")
+
 
 def parse_equations(equations, states, params, delays=()):
     """One sympy expression per state, from ``{state: "text"}`` (``lag(x, tau)`` needs ``tau`` in ``delays``)."""
@@ -189,7 +189,7 @@ class _Evaluator(ast.NodeVisitor):
         )
 
     def refuse(self, node, what, fix):
-        raise EquationParseError(f"{self.where}: {what.format(seg=self.seg(node))}; {fix}")
+        raise EquationParseError(f"{self.where}: {what.replace('{seg}', self.seg(node))}; {fix}")
 
     def generic_visit(self, node):
         self.fail(node, f"the syntax {type(node).__name__}")

@@ -134,14 +134,15 @@ class Traced:
         arithmetic = _ARITHMETIC.get(name)
         if (arithmetic is not None and method == "__call__" and not kwargs
                 and all(isinstance(x, (Traced, numbers.Real)) for x in inputs)):
-            return arithmetic(*(Traced(to_expr(x)) for x in inputs))  # a numpy number (np.float64(2.0) * y.x) is a number like any other
+            # a numpy number (np.float64(2.0) * y.x) is a number like any other
+            return arithmetic(*(Traced(to_expr(x)) for x in inputs))
         if arithmetic is not None:
             hint = ("convert numpy arrays to numbers first (e.g. float(c[0]) * y.x); a model's right-hand side "
                     "works on one number per state")
             raise TracingError(f"numpy.{name} was applied to a traced value and a numpy array; {hint}")
         if name in _OM_NAMES:
-            fix = f"Use odeinfer.math.{_OM_NAMES[name]} instead (from odeinfer import math as om; " \
-                  f"om.{_OM_NAMES[name]}(...))"
+            om_name = _OM_NAMES[name]
+            fix = f"Use odeinfer.math.{om_name} instead (from odeinfer import math as om; om.{om_name}(...))"
         else:
             from odeinfer import math as om
 
