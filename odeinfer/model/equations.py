@@ -21,6 +21,7 @@ import re
 from fractions import Fraction
 
 import sympy as sp
+from mpmath import libmp
 from sympy.printing.str import StrPrinter
 
 from odeinfer import math as om
@@ -197,6 +198,10 @@ class _Evaluator(ast.NodeVisitor):
     def visit_Constant(self, node):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             self.fail(node, f"the literal {node.value!r}")
+        if isinstance(node.value, float):
+            text = (ast.get_source_segment(self.text, node) or "").replace("_", "")
+            if len(text.lower().split("e")[0].replace(".", "").lstrip("0")) > 17:  # beyond a double: keep all
+                return Traced(sp.Float(text, 17))  # as to_expr's floats, 17 digits (60 bits)
         return node.value
 
     def visit_Name(self, node):
@@ -342,8 +347,12 @@ class _EquationPrinter(StrPrinter):
     def _print_Symbol(self, expr):
         return self._names.get(expr) or super()._print_Symbol(expr)
 
-    def _print_Float(self, expr):  # the shortest text that reads back as the same double
-        return repr(float(expr))
+    def _print_Float(self, expr):
+        """The shortest text that reads back as the same number: a double's repr, else enough digits."""
+        value = float(expr)
+        if sp.Float(value, 17) == expr:
+            return repr(value)
+        return libmp.to_str(expr._mpf_, libmp.prec_to_dps(expr._prec) + 3)
 
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"
