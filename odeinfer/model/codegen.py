@@ -12,6 +12,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
+from odeinfer.errors import ModelDefinitionError
 from odeinfer.model.derivatives import Derivatives
 
 __all__ = ["model_source", "safe_symbols"]
@@ -48,6 +49,15 @@ def safe_symbols(state_symbols, param_symbols, lag_symbols=None) -> dict:
     return rename
 
 
+def _check_symbols(kernel, exprs, known):
+    """Only the plain kernel names (and ``t``) may reach generated source, never a user's symbol name."""
+    unknown = sorted({s.name for e in exprs for s in e.free_symbols} - known - {"t"})
+    if unknown:
+        raise ModelDefinitionError(
+            f"{kernel}: the model's expressions use the symbols {unknown}, which are not its states, parameters "
+            "or t; declare them in states=[...] or params=[...] (oi.model and Model.from_equations do this)")
+
+
 def _kernel(name, args, outputs, rename, n_in, loads=()):
     """Source of one kernel writing ``outputs`` (list of (index_str, expr)).
 
@@ -56,6 +66,7 @@ def _kernel(name, args, outputs, rename, n_in, loads=()):
     """
     printer = _Printer()
     exprs = [e.xreplace(rename) for _, e in outputs]
+    _check_symbols(name, exprs, {s.name for s in rename.values()})
     nonzero = [(i, e) for i, e in enumerate(exprs) if e != 0]
     subs, reduced = sp.cse([e for _, e in nonzero], symbols=sp.numbered_symbols("_c"), optimizations="basic")
     lines = [_DECOR, f"def {name}({', '.join(args)}):"]

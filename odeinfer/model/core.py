@@ -74,12 +74,6 @@ class Model:
         if not isinstance(self.name, str):
             raise ModelDefinitionError(
                 f"name: expected a string (the model's title), got {type(self.name).__name__}; e.g. name='decay'")
-        for argument in ("states", "params"):
-            names = getattr(self, argument)
-            if validate_names(argument, names) != tuple(names):
-                raise ModelDefinitionError(
-                    f"{argument}: {list(names)} are not in Unicode NFKC form, which Python gives identifiers; "
-                    f"use {list(validate_names(argument, names))} (oi.model and Model.from_equations convert them)")
         if self.delays:
             _check_delays(self.delays, self.params)
         if self.observation.noise not in _NOISE:
@@ -97,24 +91,16 @@ class Model:
         self._check_exprs()
 
     def _check_exprs(self):
-        """One finite sympy expression per state, in the model's own symbols only."""
+        """One finite sympy expression per state (names are checked by oi.model and from_equations)."""
         if len(self.exprs) != self.n_states:
             raise ModelDefinitionError(
                 f"exprs: model {self.name!r} has {self.n_states} states {list(self.states)} but "
                 f"{len(self.exprs)} derivatives; give one per state")
-        known = {T_SYMBOL, *self.state_symbols, *self.param_symbols}
-        if self.delays:
-            known.update(self.lag_symbols)
         for s, e in zip(self.states, self.exprs):
             if not isinstance(e, sp.Expr):
                 raise ModelDefinitionError(
                     f"the derivative of state {s!r} is a {type(e).__name__}, not a sympy expression; build models "
                     "with oi.model or Model.from_equations")
-            unknown = sorted(str(x) for x in e.free_symbols - known)
-            if unknown:
-                raise ModelDefinitionError(
-                    f"the derivative of state {s!r} uses {unknown}, which is not a state, a parameter or t of "
-                    f"model {self.name!r}; declare it in states=[...] or params=[...]")
             if e.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or any(not np.isfinite(float(f)) for f in e.atoms(sp.Float)):
                 raise ModelDefinitionError(
                     f"the derivative of state {s!r} is not finite ({e}): it divides by zero or a number overflows; "
