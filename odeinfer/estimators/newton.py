@@ -167,7 +167,7 @@ def _problem_stream(est, model, start, fixed):
 
 def _accumulator(problem):
     full = problem.full_params(np.zeros(len(problem.free)))
-    return core.Accumulator(problem.compiled.module, problem.model.n_states, problem.model.n_params,
+    return core.Accumulator(problem.compiled, problem.model.n_states, problem.model.n_params,
                             problem.free_index, np.nan_to_num(full))
 
 

@@ -48,7 +48,7 @@ KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.p
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
 SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "rodas.py",
-                                        "collocation.py", "dde.py")
+                                        "collocation.py", "residuals.py", "dde.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
