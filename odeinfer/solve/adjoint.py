@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from odeinfer.solve.shared import TieredKernel
 from odeinfer.solve.status import INFO_SIZE
 
 __all__ = ["VJP"]
@@ -43,7 +44,7 @@ class VJP:
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "nsub", "kernel", "y",
-                 "grad", "rec", "work", "info")
+                 "grad", "rec", "work", "info", "_run")
 
     def __init__(self, compiled, t, t0, solver, gradient):
         module = compiled.module
@@ -53,6 +54,7 @@ class VJP:
         self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
         self.nsub = 1 if gradient.nsub is None else gradient.nsub
         self.kernel = module.dopri5_adjoint_vjp
+        self._run = TieredKernel(compiled, self.kernel)  # the shared kernel while the model's compiles
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)
         self.rec = np.empty((self.max_steps, 3 + 5 * n))
@@ -61,7 +63,7 @@ class VJP:
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""
-        status = self.kernel(self.t0, self.t, x0, params, g, self.rtol, self.atol, self.max_steps, self.nsub,
+        status = self._run(self.t0, self.t, x0, params, g, self.rtol, self.atol, self.max_steps, self.nsub,
                              self.y, self.rec, self.grad, self.work, self.info)
         return self.grad, status
 

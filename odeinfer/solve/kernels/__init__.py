@@ -48,7 +48,7 @@ KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.p
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
-SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "rodas.py",
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
                                         "collocation.py", "residuals.py", "noise_cov.py", "dde.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).

@@ -44,15 +44,18 @@ from numba import njit
 @njit(cache=True, error_model="numpy")
 def dopri5_adjoint_work_size():
     """Length of the ``work`` buffer of :func:`dopri5_adjoint_vjp`."""
-    n = N_STATES
-    m = N_PARAMS
-    return dopri5_work_size(False) + 8 * (n + m) + n + n * n + n * m
+    return _adj_work_len(N_STATES, N_PARAMS)
+
+
+@njit(cache=True, error_model="numpy")
+def _adj_work_len(n, m):
+    return 10 * n + n * n + n * m + 8 * (n + m) + n + n * n + n * m  # the forward solve's, then the adjoint's
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _adj_state_at(s, r, rec, x):
     """``x(s)`` from the continuous extension recorded in row ``r`` of ``rec``."""
-    n = N_STATES
+    n = x.shape[0]
     th = (s - rec[r, 0]) / rec[r, 1]
     th1 = 1.0 - th
     for q in range(n):
@@ -61,13 +64,13 @@ def _adj_state_at(s, r, rec, x):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _adj_rhs(s, r, rec, p, w, x, jy, jp, out):
+def _adj_rhs(mh, s, r, rec, p, w, x, jy, jp, out):
     """``out = [-J_y^T lam; -J_p^T lam]`` at time ``s`` (``w = [lam; mu]``)."""
-    n = N_STATES
-    m = N_PARAMS
+    n = mh[0]
+    m = mh[1]
     _adj_state_at(s, r, rec, x)
-    model_jac_y(s, x, p, jy)
-    model_jac_p(s, x, p, jp)
+    mh_jac_y(mh, s, x, p, jy)
+    mh_jac_p(mh, s, x, p, jp)
     for k in range(n):
         acc = 0.0
         for i in range(n):
@@ -94,7 +97,7 @@ _ADJ_B = np.array([_DP_A71, 0.0, _DP_A73, _DP_A74, _DP_A75, _DP_A76])
 
 
 @njit(cache=True, error_model="numpy")
-def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
+def _adj_step(mh, s, hb, r, rec, p, w, ws, kst, x, jy, jp):
     """One Dormand-Prince 5 step of size ``hb`` (< 0: backward) of ``w`` in place;
     ``kst`` (6, n + m) holds the stages."""
     size = w.shape[0]
@@ -104,7 +107,7 @@ def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
             for j in range(i):
                 acc += _ADJ_TAB[i, 1 + j] * kst[j, q]
             ws[q] = w[q] + hb * acc
-        _adj_rhs(s + _ADJ_TAB[i, 0] * hb, r, rec, p, ws, x, jy, jp, kst[i])
+        _adj_rhs(mh, s + _ADJ_TAB[i, 0] * hb, r, rec, p, ws, x, jy, jp, kst[i])
     for q in range(size):
         acc = 0.0
         for i in range(6):
@@ -115,20 +118,25 @@ def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
 @njit(cache=True, error_model="numpy")
 def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """Gradient of ``sum_i g_i . x(t_i)`` by the adjoint; see the module docstring."""
-    n = N_STATES
-    m = N_PARAMS
+    return _adj_vjp(MODEL_HANDLE, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
+    n = mh[0]
+    m = mh[1]
     n_out = t_eval.shape[0]
     size = n + m
     if (g.shape[0] != n_out or g.shape[1] != n or grad.shape[0] != size or nsub < 1
             or rec.shape[0] < max_steps or rec.shape[1] != 3 + 5 * n
-            or work.shape[0] < dopri5_adjoint_work_size()):
+            or work.shape[0] < _adj_work_len(n, m)):
         return ST_BAD_INPUT
-    status = _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work, info,
+    status = _dopri5_run(mh, t0, t_eval, y0, p, 0, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work, info,
                          True, rec)
     if status != ST_SUCCESS:
         return status
     n_rec = int(info[INFO_N_STEPS] - info[INFO_N_REJECTED])
-    off = dopri5_work_size(False)
+    off = 10 * n + n * n + n * m  # after the forward solve's work (dopri5_work_size(False))
     w = work[off:off + size]
     ws = work[off + size:off + 2 * size]
     kst = work[off + 2 * size:off + 8 * size].reshape((6, size))
@@ -155,7 +163,7 @@ def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out,
                 s_next = t_eval[i]
             hb = (s_next - s) / nsub
             for _ in range(nsub):
-                _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp)
+                _adj_step(mh, s, hb, r, rec, p, w, ws, kst, x, jy, jp)
                 s += hb
             s = s_next
             if s_next == ta:

@@ -1,8 +1,8 @@
 """Solver entry points shared by every model: the model comes as C function pointers.
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
-``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py``, ``collocation.py``, ``residuals.py``,
-``noise_cov.py`` and ``dde.py``), compiled and cached once per machine, not once per
+``common.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``, ``collocation.py``,
+``residuals.py``, ``noise_cov.py`` and ``dde.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
@@ -20,7 +20,8 @@ double *p, double *out)`` (``ylag`` (n, d); ``jac_ylag`` out (d, n, n)).
 
 Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)`` (``work`` has at least
-``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_rodas_solve`` and
+``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_dopri5_adjoint_vjp``
+(``work``: ``_adj_work_len(n, m)``), ``ptr_rodas_solve`` and
 ``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
 family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
@@ -109,6 +110,12 @@ def mh_jac_y_dir(mh, t, y, p, v, out):
 @njit(cache=True, error_model="numpy")
 def mh_jac_p_dir(mh, t, y, p, v, out):
     _ptr_call(mh[9], t, (y, p, v, out))
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_dopri5_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
+    """``dopri5_adjoint_vjp`` (``adjoint.py``) for the model behind ``mh``."""
+    return _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info)
 
 
 @njit(cache=True, error_model="numpy")

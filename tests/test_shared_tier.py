@@ -1,0 +1,131 @@
+"""The shared tier beyond Dormand-Prince (odeinfer.solve.shared, kernels/pointer.py): Rodas4, the
+ODE adjoint, Simultaneous's collocation constraints and the Newton family's kernels, compiled once
+per machine with the model called through C callbacks (kernels/cfuncs.py, cfuncs_rodas.py), answer
+a new model's first calls. They must give the bits of the model's own kernels (same source text,
+same arithmetic in the same order). tests/test_tiered.py covers Dormand-Prince and the DDE solver.
+
+References: the model's own kernel (equality), and Robertson's conservation law
+y1 + y2 + y3 = 1 (accuracy, independent of any solver)."""
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.solve import _inputs, shared
+from odeinfer.solve.status import Info, Status
+
+ZOO = ["lotka_volterra", "alpha_pinene", "fitzhugh_nagumo", "sir"]
+
+
+def _run_both(cm, entry, sens):
+    n, m = cm.n_states, cm.n_params
+    k = n + m if sens else 0
+    t = np.asarray(entry.t, float)
+    p, x0 = entry.params_array(), entry.x0_array()
+    out = []
+    for kernel, lead in ((getattr(cm.module, "rodas_solve_sens" if sens else "rodas_solve"), ()),
+                         (getattr(shared.shared_module(), "ptr_rodas_solve_sens" if sens else "ptr_rodas_solve"),
+                          (shared.model_handle(cm, full=True),))):
+        z = np.empty((t.size, n * (1 + k)))
+        work = np.empty(cm.module.rodas_work_size(sens))
+        info = np.zeros(6)
+        flags = (True,) if sens else ()
+        status = kernel(*lead, float(entry.t0), t, x0, p, *flags, 1e-8, 1e-10, 0.0, 100_000, z, work, info)
+        out.append((status, z, info))
+    return out
+
+
+@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("sens", [False, True])
+def test_shared_rodas_is_bitwise_equal_to_the_model_kernel(name, sens):
+    entry = oi.zoo.get(name)
+    cm = _inputs.compiled_model(entry.model)
+    (s1, z1, i1), (s2, z2, i2) = _run_both(cm, entry, sens)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.array_equal(z1, z2)  # same arithmetic in the same order: not merely close
+    assert np.array_equal(i1, i2)  # same steps, rejections, evaluations and LU decompositions
+
+
+def test_a_rodas_solver_answers_from_the_shared_tier_and_conserves_mass():
+    # ODEINFER_TIERED=shared (tests/conftest.py): a model nobody compiled answers from the shared kernel
+    m = oi.Model.from_equations({"a": "-k1*a + k3*b*c", "b": "k1*a - k2*b*b - k3*b*c", "c": "k2*b*b"},
+                                params=["k1", "k2", "k3"], name="robertson_shared_tier_test")
+    t = np.geomspace(1e-4, 1e4, 30)
+    prob = oi.Problem(m, t, x0=[1.0, 0.0, 0.0], t0=0.0)
+    bound = oi.bind(prob, solver=oi.Rodas(rtol=1e-8, atol=1e-12), gradient=oi.Forward())
+    sol = oi.solve(prob, [0.04, 3e7, 1e4], solver=oi.Rodas(rtol=1e-8, atol=1e-12), gradient=oi.Forward())
+    assert bound.tier == "shared"
+    assert sol.success
+    assert np.max(np.abs(sol.y.sum(axis=1) - 1.0)) < 1e-7
+    # d/dp of a conserved sum is zero: the sensitivities of the three states cancel
+    assert np.max(np.abs(sol.sens.sum(axis=1)[:, :3])) < 1e-5
+    assert int(bound.info[Info.N_LU]) > 0
+
+
+def _both(cm, name, *args, full=False):
+    """``name``'s results from the model's kernel and from the shared one, on copies of ``args``."""
+    out = []
+    for kernel, lead in ((getattr(cm.module, name), ()),
+                         (getattr(shared.shared_module(), "ptr_" + name), (shared.model_handle(cm, full=full),))):
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        ret = kernel(*lead, *copies)
+        out.append((ret, copies))
+    return out
+
+
+@pytest.mark.parametrize("name", ["lotka_volterra", "fitzhugh_nagumo"])
+def test_shared_adjoint_is_bitwise_equal_to_the_model_kernel(name):
+    entry = oi.zoo.get(name)
+    cm = _inputs.compiled_model(entry.model)
+    n, m = cm.n_states, cm.n_params
+    t = np.asarray(entry.t, float)
+    g = np.random.default_rng(1).standard_normal((t.size, n))
+    args = (float(entry.t0), t, entry.x0_array(), entry.params_array(), g, 1e-8, 1e-10, 5000, 2,
+            np.empty((t.size, n)), np.empty((5000, 3 + 5 * n)), np.empty(n + m),
+            np.empty(cm.module.dopri5_adjoint_work_size()), np.zeros(6))
+    (s1, a1), (s2, a2) = _both(cm, "dopri5_adjoint_vjp", *args)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.array_equal(a1[11], a2[11])  # the gradient
+    assert np.array_equal(a1[13], a2[13])  # the forward solve's info
+
+
+@pytest.mark.parametrize("scheme", [0, 1])
+def test_shared_collocation_is_bitwise_equal_to_the_model_kernel(scheme):
+    entry = oi.zoo.get("fitzhugh_nagumo")
+    cm = _inputs.compiled_model(entry.model)
+    n = cm.n_states
+    t = np.linspace(0.0, 5.0, 11)
+    X = np.random.default_rng(2).standard_normal((t.size, n))
+    pidx = np.arange(cm.n_params, dtype=np.int64)
+    q = pidx.size
+    args = (scheme, t, X, entry.params_array(), pidx, np.empty((t.size, n)), np.empty((t.size, n, n)),
+            np.empty((t.size, n, q)), np.empty((t.size - 1) * n), np.empty((t.size - 1) * n * (2 * n + q)), True)
+    (s1, a1), (s2, a2) = _both(cm, "coll_constraints", *args)
+    assert s1 == s2 == 0
+    assert np.array_equal(a1[8], a2[8]) and np.array_equal(a1[9], a2[9])
+
+
+def test_shared_newton_kernels_are_bitwise_equal_to_the_model_kernels():
+    entry = oi.zoo.get("lotka_volterra")
+    cm = _inputs.compiled_model(entry.model)
+    n, m = cm.n_states, cm.n_params
+    rng = np.random.default_rng(3)
+    t = np.linspace(0.0, 10.0, 25)
+    X = 20.0 + 5.0 * rng.standard_normal((t.size, n))
+    D = rng.standard_normal((t.size, n))
+    D[3, 1] = np.nan  # a missing derivative: skipped in both
+    p = entry.params_array()
+    (_, r1), (_, r2) = _both(cm, "gm_residuals", t, X, D, p, np.empty((t.size, n)))
+    assert np.array_equal(r1[4], r2[4], equal_nan=True)
+    args = (t, X, D, p, np.ones(n), True, np.zeros((m, m)), np.zeros(m), np.zeros((m, m)), np.zeros(3))
+    (_, a1), (_, a2) = _both(cm, "gm_normal_eq", *args)
+    for i in (6, 7, 8, 9):
+        assert np.array_equal(a1[i], a2[i])
+    free = np.arange(m, dtype=np.int64)
+    w = 3
+    a = rng.standard_normal((t.size - w + 1, w))
+    c = rng.standard_normal((t.size - w + 1, w))
+    rows = t.size - w + 1
+    args = (t[:rows], X[:rows], D[:rows], p, free, a, c, X, np.zeros((w - 1, m, n)), np.zeros((n, m, m)))
+    (g1, a1), (g2, a2) = _both(cm, "nc_obs_accumulate", *args, full=True)
+    assert np.array_equal(g1, g2) and np.array_equal(a1[9], a2[9])
