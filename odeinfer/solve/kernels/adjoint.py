@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_adjoint_work_size():
     """Length of the ``work`` buffer of :func:`dopri5_adjoint_vjp`."""
     n = N_STATES
@@ -49,7 +49,7 @@ def dopri5_adjoint_work_size():
     return dopri5_work_size(False) + 8 * (n + m) + n + n * n + n * m
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _adj_state_at(s, r, rec, x):
     """``x(s)`` from the continuous extension recorded in row ``r`` of ``rec``."""
     n = N_STATES
@@ -60,7 +60,7 @@ def _adj_state_at(s, r, rec, x):
             rec[r, 3 + 2 * n + q] + th * (rec[r, 3 + 3 * n + q] + th1 * rec[r, 3 + 4 * n + q])))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _adj_rhs(s, r, rec, p, w, x, jy, jp, out):
     """``out = [-J_y^T lam; -J_p^T lam]`` at time ``s`` (``w = [lam; mu]``)."""
     n = N_STATES
@@ -93,7 +93,7 @@ _ADJ_TAB = np.array([
 _ADJ_B = np.array([_DP_A71, 0.0, _DP_A73, _DP_A74, _DP_A75, _DP_A76])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
     """One Dormand-Prince 5 step of size ``hb`` (< 0: backward) of ``w`` in place;
     ``kst`` (6, n + m) holds the stages."""
@@ -112,7 +112,7 @@ def _adj_step(s, hb, r, rec, p, w, ws, kst, x, jy, jp):
         w[q] += hb * acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """Gradient of ``sum_i g_i . x(t_i)`` by the adjoint; see the module docstring."""
     n = N_STATES

@@ -12,19 +12,19 @@ from numba import njit
 MODEL_HANDLE = (N_STATES, N_PARAMS, 0, 0, 0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_f(mh, t, y, p, out):
     """``out = f(t, y, p)``."""
     model_f(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_y(mh, t, y, p, out):
     """``out = df/dy``."""
     model_jac_y(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_p(mh, t, y, p, out):
     """``out = df/dp``."""
     model_jac_p(t, y, p, out)

@@ -47,29 +47,29 @@ def _ptr_call(typingctx, addr, t, arrays):
 
 
 # ---- ODE models: mh = (n, m, f, jac_y, jac_p)
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_f(mh, t, y, p, out):
     _ptr_call(mh[2], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_y(mh, t, y, p, out):
     _ptr_call(mh[3], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_p(mh, t, y, p, out):
     _ptr_call(mh[4], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``dopri5_solve`` for the model behind ``mh``."""
     return _dopri5_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                           z_out, work, info):
     """``dopri5_solve_sens`` for the model behind ``mh``."""
@@ -80,27 +80,27 @@ def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_ste
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_f(mh, t, y, ylag, p, out):
     _ptr_call(mh[4], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_y(mh, t, y, ylag, p, out):
     _ptr_call(mh[5], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_ylag(mh, t, y, ylag, p, out):
     _ptr_call(mh[6], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_p(mh, t, y, ylag, p, out):
     _ptr_call(mh[7], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dde_solve(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
                   z_out, work, buf, info):
     """``dde_solve`` for the model behind ``mh``."""

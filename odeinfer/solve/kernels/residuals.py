@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def eval_f_batch(t, Y, p, F):
     """``F[i] = f(t[i], Y[i], p)``; F (R, n)."""
     y = np.empty(N_STATES)
@@ -30,7 +30,7 @@ def eval_f_batch(t, Y, p, F):
             F[i, k] = f[k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def eval_jac_p_batch(t, Y, p, J):
     """``J[i] = df/dp (t[i], Y[i], p)``; J (R, n, m)."""
     y = np.empty(N_STATES)
@@ -44,7 +44,7 @@ def eval_jac_p_batch(t, Y, p, J):
                 J[i, k, a] = jp[k, a]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def gm_residuals(t, X, D, p, E):
     """``E[i, k] = f_k(t[i], X[i], p) - D[i, k]`` (NaN where the row is skipped)."""
     y = np.empty(N_STATES)
@@ -64,7 +64,7 @@ def gm_residuals(t, X, D, p, E):
             E[i, k] = f[k] - D[i, k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def gm_normal_eq(t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     """Accumulate (add to) the normal equations of the rows ``t, X, D`` at parameters ``p``.
 
