@@ -11,12 +11,16 @@ On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``dopri5``) or
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
 (neither in this process nor on disk), the solver answers with the shared kernel and starts
 one low-priority background process that compiles the model kernel into the disk cache. Once
-that process is done, the next call switches to the model kernel. Both kernels run the same
-arithmetic in the same order, so results are bitwise identical whichever one answered, whatever
-compiled them first and in whichever process: every kernel, model function and callback sets
-``fastmath=False`` (left unset, numba compiles a function with the flags of the caller that first
-needs it, and PyTensor's NUMBA mode calls the model kernels from fast-math functions; see the rules
-in :mod:`odeinfer.solve.kernels`).
+that process is done, the next call switches to the model kernel; if it fails (or is killed),
+the first call that sees it warns once with the cause and the shared kernel goes on. Processes
+that need the same kernel compile it once (a lock file in the cache directory; a dead owner's
+lock is taken over at once).
+
+Both kernels run the same arithmetic in the same order, so results are bitwise identical
+whichever one answered, whatever compiled them first and in whichever process: every kernel,
+model function and callback sets ``fastmath=False`` (left unset, numba compiles a function with
+the flags of the caller that first needs it, and PyTensor's NUMBA mode calls the model kernels
+from fast-math functions; see the rules in :mod:`odeinfer.solve.kernels`).
 
 Set the environment variable ``ODEINFER_TIERED=0`` to compile the model kernel in-process on
 the first call instead (no background process), or ``ODEINFER_TIERED=shared`` to keep the
@@ -287,7 +291,7 @@ def _main():  # the background process: compile one kernel into the disk cache, 
         tmp.write_text("compiled\n", encoding="utf-8")
         os.replace(tmp, marker)
     finally:
-        marker.with_suffix(".lock").unlink(missing_ok=True)
+        _remove_lock(marker.with_suffix(".lock"), _identity())  # ours, unless taken over as stale
 
 
 def _claim(marker: Path, stale: float = 1800.0) -> bool:
@@ -368,8 +372,8 @@ def _start_time(pid: int) -> str:
 
 
 def _remove_lock(lock: Path, owner: str) -> None:
-    """Remove ``lock`` if it still holds ``owner`` (a dead owner's): moved aside first, and put back
-    if another waiter has replaced it in the meantime with a lock of its own."""
+    """Remove ``lock`` if it still holds ``owner``: moved aside first, and put back if another process
+    has replaced it in the meantime with a lock of its own."""
     aside = lock.with_name(f"{lock.name}.{os.getpid()}.{threading.get_ident()}.old")
     try:
         os.replace(lock, aside)
