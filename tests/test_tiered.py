@@ -6,8 +6,10 @@ References: the model's own kernel (for equality) and the closed-form solution o
 x' = -k x + c, x(0) = x0: x(t) = c/k + (x0 - c/k) exp(-k t) (for accuracy).
 """
 
+import signal
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -127,20 +129,67 @@ def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_k
     assert np.array_equal(sol.y, first_y) and np.array_equal(sol.sens, first_sens)
 
 
+def _runtime_warnings(calls):
+    """The messages of the RuntimeWarnings that ``calls()`` emits, repeats included."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        calls()
+    return [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
 def test_a_failed_background_compilation_warns_and_keeps_the_shared_kernel(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "1")
     monkeypatch.setattr(shared, "COMMAND", (sys.executable, "-c", "import sys; sys.exit('no compiler today')"))
     model, c = _fresh_decay()
     t = np.linspace(0.0, 2.0, 5)
     solver = oi.solve.make_solver(model, t)
-    # the process may fail before the first call returns: the warning comes at the first call
-    # that sees it, once
-    with pytest.warns(RuntimeWarning, match="no compiler today"):
-        for _ in range(2):
-            y, _, status = solver(np.array([0.5]), np.array([1.0]))
-            assert solver.tier == "shared" and status == Status.SUCCESS
+    out = []
+
+    def calls():  # the process may fail before the first call returns: the warning comes at the first
+        for _ in range(3):  # call that sees it, once
+            out.append(solver(np.array([0.5]), np.array([1.0])))
+            assert solver.tier == "shared" and out[-1][2] == Status.SUCCESS
             _wait_for_end("failure test")
-    np.testing.assert_allclose(y[:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
+
+    messages = _runtime_warnings(calls)
+    assert len(messages) == 1 and "exited with status 1: no compiler today" in messages[0]
+    np.testing.assert_allclose(out[-1][0][:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="no SIGKILL on this system")
+def test_a_killed_background_compiler_is_reported_once_by_its_signal(monkeypatch):
+    """``kill -9`` of the background compiler: one warning for all the solvers waiting on it, naming
+    the signal, not the runpy warning that was the last text on its stderr."""
+    monkeypatch.setenv("ODEINFER_TIERED", "1")
+    killed = ("import os, signal, sys; sys.stderr.write(\"<frozen runpy>:128: RuntimeWarning: 'odeinfer.solve.shared' "
+              "found in sys.modules after import of package 'odeinfer.solve'\\n\"); sys.stderr.flush(); "
+              "os.kill(os.getpid(), signal.SIGKILL)")
+    monkeypatch.setattr(shared, "COMMAND", (sys.executable, "-c", killed))
+    model, _ = _fresh_decay()
+    t = np.linspace(0.0, 2.0, 5)
+    solvers = [oi.solve.make_solver(model, t, rtol=rtol) for rtol in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)]
+
+    def calls():
+        for _ in range(3):
+            for solver in solvers:  # one kernel and signature: one background process for the five
+                assert solver(np.array([0.5]), np.array([1.0]))[2] == Status.SUCCESS
+            _wait_for_end("kill test")
+
+    messages = _runtime_warnings(calls)
+    assert len(messages) == 1, messages
+    assert "killed by signal SIGKILL" in messages[0] and "runpy" not in messages[0]
+
+
+def test_the_background_command_reports_the_exception_not_python_noise():
+    """The real command on a job it cannot read: its cause is the exception (``python -m`` of the
+    module used to put a runpy warning on stderr)."""
+    import subprocess
+
+    res = subprocess.run(list(shared.COMMAND), input=b"", capture_output=True, check=False)
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "Warning" not in err
+    assert shared.failure_cause(res.returncode, err) == ("the background compiler exited with status 1: "
+                                                         "EOFError: Ran out of input")
 
 
 def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
@@ -244,3 +293,134 @@ def test_model_kernel_bits_do_not_depend_on_what_compiled_before():
     env = dict(os.environ, ODEINFER_TIERED="0")
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert res.stdout.split() == ["True", "True"]
+
+
+def _shared_and_model_bits(cm, t, x0, p, sens):
+    """``(z, info)`` of the model kernel, then of the shared kernel (rtol 1e-9, atol 1e-11)."""
+    n, m = cm.n_states, cm.n_params
+    k = n + m if sens else 0
+    out = []
+    for kernel, lead in ((getattr(cm.module, "dopri5_solve_sens" if sens else "dopri5_solve"), ()),
+                         (getattr(shared.shared_module(), "ptr_dopri5_solve_sens" if sens else "ptr_dopri5_solve"),
+                          (shared.model_handle(cm),))):
+        z, work, info = np.empty((t.size, n * (1 + k))), np.empty(10 * n * (1 + k) + n * n + n * m), np.zeros(6)
+        flags = (True,) if sens else ()
+        status = kernel(*lead, 0.0, t, x0, p, *flags, 1e-9, 1e-11, 0.0, 100_000, z, work, info)
+        assert status == Status.SUCCESS
+        out.append((z, info))
+    return out
+
+
+def _fresh_nonlinear():
+    """Two states with products (whose rounding fast-math contraction changes), a constant unique to
+    this call: a model no cache has seen."""
+    c = 0.5 + (time.time_ns() % 10**9) * 1e-12
+    return {"x": f"a*x - b*x*y + {c!r}", "y": "b*x*y - g*y*y - 0.3*y"}, ["a", "b", "g"]
+
+
+def test_a_model_kernel_first_compiled_by_a_fast_math_caller_keeps_its_bits():
+    """numba compiles a callee that does not set ``fastmath`` with the flags of the caller that first
+    needs it, and PyTensor's NUMBA mode (the ODE Op) calls the model kernels from fast-math
+    functions: the kernel must still give the shared kernel's bits. (In-process; the cross-process
+    history of issue 13 is the ``slow`` test below.)"""
+    from numba import njit
+
+    eqs, params = _fresh_nonlinear()
+    cm = oi.Model.from_equations(eqs, params=params).compile()
+    kernel = cm.module.dopri5_solve
+
+    @njit(fastmath=True)  # as PyTensor's NUMBA mode compiles the graph that calls the kernel
+    def graph(t0, t, x0, p, rtol, atol, first_step, max_steps, z, work, info):
+        return kernel(t0, t, x0, p, rtol, atol, first_step, max_steps, z, work, info)
+
+    t, x0, p = np.linspace(0.0, 12.0, 25), np.array([1.0, 0.5]), np.array([1.1, 0.9, 0.2])
+    z, work, info = np.empty((25, 2)), np.empty(10 * 2 + 4 + 6), np.zeros(6)
+    assert graph(0.0, t, x0, p, 1e-9, 1e-11, 0.0, 100_000, z, work, info) == Status.SUCCESS
+    (z1, i1), (z2, i2) = _shared_and_model_bits(cm, t, x0, p, sens=False)
+    assert np.array_equal(z1, z) and np.array_equal(z1, z2), f"max difference {np.abs(z1 - z2).max():.3g}"
+    assert np.array_equal(i1, i2)
+
+
+@pytest.mark.slow
+def test_kernels_first_compiled_under_pytensors_fast_math_keep_their_bits():
+    """Issue 13's breaking history: ``odeinfer demo`` on a fresh PyTensor cache compiles the NUTS graph
+    (NUMBA mode, whose functions are fast-math) and the graph calls the model's ``dopri5_solve_sens``.
+    numba compiles a callee that does not set ``fastmath`` with its caller's flags, and stores that
+    machine code on disk under the signature alone; so a later process (the test suite) loaded a
+    fast-math model kernel (and fast-math ``model_f``, ``initial_step``, ... into every kernel it
+    compiled itself) while the shared kernel had none. Here one process runs a fresh model's kernel
+    from a PyTensor fast-math function, then this process compares both tiers on that cache."""
+    import os
+    import subprocess
+    import textwrap
+
+    eqs, params = _fresh_nonlinear()
+    script = textwrap.dedent(f"""
+        import numpy as np, odeinfer as oi
+        from pytensor.link.numba.dispatch.basic import numba_njit  # PyTensor's NUMBA-mode decorator
+        kernel = oi.Model.from_equations({eqs!r}, params={params!r}).compile().module.dopri5_solve_sens
+
+        @numba_njit(final_function=True)
+        def graph(t, x0, p, sens_err, z, work, info):
+            return kernel(0.0, t, x0, p, sens_err, 1e-9, 1e-11, 0.0, 100_000, z, work, info)
+
+        t, x0, p = np.linspace(0.0, 12.0, 25), np.array([1.0, 0.5]), np.array([1.1, 0.9, 0.2])
+        print(graph(t, x0, p, True, np.empty((25, 12)), np.empty(10 * 12 + 4 + 6), np.zeros(6)))  # n 2, k 5
+    """)
+    res = subprocess.run([sys.executable, "-c", script], check=False, env=dict(os.environ), capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and res.stdout.split() == ["0"], res.stderr[-3000:]
+    cm = oi.Model.from_equations(eqs, params=params).compile()
+    t, x0, p = np.linspace(0.0, 12.0, 25), np.array([1.0, 0.5]), np.array([1.1, 0.9, 0.2])
+    for sens in (True, False):  # the kernel compiled by that process; one compiled here from its callees
+        (z1, i1), (z2, i2) = _shared_and_model_bits(cm, t, x0, p, sens)
+        assert np.array_equal(z1, z2), f"sens={sens}: max difference {np.abs(z1 - z2).max():.3g}"
+        assert np.array_equal(i1, i2)
+
+
+def _lock_owner(marker):
+    """A process that takes ``marker``'s lock with :func:`shared._claim` and then sleeps."""
+    import subprocess
+
+    code = ("import sys, time; from pathlib import Path; from odeinfer.solve.shared import _claim; "
+            "print(_claim(Path(sys.argv[1])), flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "True"
+    return proc
+
+
+def test_a_lock_left_by_a_killed_compiler_is_taken_over_at_once(tmp_path):
+    """``kill -9`` leaves the owner's lock behind: the next process takes it over at once, not after
+    the 1,800 s stale limit (the dead owner is not even reaped yet: a zombie)."""
+    marker = tmp_path / "m.dopri5_solve.abc.ready"
+    lock = marker.with_suffix(".lock")
+    owner = _lock_owner(marker)
+    try:
+        assert lock.exists() and shared._owner_alive(lock.read_text()) is True  # a live owner is waited for
+        owner.kill()
+        t0 = time.monotonic()
+        assert shared._claim(marker)
+        assert time.monotonic() - t0 < 5.0
+        assert lock.read_text() == shared._identity()
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdout.close()
+
+
+@pytest.mark.skipif(shared._identity().endswith(" -"), reason="no /proc: process start times unknown")
+def test_a_lock_of_a_reused_pid_or_an_earlier_boot_is_taken_over(tmp_path):
+    marker = tmp_path / "m.dopri5_solve.abc.ready"
+    lock = marker.with_suffix(".lock")
+    host, boot, pid, start = shared._identity().split()
+    assert shared._owner_alive(f"{host} {boot} {pid} {start}") is True  # this process
+    for dead in (f"{host} {boot} {pid} {int(start) + 1}",  # this PID, but another process's start time
+                 f"{host} 00000000-0000-0000-0000-000000000000 {pid} {start}"):  # written before a reboot
+        assert shared._owner_alive(dead) is False
+        lock.write_text(dead)
+        t0 = time.monotonic()
+        assert shared._claim(marker, stale=1e9) and time.monotonic() - t0 < 1.0
+        lock.unlink()
+    # another host sharing the cache directory: not known here, so only the stale limit frees it
+    assert shared._owner_alive(f"{host}.elsewhere {boot} {pid} {start}") is None
+    assert shared._owner_alive("") is None

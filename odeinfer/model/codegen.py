@@ -17,7 +17,9 @@ from odeinfer.model.derivatives import Derivatives
 
 __all__ = ["model_source", "safe_symbols"]
 
-_DECOR = '@njit(cache=True, error_model="numpy")'
+# fastmath set (to False), not left to be inherited from a fast-math caller: see the kernel
+# rules in odeinfer.solve.kernels
+_DECOR = '@njit(cache=True, error_model="numpy", fastmath=False)'
 
 
 class _Printer(PythonCodePrinter):

@@ -12,9 +12,16 @@ On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``Dopri5`` or `
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
 (neither in this process nor on disk), the solver answers with the shared kernel and starts
 one low-priority background process that compiles the model kernel into the disk cache. Once
-that process is done, the next call switches to the model kernel. Both kernels run the same
-arithmetic in the same order (no fast-math in any kernel), so results are bitwise identical
-whichever one answered.
+that process is done, the next call switches to the model kernel; if it fails (or is killed),
+the first call that sees it warns once with the cause and the shared kernel goes on. Processes
+that need the same kernel compile it once (a lock file in the cache directory; a dead owner's
+lock is taken over at once).
+
+Both kernels run the same arithmetic in the same order, so results are bitwise identical
+whichever one answered, whatever compiled them first and in whichever process: every kernel,
+model function and callback sets ``fastmath=False`` (left unset, numba compiles a function with
+the flags of the caller that first needs it, and PyTensor's NUMBA mode calls the model kernels
+from fast-math functions; see the rules in :mod:`odeinfer.solve.kernels`).
 
 Set the environment variable ``ODEINFER_TIERED=0`` to compile the model kernel in-process on
 the first call instead (no background process), or ``ODEINFER_TIERED=shared`` to keep the
@@ -28,6 +35,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -37,8 +46,9 @@ from pathlib import Path
 
 __all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
 
-#: The background process's command (it reads its job from stdin).
-COMMAND = (sys.executable, "-m", "odeinfer.solve.shared")
+#: The background process's command (it reads its job from stdin). Not ``-m odeinfer.solve.shared``:
+#: runpy warns on stderr when a package's ``__init__`` has imported the module it runs.
+COMMAND = (sys.executable, "-c", "from odeinfer.solve.shared import _main; _main()")
 
 _LOCK = threading.Lock()
 _SHARED = []
@@ -140,9 +150,10 @@ class TieredKernel:
             if self._spec.ready:
                 self.tier = "model"
             else:
-                warnings.warn(f"odeinfer: compiling {self.kernel.__name__} for model {self.compiled.model.name!r} "
-                              f"in the background failed; the shared kernel goes on (same results, slower)."
-                              f"\n{self._spec.error}", RuntimeWarning, stacklevel=3)
+                if self._spec.first_to_report():  # every solver of the model shares the one process
+                    warnings.warn(f"odeinfer: compiling {self.kernel.__name__} for model "
+                                  f"{self.compiled.model.name!r} in the background failed ({self._spec.error}); "
+                                  "the shared kernel goes on (same results, slower)", RuntimeWarning, stacklevel=3)
                 self._spec = _NotStarted()
             return self(*args)
         return self._shared(self._mh, *args)
@@ -170,13 +181,14 @@ class Specialisation:
     done : threading.Event
         Set when the background process has ended (successfully or not).
     error : str or None
-        The end of the background process's error output if it failed.
+        Why the background process failed (see :func:`failure_cause`), else None.
     """
 
     def __init__(self, marker: Path, module_name: str, kernel: str, sig: tuple):
         self.marker = marker
         self.done = threading.Event()
         self.error = None
+        self._reported = False
         payload = pickle.dumps((module_name, kernel, sig, str(marker)))
         self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -189,13 +201,50 @@ class Specialisation:
             err = self._proc.stderr.read()
         self._proc.wait()
         if self._proc.returncode != 0 or not self.marker.exists():
-            self.error = err.decode("utf-8", "replace")[-2000:]
+            self.error = failure_cause(self._proc.returncode, err.decode("utf-8", "replace"))
         self.done.set()
+
+    def first_to_report(self) -> bool:
+        """True the first time it is called (the failure is reported once)."""
+        with _LOCK:
+            first, self._reported = not self._reported, True
+            return first
 
     @property
     def ready(self) -> bool:
         """True once the model kernel can be loaded from the disk cache."""
         return self.done.is_set() and self.error is None
+
+
+#: A line of Python's warnings on stderr (``<file>:<line>: <Category>Warning: <message>``).
+_WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def failure_cause(returncode: int, stderr: str) -> str:
+    """One line on why the background compiler failed: the signal that killed it, else the last line
+    of its error output (a traceback ends with the exception), without Python's own warnings."""
+    import signal
+
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"the background compiler was killed by signal {name}"
+    lines, after_warning = [], False
+    for line in stderr.splitlines():
+        if _WARNING_LINE.match(line):
+            after_warning = True  # skip it, and the indented source line that may follow
+        elif not (after_warning and line.startswith("  ")):
+            after_warning = False
+            if line.strip():
+                lines.append(line.strip())
+        else:
+            after_warning = False
+    last = lines[-1] if lines else "no error output"
+    if returncode == 0:
+        return f"the background compiler ended without compiling the kernel: {last}"
+    return f"the background compiler exited with status {returncode}: {last}"
 
 
 def _marker(module, kernel, sig) -> Path:
@@ -253,28 +302,102 @@ def _main():  # the background process: compile one kernel into the disk cache, 
         tmp.write_text("compiled\n", encoding="utf-8")
         os.replace(tmp, marker)
     finally:
-        marker.with_suffix(".lock").unlink(missing_ok=True)
+        _remove_lock(marker.with_suffix(".lock"), _identity())  # ours, unless taken over as stale
 
 
 def _claim(marker: Path, stale: float = 1800.0) -> bool:
-    """True when this process should compile: it created ``<marker>.lock`` (or removed a lock
-    older than ``stale`` seconds, whose owner died). Else wait for the owner's marker and return
-    False; if the owner fails, take over. So several processes solving the same new model (Dask
-    or multiprocessing workers) compile it once."""
+    """True when this process should compile: it created ``<marker>.lock``, holding its
+    :func:`_identity`. Else wait for the owner's marker and return False. The owner's lock is
+    taken over at once when the owner is dead (killed: its lock stays; see :func:`_owner_alive`)
+    or has ended without a marker (failed), and after ``stale`` seconds when its state cannot be
+    known (another host sharing the cache directory) or it hangs. So several processes solving the
+    same new model (Dask or multiprocessing workers) compile it once, and none waits for a dead one."""
     lock = marker.with_suffix(".lock")
     while not marker.exists():
         try:
-            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return True
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             try:
-                if time.time() - lock.stat().st_mtime > stale:
-                    lock.unlink(missing_ok=True)
-                    continue
+                owner = lock.read_text(encoding="utf-8")
+                age = time.time() - lock.stat().st_mtime
             except FileNotFoundError:
                 continue  # the owner has just finished: its marker, or our turn
-        time.sleep(0.5)
+            if _owner_alive(owner) is False or age > stale:
+                _remove_lock(lock, owner)
+                continue
+            time.sleep(0.5)
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(_identity())
+        return True
     return False
+
+
+def _identity(pid: int | None = None) -> str:
+    """``<host> <boot id> <pid> <start time>`` of process ``pid`` (default: this one): what a lock
+    holds. The start time (``/proc``, in clock ticks since boot) tells a reused PID from its first
+    process; ``-`` where the system has no ``/proc``."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()} {_boot_id()} {pid} {_start_time(pid)}"
+
+
+def _owner_alive(owner: str):
+    """Whether the process named by a lock's text (:func:`_identity`) still runs: ``False`` when it
+    has certainly ended (no such PID, a zombie, a PID reused by a later process, or a reboot since),
+    ``True`` when it runs, ``None`` when this process cannot tell (another host, an empty or foreign
+    lock, Windows)."""
+    parts = owner.split()
+    if len(parts) != 4 or parts[0] != socket.gethostname() or not parts[2].isdigit() or os.name == "nt":
+        return None
+    _, boot, pid, start = parts
+    if boot != _boot_id():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    except OSError:
+        return None
+    return _start_time(int(pid)) == start
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or "-"
+    except OSError:
+        return "-"
+
+
+def _start_time(pid: int) -> str:
+    """Field 22 of ``/proc/<pid>/stat`` (start time), ``"ended"`` for a zombie, ``"-"`` without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return "ended" if Path("/proc/self/stat").exists() else "-"
+    except OSError:
+        return "-"
+    fields = stat[stat.rindex(")") + 2:].split()  # after the command name: fields 3, 4, ...
+    return "ended" if fields[0] in ("Z", "X") else fields[19]
+
+
+def _remove_lock(lock: Path, owner: str) -> None:
+    """Remove ``lock`` if it still holds ``owner``: moved aside first, and put back if another process
+    has replaced it in the meantime with a lock of its own."""
+    aside = lock.with_name(f"{lock.name}.{os.getpid()}.{threading.get_ident()}.old")
+    try:
+        os.replace(lock, aside)
+    except FileNotFoundError:
+        return
+    try:
+        if aside.read_text(encoding="utf-8") != owner:
+            try:
+                os.link(aside, lock)  # a live owner's lock: back in place, unless a newer one is there
+            except OSError:
+                pass
+    finally:
+        aside.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

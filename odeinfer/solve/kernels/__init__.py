@@ -7,12 +7,16 @@ the machine code on disk. Rules for these files:
 
 * import only ``math``, ``numpy as np`` and ``numba`` names (``pointer.py``: also
   ``llvmlite`` and ``numba.extending``);
-* use ``@njit(cache=True, error_model="numpy")``, without ``fastmath``: numba
-  compiles a callee (``model_f``, ...) once per signature, and a fast-math
-  caller compiled first changed the last bits of kernels compiled after it in
-  the same process (``fastmath={"contract"}`` on Rodas made Dormand-Prince
-  results depend on what ran before); the shared ``ptr_*`` kernels of
-  ``pointer.py`` give the same bits as a model's kernels only without it;
+* use ``@njit(cache=True, error_model="numpy", fastmath=False)``, the flag set
+  and never fast-math (same bits in every kernel, in every order): numba compiles
+  a callee that does not set ``fastmath`` with its *caller's* flags, keeps that
+  machine code for the signature (in the process and in the disk cache, whose
+  key is the signature and the CPU, not the flags), and PyTensor's NUMBA mode
+  (the ODE Op under NUTS) calls these kernels from fast-math functions: a
+  kernel or ``model_f`` first compiled that way gave every later process
+  fast-math bits (issue 13: the shared ``ptr_*`` kernels of ``pointer.py`` then
+  differed from the model's). With the flags set, a kernel's bits do not depend
+  on who compiled it first;
   out-buffers and integer status codes, no exceptions;
 * call the model through these globals, defined by the generated model source
   (``n`` states, ``m`` parameters, all arrays float64, C-contiguous):

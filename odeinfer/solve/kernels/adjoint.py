@@ -41,18 +41,18 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_adjoint_work_size():
     """Length of the ``work`` buffer of :func:`dopri5_adjoint_vjp`."""
     return _adj_work_len(N_STATES, N_PARAMS)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_work_len(n, m):
     return 10 * n + n * n + n * m + 8 * (n + m) + n + n * n + n * m  # the forward solve's, then the adjoint's
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _adj_state_at(s, r, rec, x):
     """``x(s)`` from the continuous extension recorded in row ``r`` of ``rec``."""
     n = x.shape[0]
@@ -63,7 +63,7 @@ def _adj_state_at(s, r, rec, x):
             rec[r, 3 + 2 * n + q] + th * (rec[r, 3 + 3 * n + q] + th1 * rec[r, 3 + 4 * n + q])))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _adj_rhs(mh, s, r, rec, p, w, x, jy, jp, out):
     """``out = [-J_y^T lam; -J_p^T lam]`` at time ``s`` (``w = [lam; mu]``)."""
     n = mh[0]
@@ -96,7 +96,7 @@ _ADJ_TAB = np.array([
 _ADJ_B = np.array([_DP_A71, 0.0, _DP_A73, _DP_A74, _DP_A75, _DP_A76])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_step(mh, s, hb, r, rec, p, w, ws, kst, x, jy, jp):
     """One Dormand-Prince 5 step of size ``hb`` (< 0: backward) of ``w`` in place;
     ``kst`` (6, n + m) holds the stages."""
@@ -115,13 +115,13 @@ def _adj_step(mh, s, hb, r, rec, p, w, ws, kst, x, jy, jp):
         w[q] += hb * acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """Gradient of ``sum_i g_i . x(t_i)`` by the adjoint; see the module docstring."""
     return _adj_vjp(MODEL_HANDLE, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     n = mh[0]
     m = mh[1]

@@ -11,16 +11,16 @@ _C_PTR = types.CPointer(types.float64)
 _C_SIG = types.void(types.float64, _C_PTR, _C_PTR, _C_PTR)
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_f_c(t, y, p, out):
     model_f(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES,)))
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_y_c(t, y, p, out):
     model_jac_y(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES, N_STATES)))
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_p_c(t, y, p, out):
     model_jac_p(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES, N_PARAMS)))

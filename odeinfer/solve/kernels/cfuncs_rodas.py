@@ -10,28 +10,28 @@ from numba import carray, cfunc, types
 _C_SIG_DIR = types.void(types.float64, _C_PTR, _C_PTR, _C_PTR, _C_PTR)
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_f_t_c(t, y, p, out):
     model_f_t(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES,)))
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_y_t_c(t, y, p, out):
     model_jac_y_t(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES, N_STATES)))
 
 
-@cfunc(_C_SIG, cache=True, error_model="numpy")
+@cfunc(_C_SIG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_p_t_c(t, y, p, out):
     model_jac_p_t(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(out, (N_STATES, N_PARAMS)))
 
 
-@cfunc(_C_SIG_DIR, cache=True, error_model="numpy")
+@cfunc(_C_SIG_DIR, cache=True, error_model="numpy", fastmath=False)
 def model_jac_y_dir_c(t, y, p, v, out):
     model_jac_y_dir(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(v, (N_STATES,)),
                     carray(out, (N_STATES, N_STATES)))
 
 
-@cfunc(_C_SIG_DIR, cache=True, error_model="numpy")
+@cfunc(_C_SIG_DIR, cache=True, error_model="numpy", fastmath=False)
 def model_jac_p_dir_c(t, y, p, v, out):
     model_jac_p_dir(t, carray(y, (N_STATES,)), carray(p, (N_PARAMS,)), carray(v, (N_STATES,)),
                     carray(out, (N_STATES, N_PARAMS)))

@@ -30,7 +30,7 @@ COLL_OK = 0
 COLL_NONFINITE = 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac):
     """``F[j] = f(t_j, x_j)``; if ``want_jac``: ``JY[j] = df/dy``, ``JP[j] = df/dtheta[:, pidx]``.
 
@@ -62,7 +62,7 @@ def _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac):
     return status
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
     """Trapezoidal constraints ``c`` ((N-1) n,) and Jacobian values ``jdata`` from node values."""
     n = X.shape[1]
@@ -86,7 +86,7 @@ def _coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
     return COLL_OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _coll_hermite_simpson(mh, t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
     """Compressed Hermite-Simpson constraints and Jacobian values (the midpoint is eliminated)."""
     n = mh[0]
@@ -144,7 +144,7 @@ def _coll_hermite_simpson(mh, t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
     return status
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def coll_constraints(scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
     """Constraints of one experiment: ``scheme`` 0 trapezoid, 1 Hermite-Simpson; returns a status.
 
@@ -154,7 +154,7 @@ def coll_constraints(scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
     return _coll_constraints(MODEL_HANDLE, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
     status = _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac)
     if status != COLL_OK:

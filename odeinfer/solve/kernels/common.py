@@ -50,13 +50,13 @@ UROUND = 2.220446049250313e-16
 MAX_NONFINITE_REJECTS = 10  # consecutive non-finite trial steps before NON_FINITE
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def n_sens_columns(sens):
     """Number ``k`` of sensitivity columns: ``N_PARAMS + N_STATES`` or 0."""
     return N_PARAMS + N_STATES if sens else 0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
     """Augmented right-hand side ``[f; J_y S + [J_p | 0]]`` at ``(t, z)``.
 
@@ -107,7 +107,7 @@ def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
             out[row + j] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def init_aug_state(mh, y0, k, z):
     """``z = [y0, 0 | I]``: states, then ``S(t0) = [0 | I]`` when ``k > 0``."""
     n = mh[0]
@@ -121,7 +121,7 @@ def init_aug_state(mh, y0, k, z):
             z[n + i * k + m + i] = 1.0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def all_finite(v, size):
     """True when ``v[:size]`` holds no inf or NaN."""
     acc = 0.0
@@ -130,7 +130,7 @@ def all_finite(v, size):
     return acc == 0.0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def emit_initial_outputs(t0, t_eval, z, z_out):
     """Copy ``z`` to the rows of ``z_out`` whose time equals ``t0``; fill the
     other rows with NaN. Returns the index of the first output still due."""
@@ -147,7 +147,7 @@ def emit_initial_outputs(t0, t_eval, z, z_out):
     return i_out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def check_times(t0, t_eval):
     """ST_SUCCESS when ``t_eval`` is finite, non-decreasing and ``>= t0``."""
     if not math.isfinite(t0):
@@ -161,7 +161,7 @@ def check_times(t0, t_eval):
     return ST_SUCCESS
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
                  z1, z1y, f1, f1y, jy, jp):
     """Hairer's initial step heuristic (HINIT of dopri5.f / Hairer, Norsett,

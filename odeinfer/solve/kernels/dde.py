@@ -115,13 +115,13 @@ _DDE_FACC2 = 0.1
 _DDE_LOG_FACOLD_MIN = math.log(1.0e-4)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_breakpoint_capacity():
     """Number of multi-indices ``n`` with ``sum(n) <= 5`` over ``N_DELAYS`` delays."""
     return _dde_bp_capacity(MODEL_HANDLE)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_bp_capacity(mh):
     c = 1
     for i in range(1, mh[2] + 1):
@@ -129,13 +129,13 @@ def _dde_bp_capacity(mh):
     return c
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_work_size(k, q):
     """Length of the ``work`` buffer of :func:`dde_solve` for ``k`` sensitivity columns."""
     return _dde_work_size(MODEL_HANDLE, k, q)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_work_size(mh, k, q):
     n = mh[0]
     m = mh[1]
@@ -145,7 +145,7 @@ def _dde_work_size(mh, k, q):
             + 4 * n + n * max(q, 1) + _dde_bp_capacity(mh))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_history(kind, u, phi, hb, hc, x, dx, g):
     """History ``X0(u)`` (x), ``dX0/du`` (dx) and ``dX0/dphi`` (g, (n, q)) at ``u = s - t0``."""
     n = x.shape[0]
@@ -188,7 +188,7 @@ def dde_history(kind, u, phi, hb, hc, x, dx, g):
             dx[i] = (3.0 * c0 * r + 2.0 * c1) * r + c2
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_last_at_or_below(a, hi, x):
     """Largest ``i`` in ``[0, hi]`` with ``a[i] <= x`` (``a`` sorted; 0 if none), by bisection."""
     lo = 0
@@ -201,7 +201,7 @@ def dde_last_at_or_below(a, hi, x):
     return lo
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_find_row(buf, nbuf, s, left):
     """Row of ``buf`` whose step holds ``s`` (left: the step ending at ``s`` if ``s`` is a step start)."""
     lo = 0
@@ -216,7 +216,7 @@ def _dde_find_row(buf, nbuf, s, left):
     return lo
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out, hx, hdx, hg):
     """Augmented state at ``s`` into ``out[:ncomp]``; returns 1 if from the history (``hdx`` = dX0/du)."""
     n = hx.shape[0]
@@ -248,7 +248,7 @@ def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out
     return 0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_ydot(mh, s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag2, fd, hx, hdx, hg):
     """``ydot(s)`` into ``fd``: the history's ``dX0/du`` or ``f`` at ``s`` from the dense output."""
     n = mh[0]
@@ -264,7 +264,7 @@ def _dde_ydot(mh, s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag
     mh_dde_f(mh, s, ys, ylag2, p, fd)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_rhs(mh, t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out, outy):
     """Augmented right-hand side at stage time ``t`` (scratch arrays in the tuple ``w``)."""
     n = mh[0]
@@ -308,7 +308,7 @@ def _dde_rhs(mh, t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w,
             out[row + dpar[kk]] -= acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_next_multi_index(cnt, order):
     """Advance ``cnt`` (one count per delay, each in 0..order) like an odometer; True once it
     has wrapped around to all zeros (every multi-index visited)."""
@@ -322,7 +322,7 @@ def dde_next_multi_index(cnt, order):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_breakpoints(mh, t0, t_end, p, eps, bps):
     """Sorted distinct breakpoints in ``(t0, t_end)``; returns their number."""
     d = mh[2]
@@ -354,7 +354,7 @@ def _dde_breakpoints(mh, t0, t_end, p, eps, bps):
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
               z_out, work, buf, info):
     """Method of steps with Dormand-Prince 5(4); see the module docstring."""
@@ -363,7 +363,7 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
                     max_steps, z_out, work, buf, info)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
              z_out, work, buf, info):
     n = mh[0]

@@ -60,7 +60,7 @@ _ADJ_BP_ORDER = 3  # adjoint nodes t_r - sum_k n_k tau_k with sum n_k <= 3
 _ADJ_SNAP = 1e-10  # node merge / side-snapping tolerance, relative to max(1, |t0|, |T|)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_adjoint_work_size(q):
     n = N_STATES
     m = N_PARAMS
@@ -70,7 +70,7 @@ def dde_adjoint_work_size(q):
             + 4 * (n + m + q + 1) + 2 * (n + m + q + 1) + d)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
     n = N_STATES
     if s >= t_end:
@@ -95,7 +95,7 @@ def _adj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
                   + h11 * hh * adnodes[j + 1, i])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag, out):
     """``a(s-)`` (left) or ``a(s+)`` on a non-uniform grid with jumps; returns False when it is 0 (s >= T)."""
     n = N_STATES
@@ -129,7 +129,7 @@ def _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, g
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
              anodes, adnodes, w, out, tnodes, adright, gnode, jflag, snap):
     """d/dt of the augmented backward state [a (n), integrands (m + q), l] at ``t``.
@@ -220,7 +220,7 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
     out[n + m + q] = -lval
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf, nbuf, tb, tc,
                wl, paper, grad, anodes, adnodes, work):
     """RK4 backward adjoint on ``nstep`` steps: uniform (``h > 0``) or on ``tnodes`` with jumps ``gnode``.
@@ -343,7 +343,7 @@ def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi
     return ST_SUCCESS
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad,
                          anodes, adnodes, work):
     """RK4 backward adjoint of the integral loss; see the module docstring. Returns a status code."""
@@ -371,7 +371,7 @@ def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl
                       tc, wl, paper, grad, anodes, adnodes, work)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts, flags):
     """Candidate nodes (unsorted) into ``pts``/``flags`` (2: output time, 1: a' jumps, 0: other); returns their number."""
     d = N_DELAYS
@@ -413,7 +413,7 @@ def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts,
     return npt
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _adj_vjp_grid(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, hmax, snap):
     """Nodes ``tnodes`` (sorted, ``t0`` .. ``t_end``) and ``jflag`` (> 0 where a' jumps); output times are exact nodes."""
     d = N_DELAYS
@@ -468,7 +468,7 @@ def _adj_vjp_grid(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, hmax, snap):
     return tnodes, jflag
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     """``grad = sum_r g_r^T dx(t_r)/dtheta`` by the adjoint with point sources; see the module docstring."""
     n = N_STATES

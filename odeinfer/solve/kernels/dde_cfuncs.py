@@ -11,25 +11,25 @@ _C_PTR = types.CPointer(types.float64)
 _C_SIG_LAG = types.void(types.float64, _C_PTR, _C_PTR, _C_PTR, _C_PTR)
 
 
-@cfunc(_C_SIG_LAG, cache=True, error_model="numpy")
+@cfunc(_C_SIG_LAG, cache=True, error_model="numpy", fastmath=False)
 def model_f_c(t, y, ylag, p, out):
     model_f(t, carray(y, (N_STATES,)), carray(ylag, (N_STATES, N_DELAYS)), carray(p, (N_PARAMS,)),
             carray(out, (N_STATES,)))
 
 
-@cfunc(_C_SIG_LAG, cache=True, error_model="numpy")
+@cfunc(_C_SIG_LAG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_y_c(t, y, ylag, p, out):
     model_jac_y(t, carray(y, (N_STATES,)), carray(ylag, (N_STATES, N_DELAYS)), carray(p, (N_PARAMS,)),
                 carray(out, (N_STATES, N_STATES)))
 
 
-@cfunc(_C_SIG_LAG, cache=True, error_model="numpy")
+@cfunc(_C_SIG_LAG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_ylag_c(t, y, ylag, p, out):
     model_jac_ylag(t, carray(y, (N_STATES,)), carray(ylag, (N_STATES, N_DELAYS)), carray(p, (N_PARAMS,)),
                    carray(out, (N_DELAYS, N_STATES, N_STATES)))
 
 
-@cfunc(_C_SIG_LAG, cache=True, error_model="numpy")
+@cfunc(_C_SIG_LAG, cache=True, error_model="numpy", fastmath=False)
 def model_jac_p_c(t, y, ylag, p, out):
     model_jac_p(t, carray(y, (N_STATES,)), carray(ylag, (N_STATES, N_DELAYS)), carray(p, (N_PARAMS,)),
                 carray(out, (N_STATES, N_PARAMS)))

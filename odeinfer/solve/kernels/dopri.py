@@ -88,7 +88,7 @@ _DP_LOG_FACOLD_MIN = math.log(1.0e-4)
 _DP_NSTIFF = 1000  # first stiffness test after this many accepted steps
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_work_size(sens):
     """Length of the ``work`` buffer of :func:`dopri5_solve` / :func:`dopri5_fixed`."""
     n = N_STATES
@@ -96,14 +96,14 @@ def dopri5_work_size(sens):
     return 10 * size + n * n + n * N_PARAMS  # as checked in _dopri5_run
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for the states alone; see the module docstring."""
     return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                       z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for states and sensitivities; see the module docstring."""
@@ -116,7 +116,7 @@ def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_s
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     """Dormand-Prince 5 with constant step ``h > 0``; see the module docstring."""
     if not (h > 0.0) or t_eval.shape[0] == 0:
@@ -128,7 +128,7 @@ def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
                        int(n_max), z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7):
     """Coefficients ``(ydiff, bspl, r4, r5)`` of component ``q`` of the continuous
     extension over an accepted step ``(t, t + h)``: with ``th = (s - t) / h``,
@@ -141,7 +141,7 @@ def _dopri5_dense(q, h, z, z1, k1, k3, k4, k5, k6, k7):
     return ydiff, bspl, r4, r5
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
                 max_steps, z_out, work, info, record, rec):
     # mh: the model handle (n, m, ...) through which aug_rhs calls the model (direct.py in a

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def lu_factor(a, piv):
     """Factor ``a`` in place as ``P a = L U``.
 
@@ -54,7 +54,7 @@ def lu_factor(a, piv):
     return ST_SUCCESS
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def lu_solve(lu, piv, b):
     """Solve ``a x = b`` in place from :func:`lu_factor` output.
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def nc_obs_accumulate(t, X, D, p, free, a, c, Y, carry, Q):
     """Add the rows' terms to ``G`` and ``Q``; returns the partial ``G`` of the last ``w - 1`` samples.
 
@@ -26,7 +26,7 @@ def nc_obs_accumulate(t, X, D, p, free, a, c, Y, carry, Q):
     return _nc_obs_accumulate(MODEL_HANDLE, t, X, D, p, free, a, c, Y, carry, Q)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q):
     n = mh[0]
     m_all = mh[1]

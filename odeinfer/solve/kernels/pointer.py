@@ -55,29 +55,29 @@ def _ptr_call(typingctx, addr, t, arrays):
 
 
 # ---- ODE models: mh = (n, m, f, jac_y, jac_p)
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_f(mh, t, y, p, out):
     _ptr_call(mh[2], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_y(mh, t, y, p, out):
     _ptr_call(mh[3], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_p(mh, t, y, p, out):
     _ptr_call(mh[4], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``dopri5_solve`` for the model behind ``mh``."""
     return _dopri5_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                           z_out, work, info):
     """``dopri5_solve_sens`` for the model behind ``mh``."""
@@ -87,44 +87,44 @@ def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_ste
                        max_steps, z_out, work, info, False, z_out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_f_t(mh, t, y, p, out):
     _ptr_call(mh[5], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_y_t(mh, t, y, p, out):
     _ptr_call(mh[6], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_p_t(mh, t, y, p, out):
     _ptr_call(mh[7], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_y_dir(mh, t, y, p, v, out):
     _ptr_call(mh[8], t, (y, p, v, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_jac_p_dir(mh, t, y, p, v, out):
     _ptr_call(mh[9], t, (y, p, v, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """``dopri5_adjoint_vjp`` (``adjoint.py``) for the model behind ``mh``."""
     return _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_rodas_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``rodas_solve`` for the model behind ``mh``."""
     return _rodas_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, max_steps, z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                          z_out, work, info):
     """``rodas_solve_sens`` for the model behind ``mh``."""
@@ -133,52 +133,52 @@ def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step
     return _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
     """``coll_constraints`` (``collocation.py``) for the model behind ``mh``."""
     return _coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_gm_residuals(mh, t, X, D, p, E):
     """``gm_residuals`` (``residuals.py``) for the model behind ``mh``."""
     _gm_residuals(mh, t, X, D, p, E)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     """``gm_normal_eq`` (``residuals.py``) for the model behind ``mh``."""
     _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q):
     """``nc_obs_accumulate`` (``noise_cov.py``) for the model behind ``mh`` (a handle with ``jac_p_dir``)."""
     return _nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q)
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_f(mh, t, y, ylag, p, out):
     _ptr_call(mh[4], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_y(mh, t, y, ylag, p, out):
     _ptr_call(mh[5], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_ylag(mh, t, y, ylag, p, out):
     _ptr_call(mh[6], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_dde_jac_p(mh, t, y, ylag, p, out):
     _ptr_call(mh[7], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dde_solve(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
                   z_out, work, buf, info):
     """``dde_solve`` for the model behind ``mh``."""

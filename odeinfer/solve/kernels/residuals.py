@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def eval_f_batch(t, Y, p, F):
     """``F[i] = f(t[i], Y[i], p)``; F (R, n)."""
     y = np.empty(N_STATES)
@@ -33,7 +33,7 @@ def eval_f_batch(t, Y, p, F):
             F[i, k] = f[k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def eval_jac_p_batch(t, Y, p, J):
     """``J[i] = df/dp (t[i], Y[i], p)``; J (R, n, m)."""
     y = np.empty(N_STATES)
@@ -47,13 +47,13 @@ def eval_jac_p_batch(t, Y, p, J):
                 J[i, k, a] = jp[k, a]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def gm_residuals(t, X, D, p, E):
     """``E[i, k] = f_k(t[i], X[i], p) - D[i, k]`` (NaN where the row is skipped)."""
     _gm_residuals(MODEL_HANDLE, t, X, D, p, E)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _gm_residuals(mh, t, X, D, p, E):
     n = mh[0]
     y = np.empty(n)
@@ -73,7 +73,7 @@ def _gm_residuals(mh, t, X, D, p, E):
             E[i, k] = f[k] - D[i, k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def gm_normal_eq(t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     """Accumulate (add to) the normal equations of the rows ``t, X, D`` at parameters ``p``.
 
@@ -85,7 +85,7 @@ def gm_normal_eq(t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     _gm_normal_eq(MODEL_HANDLE, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     n = mh[0]
     m = mh[1]

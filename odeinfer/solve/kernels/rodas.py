@@ -92,19 +92,19 @@ _RO_FAC2 = 1.0 / 6.0
 _RO_MAX_SINGULAR = 5
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def rodas_work_size(sens):
     """Length of the ``work`` buffer of :func:`rodas_solve`."""
     return _rodas_work_len(N_STATES, N_PARAMS, n_sens_columns(sens))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _rodas_work_len(n, m, k):
     size = n * (1 + k)
     return 13 * size + 2 * n + 5 * n * n + 3 * n * m
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx):
     """``fx = d/dt`` of the augmented right-hand side at fixed ``z``:
     ``[f_t; J_y,t S + [J_p,t | 0]]``."""
@@ -125,7 +125,7 @@ def _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx):
             fx[n + i * k + j] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
     """Solve ``(I/(h gamma) - J_aug) u = r`` by block forward substitution.
 
@@ -157,14 +157,14 @@ def _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
             u[n + i * k + j] = col[i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Rodas4 for the states alone; see the module docstring."""
     return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, max_steps,
                       z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=False)
 def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
                      z_out, work, info):
     """Adaptive Rodas4 for states and sensitivities; see the module docstring."""
@@ -174,7 +174,7 @@ def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_st
                       z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out,
                work, info):
     # mh: the model handle, as in _dopri5_run (direct.py in a model's module, pointer.py in the
