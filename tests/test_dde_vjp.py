@@ -18,14 +18,14 @@ from odeinfer import zoo
 from odeinfer.bayes.dde_problem import DDEProblem
 from odeinfer.errors import InputError
 from odeinfer.model import History
-from odeinfer.solve import solve_dde
 from odeinfer.solve.dde_adjoint import dde_vjp
 
 SMALL = ["delay_exponential_decay", "logistic_delay"]
 
 
 def _sens_vjp(model, params, history, t, g, t0=None, rtol=1e-10, atol=1e-12):
-    sol = solve_dde(model, params, history, t, t0=t0, sensitivities=True, rtol=rtol, atol=atol)
+    sol = oi.solve(oi.Problem(model, t, history=history, t0=t0), params,
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=rtol, atol=atol)), gradient=oi.Forward())
     return np.einsum("ti,tij->j", g, sol.sens)
 
 
@@ -40,7 +40,8 @@ def _zoo_case(name):
     g = np.random.default_rng(1).normal(size=(e.t.size, e.model.n_states))
     v = dde_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
     ref = _sens_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
-    y = solve_dde(e.model, e.params_array(), e.history, e.t, t0=e.t0, rtol=1e-10, atol=1e-12).y
+    y = oi.solve(oi.Problem(e.model, e.t, history=e.history, t0=e.t0), e.params_array(),
+                 solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12))).y
     return v, ref, tuple(e.model.params) + e.history.param_names(e.model.states), float(np.sum(g * y))
 
 
@@ -70,7 +71,8 @@ def test_vjp_matches_central_finite_differences():
     v = dde_vjp(e.model, theta, History.affine(1.5, 4.0), t, g)
 
     def loss(u):
-        sol = solve_dde(e.model, u[:3], History.affine(1.5, 4.0), t, history_params=u[3:], rtol=1e-12, atol=1e-14)
+        sol = oi.solve(oi.Problem(e.model, t, history=History.affine(1.5, 4.0)), u[:3], history_params=u[3:],
+                       solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)))
         return float(np.sum(g * sol.y))
 
     u0 = np.concatenate([theta, phi])
