@@ -266,8 +266,9 @@ def test_rejects_non_positive_delays(tau):
 
 
 def test_rejects_history_params_without_a_history_family():
-    with pytest.raises(InputError, match="history_params: given, but the history is plain values"):
-        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=1.0), [1.0, 1.0], history_params=[2.0])
+    # plain numbers are the constant family (parameters b[state]): history_params must fit it
+    with pytest.raises(InputError, match=r"history_params: expected 1 values \(constant history\), got 2"):
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=1.0), [1.0, 1.0], history_params=[2.0, 3.0])
     s = np.linspace(-2, 0, 9)
     with pytest.raises(InputError, match="data-driven history \\(no parameters\\)"):
         oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=History.from_data(s, np.ones(9))), [1.0, 1.0],
