@@ -12,6 +12,7 @@ __all__ = [
     "EquationParseError",
     "DataError",
     "InputError",
+    "ResultFileError",
     "SolverError",
     "StiffnessError",
     "StudyError",
@@ -45,6 +46,11 @@ class InputError(OdeinferError, ValueError):
     values and names, tolerances, method names, step limits)."""
 
 
+class ResultFileError(InputError):
+    """A saved result (``Estimate.from_json``) cannot be read: not JSON, not a file, truncated,
+    missing or mistyped fields, nested too deep or too large."""
+
+
 class SolverError(OdeinferError, RuntimeError):
     """The ODE solver failed; ``t_reached`` says how far it got, ``status`` why."""
 
@@ -55,7 +61,7 @@ class SolverError(OdeinferError, RuntimeError):
 
 
 class StiffnessError(SolverError):
-    """The explicit solver detected stiffness or ran out of steps; use ``method="rodas"``."""
+    """The explicit solver detected stiffness or ran out of steps; use ``solver=oi.Rodas()``."""
 
 
 class StudyError(OdeinferError, ValueError):

@@ -77,8 +77,8 @@ def _noise_by_state(noise, observed):
     return out
 
 
-def simulate(model: Model, params, x0, t, *, t0=None, noise=None, rng=None, method="dopri5",
-             rtol=1e-8, atol=1e-10, name=None) -> Simulation:
+def simulate(model: Model, params, x0, t, *, t0=None, noise=None, rng=None, solver=None,
+             name=None) -> Simulation:
     """Solve ``model`` and add observation noise.
 
     Parameters
@@ -97,8 +97,8 @@ def simulate(model: Model, params, x0, t, *, t0=None, noise=None, rng=None, meth
         Noise standard deviation per observed state; None (default) for none.
     rng : int or numpy.random.Generator, optional
         Seed or generator for the noise (required for reproducibility).
-    method, rtol, atol
-        Passed to :func:`odeinfer.solve.solve_ode` (default tight tolerances).
+    solver : Dopri5 or Rodas, optional
+        Default ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: tight tolerances).
     name : str, optional
         Name of the returned Data.
 
@@ -115,13 +115,15 @@ def simulate(model: Model, params, x0, t, *, t0=None, noise=None, rng=None, meth
     >>> data.y.shape, truth.y.shape
     ((3, 1), (3, 1))
     """
-    from odeinfer.solve import solve_ode
+    from odeinfer.solve import Problem, solve
+    from odeinfer.solve.config import as_solver
 
     if not isinstance(model, Model):
         raise TypeError(f"model: expected an odeinfer Model, got {type(model).__name__}; build one with @oi.model")
     observed = model.observed
     sd = _noise_by_state(noise, observed)
-    sol = solve_ode(model, params, x0, t, t0=t0, method=method, rtol=rtol, atol=atol)
+    solver = as_solver(solver, delays=bool(model.delays), role="fit")
+    sol = solve(Problem(model, t, x0=x0, t0=t0), params, solver=solver)
     gen = np.random.default_rng(rng)
     idx = [model.states.index(s) for s in observed]
     x = sol.y[:, idx]

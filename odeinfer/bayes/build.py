@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from odeinfer.errors import DataError, InputError
+from odeinfer.solve.config import Adjoint, Forward, Rodas, as_gradient, as_solver
 
 __all__ = ["build_model", "lynx_hare_stan", "BuildInfo", "LIKELIHOODS"]
 
@@ -69,8 +70,7 @@ class BuildInfo:
 
 
 def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None, history=None, sigma=None,
-                fixed=None, inflate=10.0, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000,
-                gradient="auto"):
+                fixed=None, inflate=10.0, solver=None, gradient=None):
     """A ``pm.Model`` of ``model`` observed through ``data``, ready to sample or to extend.
 
     Parameters
@@ -121,16 +121,19 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
         history parameters (``"b[x]"`` for every experiment, ``"b[x]@exp"`` for one).
     inflate : float, default 10.0
         Width factor of the priors taken from ``init``.
-    method, rtol, atol, max_steps
-        Solver options of the Op (see :class:`~odeinfer.bayes.ODEProblem`;
-        models with delays use the DDE solver, :class:`~odeinfer.bayes.DDEProblem`).
-    gradient : {"auto", "sensitivities", "adjoint"}, default "auto"
+    solver : Dopri5, Rodas or MethodOfSteps, optional
+        The Op's solver (see :class:`~odeinfer.bayes.ODEProblem`; models with delays:
+        :class:`~odeinfer.bayes.DDEProblem`); default ``oi.Dopri5(max_steps=20_000)`` (the
+        ``sample`` role's), in ``oi.MethodOfSteps`` for a delay model.
+    gradient : None, Forward or Adjoint
         How the Op differentiates the solution (see :class:`~odeinfer.bayes.ODEOp`):
-        forward sensitivities (one solve serves the log density and its gradient),
-        or the continuous adjoint (its cost does not grow with the number of
-        parameters). ``"auto"``: the adjoint for ODEs solved by ``"dopri5"`` with at
-        least ``ADJOINT_FROM`` (12) parameters plus initial states, else sensitivities
-        (models with delays: sensitivities; ``"adjoint"`` uses the DDE-Find adjoint).
+        ``oi.Forward(error_control=...)``, forward sensitivities (one solve serves the log
+        density and its gradient), or ``oi.Adjoint()``, the continuous adjoint (its cost does
+        not grow with the number of parameters; for delay models the DDE-Find adjoint).
+        None (default) chooses: the adjoint for ODEs solved by ``Dopri5`` with at least
+        ``ADJOINT_FROM`` (12) parameters plus initial states, else
+        ``oi.Forward(error_control=False)`` (the sensitivities then ride on the states' steps:
+        the exact derivative of the computed solution).
 
     Returns
     -------
@@ -173,11 +176,12 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     if not isinstance(model, Model):
         raise InputError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
     exps = as_experiments(data)
-    if gradient not in ("auto", "sensitivities", "adjoint"):
-        raise InputError(f"gradient: expected 'auto', 'sensitivities' or 'adjoint', got {gradient!r}")
-    if gradient == "adjoint" and method != "dopri5" and not model.delays:
-        raise InputError(f"gradient='adjoint': the adjoint runs on the Dormand-Prince steps, but method={method!r}; "
-                         "use method='dopri5' or gradient='sensitivities'")
+    solver = as_solver(solver, delays=bool(model.delays), role="sample")
+    gradient = as_gradient(gradient)
+    if isinstance(gradient, Adjoint) and isinstance(solver, Rodas):
+        raise InputError(f"gradient: oi.Adjoint() runs on the Dormand-Prince steps, but solver={solver!r}; "
+                         "use solver=oi.Dopri5(...) or gradient=oi.Forward()")
+    sens_err = gradient.error_control if isinstance(gradient, Forward) else False
     likelihood = _likelihood(model, likelihood)
     _check_states(model, exps)
     _check_observations(exps, likelihood)
@@ -264,9 +268,9 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
                for s in obs_states}
         for e, (d, sfx, op_in) in enumerate(zip(exps, suffixes, inputs)):
             if dde:
-                problem = DDEProblem(model, d.t, hist.histories[e], d.t0, rtol=rtol, atol=atol, max_steps=max_steps)
+                problem = DDEProblem(model, d.t, hist.histories[e], d.t0, solver=solver, sens_error_control=sens_err)
             else:
-                problem = ODEProblem(model, d.t, d.t0, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
+                problem = ODEProblem(model, d.t, d.t0, solver=solver, sens_error_control=sens_err)
             problems.append(problem)
             op_gradient = _op_gradient(gradient, problem)
             tdim, odim = f"time{sfx}", f"observed_state{sfx}"
@@ -295,20 +299,20 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     return pm_model
 
 
-#: Op inputs (parameters + initial states) from which ``gradient="auto"`` takes the adjoint
+#: Op inputs (parameters + initial states) from which ``gradient=None`` takes the adjoint
 #: for ODEs (benchmarks/bench_adjoint.py: it overtakes forward sensitivities between
-#: Lotka-Volterra's 6 and the 15 of a 5-state Michaelis-Menten chain). For DDEs "auto" keeps
+#: Lotka-Volterra's 6 and the 15 of a 5-state Michaelis-Menten chain). For DDEs None keeps
 #: the sensitivities: the DDE adjoint (RK4 on the forward mesh refined at the observation
 #: times and their delay images) was 2-6x slower on the zoo models, HIV's 20 inputs included.
 ADJOINT_FROM = 12
 
 
 def _op_gradient(gradient, problem):
-    """The Op's ``gradient`` option for ``build_model(gradient=...)`` (validated by build_model)."""
-    if gradient != "auto":
+    """The Op's ``gradient`` for ``build_model(gradient=...)`` (validated by build_model)."""
+    if gradient is not None:
         return gradient
     many = problem.kind == "ode" and problem.method == "dopri5" and problem.n_params + problem.n_init >= ADJOINT_FROM
-    return "adjoint" if many else "sensitivities"
+    return Adjoint() if many else Forward(error_control=False)
 
 
 def build_info(pm_model) -> BuildInfo:

@@ -23,12 +23,12 @@ import hashlib
 import numpy as np
 
 from odeinfer.bayes.op import ForwardProblem
+from odeinfer.solve.status import DDE_INFO_SIZE, Info, Status
 
 __all__ = ["DDEProblem"]
 
-_N_STORED = 6  # DDE_INFO_N_STORED of the kernel
-_BUF_FULL = 7  # DDE_INFO_BUF_FULL of the kernel
-_INFO_SIZE = 8
+# plain ints for the numba solve below
+_N_STORED, _BUF_FULL, _INFO_SIZE = int(Info.N_STORED), int(Info.BUF_FULL), DDE_INFO_SIZE
 
 
 class DDEProblem(ForwardProblem):
@@ -46,9 +46,9 @@ class DDEProblem(ForwardProblem):
         (``History.from_data``; no parameters). Numbers mean ``History.constant``.
     t0 : float, optional
         End of the history window, start of the integration; default ``t[0]``.
-    rtol, atol : float, default 1e-6, 1e-8
-    max_steps : int, default 20000
-        Steps per solve before it counts as failed (NaN).
+    solver : MethodOfSteps, optional
+        Default ``oi.MethodOfSteps(oi.Dopri5(max_steps=20_000))`` (the ``sample`` role's: steps per
+        solve before it counts as failed, NaN).
     sens_error_control : bool, default False
         As for :class:`~odeinfer.bayes.op.ODEProblem`: off, the sensitivities
         ride on the states' steps (the gradient is then the derivative of the
@@ -64,19 +64,19 @@ class DDEProblem(ForwardProblem):
     #: name of the build_model deterministic holding the Op's second input
     init_name = "history_params"
 
-    def __init__(self, model, t, history, t0=None, *, rtol=1e-6, atol=1e-8, max_steps=20_000,
-                 sens_error_control=False):
-        from odeinfer.solve.dde import make_dde_solver
+    def __init__(self, model, t, history, t0=None, *, solver=None, sens_error_control=False):
+        from odeinfer.solve import Problem
+        from odeinfer.solve.config import as_solver
+        from odeinfer.solve.problem import model_of
 
-        solver = make_dde_solver(model, t, history, t0=t0, sensitivities=False, rtol=rtol, atol=atol,
-                                 max_steps=max_steps, sens_error_control=bool(sens_error_control))
-        self.model = solver.compiled.model
-        self.history = solver.history
-        self.t = np.array(solver.t)
-        self.t.flags.writeable = False
-        self.t0 = float(solver.t0)
-        self.method = "dde-dopri5"
-        self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
+        problem = Problem(model, t, history=history, t0=t0)  # validates the model, times and history once
+        self.solver = as_solver(solver, delays=True, role="sample")
+        self.model = model_of(problem.model)
+        self.history = problem.history
+        self.t = problem.t
+        self.t0 = float(problem.t0)
+        self.method = self.solver.method
+        self.rtol, self.atol, self.max_steps = self.solver.rtol, self.solver.atol, self.solver.max_steps
         self.sens_error_control = bool(sens_error_control)
         window = self.history.window()
         # longest delay the history covers (data-driven histories only)
@@ -99,27 +99,27 @@ class DDEProblem(ForwardProblem):
         h = self.history
         known = "" if h.kind != "piecewise" else (h.breaks.tobytes().hex() + h.coef.tobytes().hex())
         text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, h.kind, h.n_params,
-                     known, self.rtol, self.atol, self.max_steps, self.sens_error_control))
+                     known, self.solver, self.sens_error_control))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def __repr__(self):
         return (f"DDEProblem({self.model.name!r}, history={self.history.kind!r}, n_times={self.n_times}, "
-                f"t0={self.t0:g}, rtol={self.rtol:g}, atol={self.atol:g})")
+                f"t0={self.t0:g}, solver={self.solver!r})")
 
     def at_times(self, t):
         """The same problem at other output times ``t`` (>= t0)."""
-        return DDEProblem(self.model, t, self.history, self.t0, rtol=self.rtol, atol=self.atol,
-                          max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+        return DDEProblem(self.model, t, self.history, self.t0, solver=self.solver,
+                          sens_error_control=self.sens_error_control)
 
     # solving ----------------------------------------------------------------------------------
     def _solver(self, sens):
         solver = self._solvers.get(sens)
         if solver is None:
-            from odeinfer.solve.dde import make_dde_solver
+            from odeinfer.solve import Forward, Problem, bind
 
-            solver = self._solvers[sens] = make_dde_solver(
-                self.model, self.t, self.history, t0=self.t0, sensitivities=sens, rtol=self.rtol, atol=self.atol,
-                max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+            gradient = Forward(error_control=self.sens_error_control) if sens else None
+            solver = self._solvers[sens] = bind(Problem(self.model, self.t, history=self.history, t0=self.t0),
+                                                solver=self.solver, gradient=gradient)
         return solver
 
     def _delays_ok(self, theta):
@@ -136,11 +136,11 @@ class DDEProblem(ForwardProblem):
         phi = np.ascontiguousarray(phi, dtype=np.float64)
         solver = self._solver(bool(sens))
         if theta.shape != (self.n_params,) or phi.shape != (self.n_init,):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         elif not self._delays_ok(theta):
-            status = 6
+            status = Status.BAD_INPUT
         else:
             _, _, status = solver(theta, phi)
         y = np.array(solver._y)
@@ -244,7 +244,7 @@ class DDEProblem(ForwardProblem):
         window) or a failed solve give NaN-filled outputs and a nonzero status.
         """
         m, q = self.n_params, self.n_init
-        status = 6  # Status.BAD_INPUT
+        status = Status.BAD_INPUT
         try:
             theta = np.ascontiguousarray(theta, dtype=np.float64)
             phi = np.ascontiguousarray(phi, dtype=np.float64)
@@ -254,7 +254,7 @@ class DDEProblem(ForwardProblem):
         if theta.shape != (m,) or phi.shape != (q,) or g.shape != (self.n_times, self.n_states):
             pass
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi)) and np.all(np.isfinite(g))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         elif self._delays_ok(theta):
             solver = self._solver(False)
             _, _, status = solver(theta, phi)
@@ -262,7 +262,7 @@ class DDEProblem(ForwardProblem):
                 module = solver.compiled.module
                 grad = np.empty(m + q)
                 status = module.dde_adjoint_vjp(solver.t0, solver.t, g, theta, solver._hkind, phi, solver._hb,
-                                                solver._hc, solver.buf, int(solver.info[6]), int(self.vjp_nsub),
+                                                solver._hc, solver.buf, int(solver.info[Info.N_STORED]), int(self.vjp_nsub),
                                                 grad)
                 if status == 0:
                     return grad[:m].copy(), grad[m:].copy(), 0

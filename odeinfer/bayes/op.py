@@ -9,7 +9,7 @@ the forward node of ``logp`` and ``dlogp``). A graph that never uses the
 sensitivities (a plain ``logp``, posterior predictive draws) is rewritten to the
 cheaper states-only solve (:func:`_drop_unused_sensitivities`).
 
-With ``gradient="adjoint"`` the Op solves the states only and its ``L_op``
+With ``gradient=oi.Adjoint()`` the Op solves the states only and its ``L_op``
 applies :class:`VJPOp`, which gets the vector-Jacobian product from one
 states-only forward solve and one backward adjoint solve of ``n + m``
 components (for models with many parameters, where the ``n (1 + m + n)``
@@ -85,6 +85,9 @@ class ForwardProblem:
     def n_times(self) -> int:
         return int(self.t.size)
 
+    def check_adjoint(self):
+        """InputError unless the adjoint gradient is available for this problem."""
+
     def __eq__(self, other):
         return type(other) is type(self) and other.key == self.key
 
@@ -107,12 +110,9 @@ class ODEProblem(ForwardProblem):
         Output (observation) times, sorted, ``>= t0``.
     t0 : float, optional
         Time of the initial state; default ``t[0]``.
-    method : {"dopri5", "rodas"}, default "dopri5"
-    rtol, atol : float, default 1e-6, 1e-8
-        Solver tolerances (the sensitivities are error-controlled as well).
-    max_steps : int, default 20000
-        Steps per solve before it counts as failed (NaN): bounds the cost of a
-        bad point in the sampler.
+    solver : Dopri5 or Rodas, optional
+        Default ``oi.Dopri5(max_steps=20_000)`` (the ``sample`` role's: a bounded step count
+        makes a bad point in the sampler fail fast, as NaN).
     sens_error_control : bool, default False
         Control the step size by the sensitivities' error as well. Off by
         default: the sensitivities are then integrated by the same Runge-Kutta
@@ -132,18 +132,18 @@ class ODEProblem(ForwardProblem):
     #: name of the build_model deterministic holding the Op's second input
     init_name = "x0"
 
-    def __init__(self, model, t, t0=None, *, method="dopri5", rtol=1e-6, atol=1e-8, max_steps=20_000,
-                 sens_error_control=False):
-        from odeinfer.solve import make_solver
+    def __init__(self, model, t, t0=None, *, solver=None, sens_error_control=False):
+        from odeinfer.solve import Problem
+        from odeinfer.solve.config import as_solver
+        from odeinfer.solve.problem import model_of
 
-        # make_solver validates every argument once
-        solver = make_solver(model, t, t0=t0, sensitivities=False, method=method, rtol=rtol, atol=atol,
-                             max_steps=max_steps)
-        self.model = solver.compiled.model
-        self.t = np.array(solver.t)
-        self.t.flags.writeable = False
-        self.t0 = float(solver.t0)
-        self.method, self.rtol, self.atol, self.max_steps = method, solver.rtol, solver.atol, solver.max_steps
+        problem = Problem(model, t, t0=t0)  # validates the model and times once
+        self.solver = as_solver(solver, delays=False, role="sample")
+        self.model = model_of(problem.model)
+        self.t = problem.t
+        self.t0 = float(problem.t0)
+        self.method, self.rtol, self.atol = self.solver.method, self.solver.rtol, self.solver.atol
+        self.max_steps = self.solver.max_steps
         self.sens_error_control = bool(sens_error_control)
         self._solvers = {}
 
@@ -160,28 +160,26 @@ class ODEProblem(ForwardProblem):
     @property
     def key(self) -> str:
         """Hash of the equations, times and solver options (identity of the forward map)."""
-        text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, self.method,
-                     self.rtol, self.atol, self.max_steps, self.sens_error_control))
+        text = repr((self.kind, self.model.fingerprint, self.t.tobytes().hex(), self.t0, self.solver,
+                     self.sens_error_control))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def __repr__(self):
-        return (f"ODEProblem({self.model.name!r}, n_times={self.n_times}, t0={self.t0:g}, "
-                f"method={self.method!r}, rtol={self.rtol:g}, atol={self.atol:g})")
+        return f"ODEProblem({self.model.name!r}, n_times={self.n_times}, t0={self.t0:g}, solver={self.solver!r})"
 
     def at_times(self, t):
         """The same problem at other output times ``t`` (>= t0)."""
-        return ODEProblem(self.model, t, self.t0, method=self.method, rtol=self.rtol, atol=self.atol,
-                          max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+        return ODEProblem(self.model, t, self.t0, solver=self.solver, sens_error_control=self.sens_error_control)
 
     # solving ----------------------------------------------------------------------------------
     def _solver(self, sens):
         solver = self._solvers.get(sens)
         if solver is None:
-            from odeinfer.solve import make_solver
+            from odeinfer.solve import Forward, Problem, bind
 
-            solver = self._solvers[sens] = make_solver(
-                self.model, self.t, t0=self.t0, sensitivities=sens, method=self.method, rtol=self.rtol,
-                atol=self.atol, max_steps=self.max_steps, sens_error_control=self.sens_error_control)
+            gradient = Forward(error_control=self.sens_error_control) if sens else None
+            solver = self._solvers[sens] = bind(Problem(self.model, self.t, t0=self.t0), solver=self.solver,
+                                                gradient=gradient)
         return solver
 
     def python_solve(self, theta, x0, sens=True):
@@ -194,9 +192,9 @@ class ODEProblem(ForwardProblem):
         x0 = np.ascontiguousarray(x0, dtype=np.float64)
         solver = self._solver(bool(sens))
         if theta.shape != (self.n_params,) or x0.shape != (self.n_states,):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         else:
             _, _, status = solver(theta, x0)
         y = np.array(solver._y)
@@ -258,18 +256,18 @@ class ODEProblem(ForwardProblem):
 
     # adjoint gradient -------------------------------------------------------------------------
     def check_adjoint(self):
-        """InputError unless the adjoint gradient is available (``method="dopri5"``)."""
+        """InputError unless the adjoint gradient is available (``solver=oi.Dopri5(...)``)."""
         if self.method != "dopri5":
-            raise InputError(f"gradient='adjoint': the adjoint runs on the Dormand-Prince steps, but this problem "
-                             f"uses method={self.method!r}; use method='dopri5' or gradient='sensitivities'")
+            raise InputError(f"gradient: oi.Adjoint() runs on the Dormand-Prince steps, but this problem uses "
+                             f"solver={self.solver!r}; use solver=oi.Dopri5(...) or gradient=oi.Forward()")
 
     def _vjp(self):
         vjp = self._solvers.get("vjp")
         if vjp is None:
-            from odeinfer.solve.adjoint import make_vjp
+            from odeinfer.solve import Adjoint, Problem, bind
 
-            vjp = self._solvers["vjp"] = make_vjp(self.model, self.t, t0=self.t0, rtol=self.rtol, atol=self.atol,
-                                                  max_steps=self.max_steps)
+            vjp = self._solvers["vjp"] = bind(Problem(self.model, self.t, t0=self.t0), solver=self.solver,
+                                              gradient=Adjoint())
         return vjp
 
     def python_vjp(self, theta, x0, g):
@@ -285,9 +283,9 @@ class ODEProblem(ForwardProblem):
         g = np.ascontiguousarray(g, dtype=np.float64)
         grad = np.full(m + n, np.nan)
         if theta.shape != (m,) or x0.shape != (n,) or g.shape != (self.n_times, n):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0)) and np.all(np.isfinite(g))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         else:
             out, status = self._vjp()(theta, x0, g)
             if status == 0:
@@ -345,7 +343,7 @@ class ODEOp(Op):
     sensitivities : bool, default True
         Compute ``sens`` (needed by the gradient). The states-only variant is
         put in automatically where the sensitivities are not used.
-    gradient : {"sensitivities", "adjoint"}, default "sensitivities"
+    gradient : Forward or Adjoint, default Forward()
         How ``L_op`` computes the vector-Jacobian product: contracted with the
         forward sensitivities (the log density and its gradient share one
         solve), or by the continuous adjoint (:class:`VJPOp`: a states-only
@@ -362,16 +360,14 @@ class ODEOp(Op):
 
     __props__ = ("problem", "sensitivities", "gradient")
 
-    def __init__(self, problem, sensitivities=True, gradient="sensitivities"):
-        if gradient not in ("sensitivities", "adjoint"):
-            raise InputError(f"gradient: expected 'sensitivities' or 'adjoint', got {gradient!r}")
-        if gradient == "adjoint":
-            if not hasattr(problem, "python_vjp"):
-                raise InputError(f"gradient='adjoint': {type(problem).__name__} has no adjoint; use "
-                                 "gradient='sensitivities'")
-            check = getattr(problem, "check_adjoint", None)
-            if check is not None:
-                check()
+    def __init__(self, problem, sensitivities=True, gradient=None):
+        from odeinfer.solve.config import Adjoint, Forward
+
+        gradient = Forward() if gradient is None else gradient
+        if not isinstance(gradient, (Forward, Adjoint)):
+            raise InputError(f"gradient: expected oi.Forward() or oi.Adjoint(), got {gradient!r}")
+        if isinstance(gradient, Adjoint):
+            problem.check_adjoint()
             sensitivities = False
         self.problem = problem
         self.sensitivities = bool(sensitivities)
@@ -413,7 +409,7 @@ class ODEOp(Op):
                     NullType("the sensitivities output of ODEOp has no gradient")()]
         if isinstance(g_y.type, DisconnectedType):
             return [pt.zeros_like(theta), pt.zeros_like(x0)]
-        if self.gradient == "adjoint":
+        if self.adjoint:
             return VJPOp(self.problem)(theta, x0, g_y, return_list=True)
         if not self.sensitivities:
             full = ODEOp(self.problem, True)(theta, x0)
@@ -426,8 +422,15 @@ class ODEOp(Op):
     def connection_pattern(self, node):
         return [[True, True], [True, True]]
 
+    @property
+    def adjoint(self) -> bool:
+        """Whether ``L_op`` uses the continuous adjoint."""
+        from odeinfer.solve.config import Adjoint
+
+        return isinstance(self.gradient, Adjoint)
+
     def __str__(self):
-        if self.gradient == "adjoint":
+        if self.adjoint:
             return f"ODEOp({self.problem.model.name}, adjoint)"
         return f"ODEOp({self.problem.model.name}, sens={self.sensitivities})"
 
@@ -440,7 +443,7 @@ class VJPOp(Op):
     and ``... / d x0`` (n_init,), computed by ``problem.python_vjp`` (ODEs:
     :mod:`odeinfer.solve.adjoint`; DDEs: the DDE-Find adjoint with the corrected
     delay term). NaN outputs when the solve fails. Made by ``ODEOp(...,
-    gradient="adjoint").L_op``; it has no gradient itself.
+    gradient=oi.Adjoint()).L_op``; it has no gradient itself.
     """
 
     __props__ = ("problem",)
@@ -515,7 +518,7 @@ _register_rewrites()
 from odeinfer.bayes import numba_op  # noqa: E402, F401
 
 
-def ode_op(model, t, t0=None, *, gradient="sensitivities", **options):
+def ode_op(model, t, t0=None, *, gradient=None, **options):
     """The :class:`ODEOp` for ``model`` at output times ``t`` (``gradient`` as for :class:`ODEOp`,
     other options as for :class:`ODEProblem`).
 

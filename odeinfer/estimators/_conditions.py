@@ -459,11 +459,11 @@ def dde_trajectory_sse(model, prob, proxies, params_full, windows, n_history=201
     """Trajectory SSE of a DDE candidate (the ``L`` selection rule, spec §1.6, for delays).
 
     As in the paper's Fig. 6.3, the initial function is the proxy on ``[a - max(tau), a]`` and
-    the solution (``odeinfer.solve_dde``) starts at the window start ``a``; the SSE is summed
+    the solution (``odeinfer.solve``) starts at the window start ``a``; the SSE is summed
     over the observations at ``t >= a``, on the noise scale (log for log noise).
     """
     from odeinfer.model.history import History
-    from odeinfer.solve import solve_dde
+    from odeinfer.solve import Problem, solve
 
     log = model.observation.noise == "log"
     taus = params_full[list(model.delay_indices)]
@@ -475,7 +475,8 @@ def dde_trajectory_sse(model, prob, proxies, params_full, windows, n_history=201
             continue
         s = np.linspace(a - taus.max(), a, n_history)
         try:
-            sol = solve_dde(model, params_full, History.from_data(s, pr(s)), d.t[sel], t0=a, raise_on_failure=False)
+            problem = Problem(model, d.t[sel], history=History.from_data(s, pr(s)), t0=a)
+            sol = solve(problem, params_full, raise_on_failure=False)
         except Exception:
             return math.inf
         if sol.status != 0:

@@ -108,7 +108,7 @@ def _scan(est, S, col, grid, u0):
     parameters and history offsets re-optimised)."""
     act = ~_shape_mask(S)
     act[col] = False
-    coarse = S.solver(rtol=max(est.rtol, 1e-6), atol=max(est.atol, 1e-8))
+    coarse = S.solver(est.solver.replace(rtol=max(est.solver.rtol, 1e-6), atol=max(est.solver.atol, 1e-8)))
     costs, points = [], []
     for g in grid:
         u = u0.copy()
@@ -116,7 +116,6 @@ def _scan(est, S, col, grid, u0):
         res = _lm(est, lambda v: S.evaluate(v, coarse), u, S, act, max_iter=est.grid_iter, record=False)
         costs.append(res.cost if res.r is not None else math.inf)
         points.append(res.u.copy())
-    S.solver()  # back to the fit tolerances
     return np.asarray(costs), points
 
 
@@ -328,7 +327,7 @@ def finish(est, S, u, t_start, *, status, message, hists, extras, mode_warnings=
         message=message, n_iter=int(hist["cost"].size),
         cost=0.5 * float(raw_r @ raw_r), nobs=S.n_obs, sigma=sigma, residuals=-raw_r, history=hist,
         extras=extras, warnings=tuple(warn),
-        provenance={"solver": {"method": "dde-dopri5", "rtol": est.rtol, "atol": est.atol}, "mode": est.mode})
+        provenance={"solver": est.solver.as_dict(), "mode": est.mode})
     if covariance:
         _attach_profiler(est, S, estimate, u, r, cov_u)
     return estimate

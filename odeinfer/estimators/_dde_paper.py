@@ -13,7 +13,7 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.model import History
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["IntegralLoss", "L1IntegralLoss", "cosine_lr", "run_paper"]
 
@@ -53,15 +53,14 @@ class IntegralLoss:
     (``dde_adjoint_gradient``), buffers reused across calls.
     """
 
-    def __init__(self, S, *, smoothing=None, nsub=32, paper_tau_gradient=False, rtol=1e-8, atol=1e-10):
-        from odeinfer.solve import make_dde_solver
+    def __init__(self, S, *, smoothing=None, nsub=32, paper_tau_gradient=False):
+        from odeinfer.solve import Problem, bind
 
         model = S.model
         t, self.target, w = _spline_target(S, smoothing)
         self.weights, self.nsub, self.paper = w, int(nsub), bool(paper_tau_gradient)
         self.S, self.t_end = S, float(t[-1])
-        self.solver = make_dde_solver(S.compiled, [self.t_end], S.history, t0=S.t0, rtol=rtol, atol=atol,
-                                      max_steps=S.max_steps)
+        self.solver = bind(Problem(S.compiled, [self.t_end], history=S.history, t0=S.t0), solver=S.solver_value)
         self._tb = np.ascontiguousarray(self.target.breaks)
         self._tc = np.ascontiguousarray(self.target.coef)
         hkind, _, self._hb, self._hc = S.history.kernel_arrays(S.t0)
@@ -77,7 +76,7 @@ class IntegralLoss:
         _, _, status = self.solver(p, phi)
         if status != Status.SUCCESS:
             return None
-        nbuf = int(self.solver.info[6])
+        nbuf = int(self.solver.info[Info.N_STORED])
         tau_min = min(p[j] for j in S.model.delay_indices)
         nnode = int(np.ceil((self.t_end - S.t0) / (tau_min / self.nsub) - 1e-9)) + 1
         if self._nodes is None or self._nodes[0].shape[0] != nnode:
@@ -118,12 +117,10 @@ class L1IntegralLoss:
         As in :class:`IntegralLoss`.
     n_sub : int, default 20
         Quadrature sub-intervals per observation interval.
-    rtol, atol : float, default 1e-8, 1e-10
-        DDE solver tolerances.
     """
 
-    def __init__(self, S, *, smoothing=None, n_sub=20, rtol=1e-8, atol=1e-10):
-        from odeinfer.solve import make_dde_solver
+    def __init__(self, S, *, smoothing=None, n_sub=20):
+        from odeinfer.solve import Forward, Problem, bind
 
         if not isinstance(n_sub, (int, np.integer)) or isinstance(n_sub, bool) or n_sub < 1:
             raise InputError(f"n_sub: expected an int >= 1 (quadrature sub-intervals per observation interval), "
@@ -138,8 +135,8 @@ class L1IntegralLoss:
         self.S, self.target, self.weights, self.t_nodes, self.c = S, target, w, tq, c
         self._tgt = target(tq)
         self._cols = S.cols()
-        self.solver = make_dde_solver(S.compiled, tq, S.history, t0=S.t0, sensitivities=True, rtol=rtol,
-                                      atol=atol, max_steps=S.max_steps)
+        self.solver = bind(Problem(S.compiled, tq, history=S.history, t0=S.t0), solver=S.solver_value,
+                           gradient=Forward())
 
     def __call__(self, u):
         """``(loss, grad (k,))`` w.r.t. the unknowns of the fit, or None on a solver failure."""
@@ -166,10 +163,10 @@ def run_paper(est, S, t_start, loss="l2", n_sub=20):
     if missing:
         raise InputError(f"start: mode='paper' starts Adam from given values; no starting value for {missing}")
     if loss == "l1":
-        f = L1IntegralLoss(S, smoothing=est.target_smoothing, n_sub=n_sub, rtol=est.rtol, atol=est.atol)
+        f = L1IntegralLoss(S, smoothing=est.target_smoothing, n_sub=n_sub)
     elif loss == "l2":
         f = IntegralLoss(S, smoothing=est.target_smoothing, nsub=est.nsub,
-                         paper_tau_gradient=est.tau_gradient == "paper", rtol=est.rtol, atol=est.atol)
+                         paper_tau_gradient=est.tau_gradient == "paper")
     else:
         raise InputError(f"loss: expected 'l2' (squared 2-norm, the paper's default) or 'l1' (the paper's HIV "
                          f"experiment), got {loss!r}")

@@ -1,7 +1,7 @@
 """Input handling of :class:`~odeinfer.estimators.adjoint_dde.AdjointDDE`: the history family,
 start values, fixed values and bounds of the unknowns ``(free params incl. delays, free history
 params)``, and the weighted residuals at the observation times with their exact Jacobian from
-the forward sensitivities of the DDE solver (:func:`odeinfer.solve.make_dde_solver`)."""
+the forward sensitivities of the DDE solver (:func:`odeinfer.bind` with ``gradient=oi.Forward()``)."""
 
 from __future__ import annotations
 
@@ -210,9 +210,9 @@ class DDESetup:
             raise DataError(f"data: {self.n_obs} observations for {self.k} unknowns; need more observations")
         self.t_obs = t_uni
         self.observed_states = tuple(s for s in model.states if s in set(data.states))
-        self.rtol, self.atol, self.max_steps = est.rtol, est.atol, est.max_steps
+        self.solver_value = est.solver
         self.sigma_state = np.ones(model.n_states)
-        self._solver = None
+        self._problem = None
         self.live = None  # unknowns the LM may move (None: all); set by the default mode's search
 
     @staticmethod
@@ -229,15 +229,14 @@ class DDESetup:
                              f"history {list(hnames)}")
 
     # --- solving --------------------------------------------------------------------------------
-    def solver(self, rtol=None, atol=None):
-        from odeinfer.solve import make_dde_solver
+    def solver(self, value=None):
+        """The prebuilt solver with sensitivities at the observation times: ``value`` (a
+        ``MethodOfSteps``), default the estimator's. Each value's solver is built once."""
+        from odeinfer.solve import Forward, Problem, bind
 
-        rtol = self.rtol if rtol is None else rtol
-        atol = self.atol if atol is None else atol
-        if self._solver is None or self._solver.rtol != rtol or self._solver.atol != atol:
-            self._solver = make_dde_solver(self.compiled, self.t_obs, self.history, t0=self.t0, sensitivities=True,
-                                           rtol=rtol, atol=atol, max_steps=self.max_steps)
-        return self._solver
+        if self._problem is None:
+            self._problem = Problem(self.compiled, self.t_obs, history=self.history, t0=self.t0)
+        return bind(self._problem, solver=self.solver_value if value is None else value, gradient=Forward())
 
     def split(self, u):
         """Full ``(params (n_params,), history params (q,))`` from the unknowns."""

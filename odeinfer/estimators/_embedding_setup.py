@@ -111,9 +111,8 @@ def build_setup(est, model, data, start, fixed, x0) -> Setup:
         raise InputError("boundary: 'optimal' embeds every initial state in b = B1 x(t0) + B2 x(T); it cannot hold "
                          "some of them fixed: drop x0= or use boundary='initial'")
     log_mask = _log_mask(est.log_params, prob.free, prob.start)
-    kw = dict(method=est.method, rtol=est.rtol, atol=est.atol, max_steps=est.max_steps)
-    sp = ShootingProblem(prob, x0k, log_mask, 1, **kw)
-    sp_ms = ShootingProblem(prob, x0k, log_mask, est.segments, **kw) if est.segments > 1 else None
+    sp = ShootingProblem(prob, x0k, log_mask, 1, solver=est.solver)
+    sp_ms = ShootingProblem(prob, x0k, log_mask, est.segments, solver=est.solver) if est.segments > 1 else None
     if sp.n_obs <= sp.n_public:
         raise EstimationError(f"data: {sp.n_obs} observations cannot determine {sp.n_public} unknowns "
                               f"{list(sp.public_names)}; add data, fix parameters or give x0")

@@ -42,7 +42,7 @@ def _segment_starts(S, u0):
     u[:sp.n_public] = u0
     p = sp.p_base.copy()
     p[sp.free_index] = sp.params_natural(u0)
-    from odeinfer.solve import make_solver
+    from odeinfer.solve import Problem, bind
 
     for e, d in enumerate(S.problem.experiments):
         x0 = sp.x0_base[e].copy()
@@ -50,8 +50,7 @@ def _segment_starts(S, u0):
         o = sp.x0_off[e]
         x0[est] = u0[o:o + est.size]
         nodes = ms.nodes[e][1:]
-        sim = make_solver(sp.model, nodes, t0=ms.nodes[e][0], method=ms.segs[0].solver.method, rtol=1e-6,
-                          atol=1e-8)
+        sim = bind(Problem(sp.model, nodes, t0=ms.nodes[e][0]), solver=sp.solver)
         y, _, st = sim(p, x0)
         traj = np.where(np.isfinite(y), y, 0.0) if st == 0 else np.nan_to_num(np.array(y))
         for j, tau in enumerate(nodes):
@@ -68,7 +67,7 @@ def _segment_starts(S, u0):
 def _optimal_B(S, u0):
     """Osborne's (B1, B2) per experiment along the trajectory of the start ``u0``."""
     from odeinfer.estimators._osborne import optimal_boundary
-    from odeinfer.solve import solve_ode
+    from odeinfer.solve import Problem, solve
 
     sp = S.sp
     p = sp.p_base.copy()
@@ -81,7 +80,7 @@ def _optimal_B(S, u0):
         tt = np.unique(np.concatenate([[d.t0], d.t]))
         k = max(1, int(math.ceil(100 / (tt.size - 1))))
         grid = np.unique(np.concatenate([np.linspace(a, b, k + 1) for a, b in zip(tt[:-1], tt[1:])]))
-        sol = solve_ode(sp.model, p, x0, grid, t0=d.t0, method=sp.segs[0].solver.method, raise_on_failure=False)
+        sol = solve(Problem(sp.model, grid, x0=x0, t0=d.t0), p, solver=sp.solver, raise_on_failure=False)
         y = np.array(sol.y)
         good = np.all(np.isfinite(y), axis=1)
         if not good.all():
@@ -382,7 +381,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         est, replace(S.problem, fixed=_fixed(S)), names, vals, cov, lm.status, t_start=t_start, message=lm.message,
         n_iter=int(hist["cost"].size), cost=cost, nobs=N, sigma=sigma, residuals=-raw, history=hist,
         extras=extras, warnings=tuple(warn),
-        provenance={"solver": {"method": est.method, "rtol": est.rtol, "atol": est.atol}})
+        provenance={"solver": est.solver.as_dict()})
     _attach_profiler(est, S, estimate, u, r, cov_u)
     return estimate
 

@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from odeinfer.errors import DataError, InputError
-from odeinfer.solve import make_solver
+from odeinfer.solve import Forward, Problem, bind
 
 __all__ = ["ShootingProblem", "segment_nodes"]
 
@@ -100,12 +100,13 @@ class ShootingProblem:
         Free parameters estimated on the log scale.
     segments : int
         Shooting segments per experiment (1 = single shooting).
-    method, rtol, atol, max_steps
-        Solver settings (:func:`odeinfer.make_solver`).
+    solver : Dopri5 or Rodas
+        The IVP solver of every segment.
     """
 
-    def __init__(self, problem, x0_known, log_mask, segments, *, method, rtol, atol, max_steps):
+    def __init__(self, problem, x0_known, log_mask, segments, *, solver):
         self.problem = problem
+        self.solver = solver
         model = problem.model
         self.model = model
         n, npar = model.n_states, model.n_params
@@ -182,8 +183,8 @@ class ShootingProblem:
                     out_t = np.array([lo_t])
                 seg = _Segment()
                 seg.exp, seg.j = e, j
-                seg.solver = make_solver(model, out_t, t0=lo_t, sensitivities=True, method=method, rtol=rtol,
-                                         atol=atol, max_steps=max_steps, sens_exclude=tuple(problem.fixed))
+                seg.solver = bind(Problem(model, out_t, t0=lo_t), solver=solver,
+                                  gradient=Forward(exclude=tuple(problem.fixed)))
                 tidx = np.flatnonzero(sel)
                 a_idx, c_idx = np.nonzero(mask[np.ix_(tidx, cols_arr)])
                 k = a_idx.size

@@ -362,7 +362,7 @@ def _build(est, problem, model, states, n, noise, est0_names, x0s, smoother, sta
 
 
 def _simulate_unobserved(model, p_full, X, grid, unobs, given, name):
-    from odeinfer.solve import solve_ode
+    from odeinfer.solve import Problem, solve
 
     states = model.states
     lacking = [s for s in unobs if s not in given]
@@ -372,7 +372,7 @@ def _simulate_unobserved(model, p_full, X, grid, unobs, given, name):
             "for them; pass x0={state: value} (the trajectory is then simulated at the start parameters) or "
             "start_states=(t, Y) / a callable")
     x_init = X[0].copy()
-    sol = solve_ode(model, p_full, x_init, grid, t0=grid[0], raise_on_failure=False)
+    sol = solve(Problem(model, grid, x0=x_init, t0=grid[0]), p_full, raise_on_failure=False)
     Y = sol.y
     for s in unobs:
         k = states.index(s)

@@ -27,6 +27,7 @@ import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
 from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.solve.config import as_solver
 
 __all__ = ["AdjointDDE", "DelayBoundWarning"]
 
@@ -80,9 +81,9 @@ class AdjointDDE(Estimator):
     sigma : {"pooled", "per_state"} or dict, default "pooled"
         Noise sd: one for all observed states (``RSS / (N - k)``), one per state (iterated
         reweighting) or known ``{state: sd}``.
-    rtol, atol : float, default 1e-8, 1e-10
-        DDE solver tolerances (the grid scan uses ``max(rtol, 1e-6)``).
-    max_steps : int, default 100000
+    solver : MethodOfSteps, optional
+        The DDE solver; default ``oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10))`` (the ``fit``
+        role's). The grid scan loosens it to ``rtol >= 1e-6``, ``atol >= 1e-8``.
     max_iter : int, default 200
         LM iterations per local fit.
     xtol, ftol, gtol : float, default 1e-10, 1e-12, 1e-10
@@ -138,7 +139,7 @@ class AdjointDDE(Estimator):
     --------
     >>> import numpy as np, odeinfer as oi
     >>> z = oi.zoo.get("logistic_delay")
-    >>> sol = oi.solve_dde(z.model, z.params, z.history, z.t)
+    >>> sol = oi.solve(oi.Problem(z.model, z.t, history=z.history), z.params)
     >>> rng = np.random.default_rng(0)
     >>> data = oi.Data(z.t, sol.y[:, 0] + 0.05 * rng.standard_normal(z.t.size), "x")
     >>> est = AdjointDDE().fit(z.model, data, history=oi.History.periodic(-0.3, 3.5, 2.0),
@@ -154,9 +155,7 @@ class AdjointDDE(Estimator):
     grid_iter: int = 15
     bounds: Any = None
     sigma: Any = "pooled"
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    max_steps: int = 100_000
+    solver: Any = None
     max_iter: int = 200
     xtol: float = 1e-10
     ftol: float = 1e-12
@@ -193,12 +192,13 @@ class AdjointDDE(Estimator):
             if not arr or not all(math.isfinite(x) and x > 0 for x in arr):
                 raise InputError(f"tau_grid: delay values must be finite and > 0, got {list(arr)}")
             set_(self, "tau_grid", arr)
-        for name, minimum in (("n_grid", 2), ("n_refine", 1), ("grid_iter", 1), ("max_steps", 1),
-                              ("max_iter", 1), ("epochs", 1), ("nsub", 4)):
+        set_(self, "solver", as_solver(self.solver, delays=True, role="fit"))
+        for name, minimum in (("n_grid", 2), ("n_refine", 1), ("grid_iter", 1), ("max_iter", 1), ("epochs", 1),
+                              ("nsub", 4)):
             _count(name, getattr(self, name), minimum)
         set_(self, "bounds", norm_bounds(self.bounds))
         set_(self, "sigma", norm_sigma(self.sigma))
-        for name in ("rtol", "atol", "lr", "eps"):
+        for name in ("lr", "eps"):
             _positive(name, getattr(self, name))
         for name in ("xtol", "ftol", "gtol", "rcond", "ident_tol", "loss_tol"):
             _positive(name, getattr(self, name), strict=False)
@@ -309,10 +309,10 @@ class AdjointDDE(Estimator):
             from odeinfer.estimators._dde_paper import IntegralLoss, L1IntegralLoss
 
             if self.loss == "l1":
-                out = L1IntegralLoss(S, smoothing=self.target_smoothing, rtol=self.rtol, atol=self.atol)(u)
+                out = L1IntegralLoss(S, smoothing=self.target_smoothing)(u)
             else:
                 out = IntegralLoss(S, smoothing=self.target_smoothing, nsub=self.nsub,
-                                   paper_tau_gradient=self.tau_gradient == "paper", rtol=self.rtol, atol=self.atol)(u)
+                                   paper_tau_gradient=self.tau_gradient == "paper")(u)
             if out is None:
                 raise SolverError("objective: the forward or adjoint solve failed")
             return out[0], out[1], S.names

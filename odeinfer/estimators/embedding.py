@@ -22,6 +22,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
 from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.solve.config import as_solver
 
 __all__ = ["Embedding"]
 
@@ -82,10 +83,9 @@ class Embedding(Estimator):
         Processes for the starts (``-1``: all cores).
     rng : int or None, default 0
         Seed of the start sampler.
-    method : {"dopri5", "rodas"}, default "dopri5"
-    rtol, atol : float, default 1e-8, 1e-10
-        Solver tolerances (also for the sensitivities).
-    max_steps : int, default 100000
+    solver : Dopri5 or Rodas, optional
+        The IVP solver (its tolerances also control the sensitivities); default
+        ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's); ``oi.Rodas(...)`` for stiff models.
     max_iter : int, default 200
         LM iterations per phase; when reached the status is ``"max_iter"`` with the best point.
     xtol, ftol, gtol : float, default 1e-10, 1e-12, 1e-10
@@ -137,10 +137,7 @@ class Embedding(Estimator):
     sampler: str = "sobol"
     n_jobs: int = 1
     rng: int | None = 0
-    method: str = "dopri5"
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    max_steps: int = 100_000
+    solver: Any = None
     max_iter: int = 200
     xtol: float = 1e-10
     ftol: float = 1e-12
@@ -176,12 +173,7 @@ class Embedding(Estimator):
             raise InputError(f"sampler: expected 'sobol' or 'lhs', got {self.sampler!r}")
         if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs == 0 or self.n_jobs < -1:
             raise InputError(f"n_jobs: expected a positive int or -1 (all cores), got {self.n_jobs!r}")
-        if self.method not in ("dopri5", "rodas"):
-            raise InputError(f"method: expected 'dopri5' or 'rodas', got {self.method!r}")
-        for name in ("rtol", "atol"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise InputError(f"{name}: expected a positive number, got {v!r}")
+        set_(self, "solver", as_solver(self.solver, delays=False, role="fit"))
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise InputError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
         for name in ("xtol", "ftol", "gtol", "rcond"):

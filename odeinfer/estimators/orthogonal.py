@@ -108,7 +108,7 @@ class OrthogonalConditions(Estimator):
     conditions are integrated over the window ``[a, b]`` (``a >= t0 + tau``). A free delay is
     estimated through the proxy's derivative at ``t - tau`` (started on a grid over its bounds
     if no start is given); ``V_e`` includes the lagged proxy's contribution. ``L`` is chosen by
-    the SSE of ``odeinfer.solve_dde`` started at ``a`` with the proxy as initial function.
+    the SSE of the delay solve (``odeinfer.solve``) started at ``a`` with the proxy as initial function.
     Boundary conditions and sharp steps are not supported with delays. On the real blowfly
     series the paper's Table 6.2 does not reproduce (the answer depends on the proxy, which the
     paper under-specifies): ``tests/reference/oc_tables.md``.
@@ -347,7 +347,7 @@ class OrthogonalConditions(Estimator):
         when the data are observed at ``t0`` the observed values are tried too, and the better
         start counts (a proxy can overshoot at the ends, e.g. below zero for a positive state).
         """
-        from odeinfer.solve import solve_ode
+        from odeinfer.solve import Problem, solve
 
         log = model.observation.noise == "log"
         sse = 0.0
@@ -356,7 +356,7 @@ class OrthogonalConditions(Estimator):
             best = math.inf
             for x0 in self._sse_starts(model, prob, d, pr):
                 try:
-                    sol = solve_ode(model, params_full, x0, d.t, t0=d.t0, raise_on_failure=False)
+                    sol = solve(Problem(model, d.t, x0=x0, t0=d.t0), params_full, raise_on_failure=False)
                 except Exception:
                     continue
                 if not sol.success:

@@ -44,7 +44,7 @@ class Model:
     Build it with :func:`odeinfer.model` on a plain Python function or with
     :meth:`Model.from_equations`. It is immutable; :meth:`compile` returns the
     numba kernels (cached on disk). A model with ``delays`` is solved with
-    :func:`odeinfer.solve.solve_dde`, not with the ODE solvers.
+    ``oi.solve(oi.Problem(model, t, history=...), params)`` (a method of steps), not as an ODE.
 
     Attributes
     ----------
@@ -128,7 +128,7 @@ class Model:
 
     @property
     def is_dde(self) -> bool:
-        """True when the model has delays (solve it with :func:`odeinfer.solve.solve_dde`)."""
+        """True when the model has delays (solve it with ``oi.Problem(model, t, history=...)``)."""
         return bool(self.delays)
 
     @property

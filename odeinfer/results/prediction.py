@@ -49,11 +49,10 @@ class Prediction:
         })
 
 
-def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, method="dopri5", rtol=1e-8,
-            atol=1e-10) -> Prediction:
+def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None) -> Prediction:
     """Solve the model at ``estimate`` and propagate its covariance (see :meth:`Estimate.predict`)."""
     from odeinfer.errors import InputError
-    from odeinfer.solve import solve_ode
+    from odeinfer.solve.config import as_solver
 
     model = estimate.model
     values = dict(zip(estimate.names, estimate.values))
@@ -61,8 +60,9 @@ def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, method="
     missing_p = [n for n, v in zip(model.params, params) if not np.isfinite(v)]
     if missing_p:
         raise InputError(f"predict: the estimate has no finite value for parameters {missing_p}")
+    solver = as_solver(solver, delays=bool(model.delays), role="fit")
     if model.delays:
-        return _predict_dde(estimate, t, params, values, history, t0, alpha, rtol, atol)
+        return _predict_dde(estimate, t, params, values, history, t0, alpha, solver)
     if history is not None:
         raise InputError(f"history: only delay models take a history; {model.name!r} has no delays (pass x0=)")
     if x0 is None:
@@ -95,8 +95,10 @@ def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, method="
     free_switch = [n for n in model.switching_params if n in values]
     want_sens = estimate.cov is not None and not free_switch
     held = [n for n in model.switching_params if n not in values]  # fixed jump times: no band for them anyway
-    sol = solve_ode(model, params, y0, t, t0=t0, sensitivities=want_sens, method=method, rtol=rtol, atol=atol,
-                    sens_exclude=held if want_sens else ())
+    from odeinfer.solve import Forward, Problem, solve
+
+    sol = solve(Problem(model, t, x0=y0, t0=t0), params, solver=solver,
+                gradient=Forward(exclude=held) if want_sens else None)
     se = np.full(sol.y.shape, np.nan)
     if want_sens:
         names = list(model.params) + [f"x0[{s}]" for s in model.states if s not in given]
@@ -106,11 +108,12 @@ def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, method="
     return _prediction(model, sol.t, sol.y, se, alpha)
 
 
-def _predict_dde(estimate, t, params, values, history, t0, alpha, rtol, atol):
+def _predict_dde(estimate, t, params, values, history, t0, alpha, solver):
     """Delay models: solve with ``history`` (its family parameters taken from the estimate)."""
     from odeinfer.errors import InputError
     from odeinfer.model import History
-    from odeinfer.solve import solve_dde
+    from odeinfer.solve import Forward, Problem, solve
+    from odeinfer.solve.dde import history_for
 
     model = estimate.model
     if history is None:
@@ -124,8 +127,8 @@ def _predict_dde(estimate, t, params, values, history, t0, alpha, rtol, atol):
         if hnames:
             hp = np.array([values.get(n, v) for n, v in zip(hnames, history.values)], dtype=float)
     want_sens = estimate.cov is not None
-    sol = solve_dde(model, params, history, t, t0=t0, history_params=hp, sensitivities=want_sens,
-                    rtol=rtol, atol=atol)
+    problem = Problem(model, t, history=history_for(history, model, params, t, t0), t0=t0)
+    sol = solve(problem, params, history_params=hp, solver=solver, gradient=Forward() if want_sens else None)
     se = np.full(np.shape(sol.y), np.nan)
     if want_sens:
         se = _delta_se(estimate, np.asarray(sol.sens), list(sol.sens_names))

@@ -33,7 +33,6 @@ def _suggest(name, names):
 def named_values(arg, values, names, what):
     """``values`` (array-like in the order of ``names``, or a mapping name -> value)
     as a new finite float64 array of shape ``(len(names),)``."""
-    names = tuple(names)
     if isinstance(values, Mapping):
         unknown = [k for k in values if k not in names]
         if unknown:
@@ -60,10 +59,10 @@ def named_values(arg, values, names, what):
             f"{arg}: expected {len(names)} values in the order {list(names)}, got an array of shape "
             f"{arr.shape}; pass a 1-D sequence or a mapping name -> value"
         )
+    if np.isfinite(arr).all():
+        return arr
     bad = [n for n, v in zip(names, arr) if not math.isfinite(v)]
-    if bad:
-        raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
-    return arr
+    raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
 
 
 def output_times(t, t0):
@@ -103,56 +102,48 @@ def output_times(t, t0):
     return arr, t0
 
 
-def check_sensitivities(cm, sensitivities, sens_exclude=()):
-    """Validated ``sensitivities`` (a bool), given the parameters ``sens_exclude`` whose
-    sensitivity columns the caller does not need.
+def check_sensitivities(cm, sensitivities, exclude=()):
+    """Whether derivatives of the solution are wanted (``sensitivities``), validated for the model,
+    given the parameters ``exclude`` whose sensitivity columns the caller does not need.
 
-    Sensitivities are refused while a parameter that moves a jump of the right-hand side
-    (``model.switching_params``) is not excluded, and whenever a jump depends on the states
-    (then its time moves with every parameter and initial state, even with a constant threshold).
+    Derivatives (forward or adjoint) are refused while a parameter that moves a jump of the
+    right-hand side (``model.switching_params``) is not excluded, and whenever a jump depends on
+    the states (then its time moves with every parameter and initial state, even with a constant
+    threshold).
     """
-    if not isinstance(sensitivities, (bool, np.bool_)):
-        raise InputError(f"sensitivities: expected True or False, got {sensitivities!r}")
-    excluded = sens_exclude_indices(cm, sens_exclude)
-    switching = cm.model.switching_params
+    excluded = sens_exclude_indices(cm, exclude)
     if not sensitivities:
         return False
+    switching = cm.model.switching_params
     names = set(cm.params[i] for i in excluded)
     needed = [q for q in switching if q not in names]
     if needed:
         raise InputError(
-            f"sensitivities: parameters {needed} move a jump of the right-hand "
-            "side, so forward sensitivities would miss the jump term and be wrong; replace the sharp "
-            "step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False "
+            f"gradient: parameters {needed} move a jump of the right-hand "
+            "side, so sensitivities would miss the jump term and be wrong; replace the sharp "
+            "step by a smooth one (om.heaviside(x, width=...)) or solve with gradient=None "
             f"(or, if {'it is' if len(needed) == 1 else 'they are'} held fixed, pass "
-            f"sens_exclude={needed!r})"
+            f"gradient=oi.Forward(exclude={needed!r}))"
         )
     moving = _state_dependent_switches(cm.model)
     if moving:
-        arg, held = ("sens_exclude", f", even with {sorted(names)} excluded") if switching else ("sensitivities", "")
+        held = f", even with {sorted(names)} excluded" if switching else ""
         raise InputError(
-            f"{arg}: the jump of the right-hand side at {moving[0]} depends on the states, so its time "
+            f"gradient: the jump of the right-hand side at {moving[0]} depends on the states, so its time "
             f"moves with every parameter and initial state and all sensitivities would miss the jump term{held}; "
-            "replace the sharp step by a smooth one (om.heaviside(x, width=...)) or solve with sensitivities=False"
+            "replace the sharp step by a smooth one (om.heaviside(x, width=...)) or solve with gradient=None"
         )
-    return bool(sensitivities)
+    return True
 
 
-def sens_exclude_indices(cm, sens_exclude):
-    """``sens_exclude`` (parameter names) as the sorted tuple of their indices in ``params``."""
-    if sens_exclude is None:
-        return ()
-    if isinstance(sens_exclude, str):
-        sens_exclude = (sens_exclude,)
-    try:
-        items = list(sens_exclude)
-    except TypeError:
-        raise InputError(f"sens_exclude: expected a list of parameter names, got {sens_exclude!r}") from None
+def sens_exclude_indices(cm, exclude):
+    """``exclude`` (parameter names, from ``Forward(exclude=...)``) as the sorted tuple of their
+    indices in ``params``."""
     out = set()
-    for name in items:
+    for name in exclude or ():
         if name not in cm.params:
             hint = _suggest(name, cm.params) if isinstance(name, str) else ""
-            raise InputError(f"sens_exclude: {name!r} is not a parameter of the model{hint}; "
+            raise InputError(f"Forward(exclude=...): {name!r} is not a parameter of the model{hint}; "
                              f"its parameters are {list(cm.params)}")
         out.add(cm.params.index(name))
     return tuple(sorted(out))

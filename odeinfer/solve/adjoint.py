@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from odeinfer.solve.status import INFO_SIZE
+
 __all__ = ["VJP"]
 
 
@@ -48,13 +50,14 @@ class VJP:
         n, m = compiled.n_states, compiled.n_params
         self.compiled, self.t, self.t0 = compiled, t, t0
         self.solver, self.gradient = solver, gradient
-        self.rtol, self.atol, self.max_steps, self.nsub = solver.rtol, solver.atol, solver.max_steps, gradient.nsub
+        self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
+        self.nsub = 1 if gradient.nsub is None else gradient.nsub
         self.kernel = module.dopri5_adjoint_vjp
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)
         self.rec = np.empty((self.max_steps, 3 + 5 * n))
         self.work = np.empty(module.dopri5_adjoint_work_size())
-        self.info = np.zeros(module.INFO_SIZE)
+        self.info = np.zeros(INFO_SIZE)
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""

@@ -14,11 +14,10 @@ import numpy as np
 from odeinfer.errors import SolverError, StiffnessError
 from odeinfer.solve import shared as _shared
 from odeinfer.solve.config import Dopri5
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import INFO_SIZE, Status
 
 __all__ = ["Solver"]
 
-_INFO_T_REACHED, _INFO_N_STEPS, _INFO_N_REJECTED, _INFO_N_RHS = 0, 1, 2, 3
 
 
 def _finite_time_derivative(cm, t_reached, y, y0, p):
@@ -105,7 +104,7 @@ class Solver:
         prefix = "dopri5" if method == "dopri5" else "rodas"
         self.kernel = getattr(module, f"{prefix}_solve_sens" if sensitivities else f"{prefix}_solve")
         self.work = np.empty(getattr(module, f"{prefix}_work_size")(sensitivities))
-        self.info = np.zeros(module.INFO_SIZE)
+        self.info = np.zeros(INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None

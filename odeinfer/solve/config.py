@@ -17,7 +17,7 @@ The defaults of every role (a one-off solve, a fit, the Bayesian likelihood, a v
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from odeinfer.errors import InputError
 
@@ -92,6 +92,10 @@ class _Adaptive:
     def replace(self, **changes):
         """A copy with some options changed (validated again)."""
         return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """``{"method": ..., <options>}``: for provenance and JSON."""
+        return {"method": self.method, **asdict(self)}
 
     @property
     def delays(self) -> bool:
@@ -189,6 +193,10 @@ class MethodOfSteps:
         """A copy with options of the inner solver changed."""
         return MethodOfSteps(self.inner.replace(**changes))
 
+    def as_dict(self) -> dict:
+        """``{"method": "dde-dopri5", <the inner solver's options>}``: for provenance and JSON."""
+        return {**self.inner.as_dict(), "method": self.method}
+
 
 @dataclass(frozen=True)
 class Forward:
@@ -234,13 +242,16 @@ class Adjoint:
 
     Parameters
     ----------
-    nsub : int, default 1
-        Backward sub-steps per forward step (more for accuracy on coarse forward meshes).
+    nsub : int, optional
+        Backward sub-steps per forward step (more for accuracy on coarse forward meshes); default
+        1 for ODE models, 2 for delay models (64 per smallest delay for the DDE integral loss).
     """
 
-    nsub: int = 1
+    nsub: int | None = None
 
     def __post_init__(self):
+        if self.nsub is None:
+            return
         if isinstance(self.nsub, bool) or not (isinstance(self.nsub, int) or _is_np_int(self.nsub)) or self.nsub < 1:
             raise InputError(f"Adjoint(nsub=...): expected a positive integer, got {self.nsub!r}")
         object.__setattr__(self, "nsub", int(self.nsub))
@@ -250,12 +261,14 @@ class Adjoint:
 #: ``fit``: trajectory estimators, predictions and simulated data (tight tolerances, so the
 #: integration error stays far below the data's noise); ``sample``: the likelihood inside the
 #: Bayesian sampler (a bounded step count: a divergent proposal fails fast instead of hanging);
-#: ``view``: interactive widgets.
+#: ``view``: interactive widgets; ``dde_adjoint``: the forward solve under a delay model's adjoint
+#: (:func:`odeinfer.solve.dde_adjoint.dde_vjp`; the adjoint's error follows it).
 DEFAULT_SOLVERS = {
     "solve": Dopri5(),
     "fit": Dopri5(rtol=1e-8, atol=1e-10),
     "sample": Dopri5(max_steps=20_000),
     "view": Dopri5(),
+    "dde_adjoint": Dopri5(rtol=1e-10, atol=1e-12),
 }
 
 _SOLVER_TYPES = (Dopri5, Rodas, MethodOfSteps)

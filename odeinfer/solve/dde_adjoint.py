@@ -22,18 +22,52 @@ import numpy as np
 from odeinfer.errors import InputError, SolverError
 from odeinfer.model.history import History
 from odeinfer.solve import _inputs
-from odeinfer.solve.dde import (
-    _check_delays,
-    _check_window,
-    _compiled_dde,
-    _times,
-    _with_history_params,
-    as_history,
-    make_dde_solver,
-)
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.config import Adjoint, as_gradient
+from odeinfer.solve.dde import _check_delays, _check_window, _with_history_params
+from odeinfer.solve.status import Info, Status, status_message
 
-__all__ = ["AdjointGradient", "dde_loss_gradient", "dde_vjp"]
+__all__ = ["AdjointGradient", "DDEVJP", "dde_loss_gradient", "dde_vjp"]
+
+#: nsub of the backward RK4 sweep when ``Adjoint(nsub=None)``: steps per forward step (dde_vjp)
+#: and per smallest delay (dde_loss_gradient).
+VJP_NSUB, LOSS_NSUB = 2, 64
+
+
+def _forward(problem, solver):
+    """The states-only prebuilt delay solver of ``problem`` (default: the ``dde_adjoint`` role's)."""
+    from odeinfer.solve.problem import bind
+
+    return bind(problem, solver=solver, role="dde_adjoint")
+
+
+class DDEVJP:
+    """The adjoint vector-Jacobian product of a delay problem, prebuilt (what
+    ``oi.bind(problem, gradient=oi.Adjoint())`` returns for a model with delays).
+
+    ``grad, status = vjp(params, history_params, g)`` with float64 C-contiguous ``params``
+    (n_params,), ``history_params`` (n_history_params,) and ``g`` (n_times, n_states); ``grad``
+    (n_params + n_history_params,) and ``y`` (attribute: the states at ``t``) are buffers that
+    the next call overwrites. Not validated on this path.
+    """
+
+    __slots__ = ("forward", "compiled", "t", "t0", "history", "solver", "gradient", "nsub", "grad", "y")
+
+    def __init__(self, forward, gradient):
+        self.forward, self.compiled, self.t, self.t0 = forward, forward.compiled, forward.t, forward.t0
+        self.history, self.solver, self.gradient = forward.history, forward.solver, gradient
+        self.nsub = VJP_NSUB if gradient.nsub is None else gradient.nsub
+        self.grad = np.empty(self.compiled.n_params + self.history.n_params)
+        self.y = forward._y
+
+    def __call__(self, params, history_params, g):
+        f = self.forward
+        _, _, status = f(params, history_params)
+        if status != Status.SUCCESS:
+            return self.grad, status
+        hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
+        status = self.compiled.module.dde_adjoint_vjp(self.t0, self.t, g, params, hkind, history_params, hb, hc,
+                                                      f.buf, int(f.info[Info.N_STORED]), self.nsub, self.grad)
+        return self.grad, status
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +109,7 @@ def _target(target, model, t0, t_end):
 
 
 def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_params=None, weights=None,
-                      nsub=64, paper=False, rtol=1e-10, atol=1e-12) -> AdjointGradient:
+                      paper=False, solver=None, gradient=None) -> AdjointGradient:
     """Integral loss against a target trajectory and its adjoint gradient.
 
     Parameters
@@ -84,7 +118,7 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
         A model with delays.
     params : array-like (n_params,) or mapping
     history : History or number(s)
-        As in :func:`odeinfer.solve.solve_dde`.
+        As in :class:`odeinfer.Problem`.
     target : callable, (t, y) pair or History
         ``target(s) -> (n_states,)`` of absolute time (sampled at 2001 points and
         splined), or samples ``(t (n,), y (n, n_states))`` interpolated by a cubic
@@ -95,36 +129,44 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
     history_params : array-like, optional
     weights : array-like (n_states,), optional
         ``w_i`` (default 1).
-    nsub : int, default 64
-        Adjoint RK4 steps per smallest delay (error O(nsub**-4)).
     paper : bool, default False
         Use the paper's delay gradient (eq. 5, without the history-derivative
         term): wrong for a time-varying history; for comparison only.
-    rtol, atol : float
-        Tolerances of the forward solve.
+    solver : MethodOfSteps, optional
+        The forward solve; default ``MethodOfSteps(Dopri5(rtol=1e-10, atol=1e-12))``
+        (``DEFAULT_SOLVERS["dde_adjoint"]``).
+    gradient : Adjoint, optional
+        ``Adjoint(nsub=...)``: backward RK4 steps per smallest delay (error O(nsub**-4));
+        default 64.
 
     Returns
     -------
     AdjointGradient
     """
-    cm = _compiled_dde(model)
-    m = cm.model
-    p = _inputs.named_values("params", params, cm.params, "parameter")
-    _check_delays(cm, p)
+    from odeinfer.solve.problem import Problem
+
     t0, t_end = float(t0), float(t_end)
     if not (t_end > t0):
         raise InputError(f"t_end: must be > t0 = {t0!r}, got {t_end!r}")
-    hist = _with_history_params(as_history(history, m), history_params, isinstance(history, History))
+    problem = Problem(model, [t_end], history=history, t0=t0)
+    gradient = as_gradient(gradient) or Adjoint()
+    if not isinstance(gradient, Adjoint):
+        raise InputError(f"gradient: expected oi.Adjoint(nsub=...), got {gradient!r}")
+    nsub = LOSS_NSUB if gradient.nsub is None else gradient.nsub
+    solver = _forward(problem, solver)
+    cm = solver.compiled
+    m = cm.model
+    p = _inputs.named_values("params", params, cm.params, "parameter")
+    _check_delays(cm, p)
+    hist = _with_history_params(problem.history, history_params, isinstance(history, History))
     tgt = _target(target, m, t0, t_end)
     w = np.ones(m.n_states) if weights is None else np.array(weights, dtype=float).reshape(-1)
     if w.shape != (m.n_states,) or not np.all(np.isfinite(w)):
         raise InputError(f"weights: expected {m.n_states} finite numbers, got {weights!r}")
-    nsub = _inputs.positive_int("nsub", nsub)
-    solver = make_dde_solver(cm, [t_end], hist, t0=t0, rtol=rtol, atol=atol)
     _, _, status = solver(p, np.array(hist.values))
     if status != Status.SUCCESS:
         raise SolverError(f"dde_loss_gradient: the forward solve failed: {status_message(status)}", status=status)
-    nbuf = int(solver.info[6])
+    nbuf = int(solver.info[Info.N_STORED])
     hkind, phi, hb, hc = hist.kernel_arrays(t0)
     tau_min = min(p[j] for j in m.delay_indices)
     nnode = int(np.ceil((t_end - t0) / (tau_min / nsub) - 1e-9)) + 1
@@ -160,8 +202,8 @@ def _weights_g(g, n_times, states):
     return np.ascontiguousarray(arr)
 
 
-def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, nsub=2, rtol=1e-10, atol=1e-12,
-            max_steps=100_000) -> AdjointGradient:
+def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, solver=None,
+            gradient=None) -> AdjointGradient:
     """Vector-Jacobian product ``sum_r g_r^T d x(t_r) / d theta`` of a DDE solution, by the adjoint.
 
     ``theta`` = the model parameters (delays included, ``params`` order), then the
@@ -179,7 +221,7 @@ def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, nsub=
     params : array-like (n_params,) or mapping
         Model parameters; delays must be > 0.
     history : History or number(s)
-        As in :func:`odeinfer.solve.solve_dde`.
+        As in :class:`odeinfer.Problem`.
     t : array-like (n_times,)
         Output times, sorted, ``>= t0`` (repeats allowed).
     g : array-like (n_times, n_states)
@@ -188,15 +230,15 @@ def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, nsub=
         Start of the integration; default ``t[0]``.
     history_params : array-like, optional
         Values of the history family's parameters (default: those in ``history``).
-    nsub : int, default 2
-        Backward RK4 steps per step of the forward solver (the adjoint grid is the
-        forward solver's adaptive mesh refined ``nsub`` times, plus the output times,
-        the breakpoints and their delay images). With the default tolerances the VJP
-        matches the forward-sensitivity VJP to ~1e-7 relative on the DDE zoo; its error
-        is O(nsub**-4) and follows ``rtol``.
-    rtol, atol : float, default 1e-10, 1e-12
-        Tolerances of the forward solve.
-    max_steps : int, default 100000
+    solver : MethodOfSteps, optional
+        The forward solve; default ``MethodOfSteps(Dopri5(rtol=1e-10, atol=1e-12))``
+        (``DEFAULT_SOLVERS["dde_adjoint"]``).
+    gradient : Adjoint, optional
+        ``Adjoint(nsub=...)``: backward RK4 steps per step of the forward solver (the adjoint
+        grid is the forward solver's adaptive mesh refined ``nsub`` times, plus the output
+        times, the breakpoints and their delay images); default 2. With the default
+        tolerances the VJP matches the forward-sensitivity VJP to ~1e-7 relative on the DDE
+        zoo; its error is O(nsub**-4) and follows ``rtol``.
 
     Returns
     -------
@@ -222,25 +264,23 @@ def dde_vjp(model, params, history, t, g, t0=None, *, history_params=None, nsub=
     >>> v.names
     ('theta0', 'theta1', 'tau', 'a[x]', 'b[x]')
     """
-    cm = _compiled_dde(model)
+    from odeinfer.solve.problem import Problem
+
+    problem = Problem(model, t, history=history, t0=t0)
+    gradient = as_gradient(gradient) or Adjoint()
+    if not isinstance(gradient, Adjoint):
+        raise InputError(f"gradient: expected oi.Adjoint(nsub=...), got {gradient!r}")
+    vjp = DDEVJP(_forward(problem, solver), gradient)
+    cm = vjp.compiled
     m = cm.model
     p = _inputs.named_values("params", params, cm.params, "parameter")
     _check_delays(cm, p)
     tau_max = max(p[j] for j in m.delay_indices)
-    t_arr, t0_f = _times(t, t0)
-    hist = as_history(history, m, t0=t0_f, tau_max=tau_max)
-    hist = _with_history_params(hist, history_params, isinstance(history, History))
-    _check_window(hist, t0_f, tau_max)
-    garr = _weights_g(g, t_arr.size, m.states)
-    nsub = _inputs.positive_int("nsub", nsub)
-    solver = make_dde_solver(cm, t_arr, hist, t0=t0_f, rtol=rtol, atol=atol, max_steps=max_steps)
-    y, _, status = solver(p, np.array(hist.values))
+    hist = _with_history_params(problem.history, history_params, isinstance(history, History))
+    _check_window(hist, problem.t0, tau_max)
+    garr = _weights_g(g, problem.t.size, m.states)
+    grad, status = vjp(p, np.array(hist.values), garr)
     if status != Status.SUCCESS:
-        raise SolverError(f"dde_vjp: the forward solve failed: {status_message(status)}", status=status)
-    hkind, phi, hb, hc = hist.kernel_arrays(t0_f)
-    grad = np.empty(m.n_params + hist.n_params)
-    status = cm.module.dde_adjoint_vjp(t0_f, solver.t, garr, p, hkind, phi, hb, hc, solver.buf,
-                                       int(solver.info[6]), nsub, grad)
-    if status != Status.SUCCESS:
-        raise SolverError(f"dde_vjp: the adjoint solve failed: {status_message(status)}", status=status)
-    return AdjointGradient(float(np.sum(garr * y)), grad, tuple(m.params) + hist.param_names(m.states))
+        raise SolverError(f"dde_vjp: the forward or the adjoint solve failed: {status_message(status)}",
+                          status=status)
+    return AdjointGradient(float(np.sum(garr * vjp.y)), grad.copy(), tuple(m.params) + hist.param_names(m.states))

@@ -26,14 +26,16 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
-from odeinfer.solve.config import Adjoint, Forward, Rodas, as_gradient, as_solver
+from odeinfer.solve.config import Adjoint, Rodas, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["Problem", "solve", "bind"]
 
+_SUCCESS = status_message(Status.SUCCESS)
 
-def _model_of(model):
+
+def model_of(model):
     from odeinfer.model import CompiledModel, Model
 
     if isinstance(model, CompiledModel):
@@ -75,11 +77,13 @@ class Problem:
     x0: np.ndarray | None = None
     history: object = None
     t0: float | None = None
+    _delays: bool = field(default=False, init=False, repr=False, compare=False)
     _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        m = _model_of(self.model)
+        m = model_of(self.model)
+        object.__setattr__(self, "_delays", bool(m.delays))
         if m.delays:
             from odeinfer.solve.dde import _times  # says that times before t0 belong to the history
 
@@ -107,23 +111,23 @@ class Problem:
 
     def __reduce__(self):
         # rebuilt from its values: the cache of bound solvers and its lock stay in this process
-        return (Problem, (_model_of(self.model), np.array(self.t), self.x0, self.history, self.t0))
+        return (Problem, (model_of(self.model), np.array(self.t), self.x0, self.history, self.t0))
 
     @property
     def delays(self) -> bool:
         """Whether the model has delays (then the problem is a delay problem)."""
-        return bool(_model_of(self.model).delays)
+        return self._delays
 
     @property
     def states(self) -> tuple[str, ...]:
-        return tuple(_model_of(self.model).states)
+        return tuple(model_of(self.model).states)
 
     @property
     def params(self) -> tuple[str, ...]:
-        return tuple(_model_of(self.model).params)
+        return tuple(model_of(self.model).params)
 
     def __repr__(self):
-        m = _model_of(self.model)
+        m = model_of(self.model)
         init = f"history={self.history!r}" if m.delays else f"x0={None if self.x0 is None else self.x0.tolist()}"
         return (f"Problem(model={m.name!r}, t=[{self.t[0]:g} .. {self.t[-1]:g}] ({self.t.size} times), "
                 f"t0={self.t0:g}, {init})")
@@ -146,25 +150,34 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         :class:`~odeinfer.MethodOfSteps` for a delay model.
     gradient : None, Forward or Adjoint
         None: states only; :class:`~odeinfer.Forward`: forward sensitivities;
-        :class:`~odeinfer.Adjoint`: vector-Jacobian products (ODE models, ``Dopri5``).
+        :class:`~odeinfer.Adjoint`: vector-Jacobian products (``Dopri5`` or ``MethodOfSteps``).
     role : str, default "solve"
         Which default solver to use when ``solver`` is None.
 
     Returns
     -------
-    Solver, DDESolver or VJP
+    Solver, DDESolver, VJP or DDEVJP
         ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, history_params)``
-        (delay model), or ``grad, status = bound(params, x0, g)`` (adjoint): float64 C-contiguous
+        (delay model), or ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
+        ``g`` (n_times, n_states) the weights of the states at ``t``): float64 C-contiguous
         arrays in, views of buffers that the **next call overwrites** out; nothing is validated
         on this path.
     """
     _check_problem(problem)
-    solver = as_solver(solver, delays=problem.delays, role=role)
-    gradient = as_gradient(gradient)
-    key = (solver, gradient)
-    bound = problem._bound.get(key)
+    given = (solver, gradient, role)
+    try:
+        bound = problem._bound.get(given)  # the arguments as given: the one-shot solve's fast path
+    except TypeError:  # unhashable: refused below
+        bound, given = None, None
     if bound is None:
-        bound = problem._bound[key] = _build(problem, solver, gradient)
+        solver = as_solver(solver, delays=problem.delays, role=role)
+        gradient = as_gradient(gradient)
+        key = (solver, gradient)
+        bound = problem._bound.get(key)
+        if bound is None:
+            bound = problem._bound[key] = _build(problem, solver, gradient)
+        if given is not None:
+            problem._bound[given] = bound
     return bound
 
 
@@ -172,8 +185,9 @@ def _build(problem, solver, gradient):
     cm = _inputs.compiled_model(problem.model)
     if isinstance(gradient, Adjoint):
         if problem.delays:
-            raise InputError("gradient: oi.Adjoint() is not available through bind() for delay models; use "
-                             "gradient=oi.Forward(), or odeinfer.solve.dde_adjoint.dde_vjp for one product")
+            from odeinfer.solve.dde_adjoint import DDEVJP
+
+            return DDEVJP(bind(problem, solver=solver), gradient)
         if isinstance(solver, Rodas) or solver.fixed_step:
             raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver=oi.Dopri5(...) (the adjoint "
                              f"integrates backward on Dormand-Prince's steps), got {solver!r}; pass "
@@ -247,17 +261,20 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
     if x0 is None:
         if problem.x0 is None:
             raise InputError("x0: the problem has no initial state; pass x0=... here or to oi.Problem(...)")
-        y0 = problem.x0
+        y0 = problem.x0.copy()  # writable: the kernels' compiled signature
     else:
         y0 = _inputs.named_values("x0", x0, cm.states, "state")
     with problem._lock:
         y, sens, status = bound(p, y0)
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
-    message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
-    if status != Status.SUCCESS:
+    t_reached = float(info[Info.T_REACHED])
+    if status == Status.SUCCESS:
+        message = _SUCCESS
+    else:
         from odeinfer.solve.api import _finite_time_derivative, _raise
+
+        message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
 
         if bound.method == "rodas" and not _finite_time_derivative(cm, t_reached, y, y0, p):
             message += (" The right-hand side's time derivative df/dt, which the Rosenbrock method uses, is not "
@@ -266,7 +283,8 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         if raise_on_failure:
             _raise(status, message, t_reached, bound.method)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method=bound.method,
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method=bound.method,
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
 
 
@@ -285,12 +303,13 @@ def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):
         y, sens, status = bound(p, np.array(hist.values))
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
+    t_reached = float(info[Info.T_REACHED])
     message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
     if status != Status.SUCCESS and raise_on_failure:
         raise SolverError(f"solve (MethodOfSteps) failed with status {Status(status).name} at "
                           f"t_reached={t_reached!r}: {message}", status=int(status), t_reached=t_reached)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method="dde-dopri5",
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method="dde-dopri5",
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0, history=hist,
                     history_params=bound.history_params)

@@ -26,7 +26,6 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 
 from ..errors import OdeinferWarning, StudyError
 from ..model.cache import _PREFIX as _GENERATED  # module name prefix of the generated modules
@@ -84,15 +83,14 @@ def _dumps(obj):
     - a numba kernel of such a module is sent as (module, name), so the worker
       uses the module's cached machine code (cloudpickle would send the Python
       function and recompile it);
-    - a :class:`~odeinfer.solve.Solver` is rebuilt from its options (its ``y``
-      and ``sens`` are views of one buffer, which pickling would separate);
+    - a :class:`~odeinfer.solve.Solver` rebuilds itself from its model and values (its own
+      ``__reduce__``: its ``y`` and ``sens`` are views of one buffer, which pickling would separate);
     - other solver objects holding views of shared buffers are refused unless
       their class defines its own pickling.
     """
     import cloudpickle
     from numba.core.registry import CPUDispatcher
 
-    from odeinfer.solve.api import Solver
     from odeinfer.solve.dde import DDESolver
     from odeinfer.solve.dde_adjoint import AdjointGradient
 
@@ -102,12 +100,6 @@ def _dumps(obj):
                 return _load_generated, (obj.__name__, Path(obj.__file__).read_text(encoding="utf-8"))
             if isinstance(obj, CPUDispatcher) and getattr(obj.py_func, "__module__", "").startswith(_GENERATED):
                 return getattr, (sys.modules[obj.py_func.__module__], obj.py_func.__name__)
-            if type(obj) is Solver and not _own_reduction(Solver):
-                return _rebuild_solver, (
-                    obj.compiled, np.asarray(obj.t), obj.t0, obj.sensitivities, obj.method, obj.rtol,
-                    obj.atol, obj.max_steps, obj.first_step, obj.sens_error_control,
-                    tuple(int(i) for i in obj._nan_cols),
-                )
             if isinstance(obj, (DDESolver, AdjointGradient)) and not _own_reduction(type(obj)):
                 raise TypeError(
                     f"a {type(obj).__name__} (preallocated numba buffers) cannot be sent; capture the "
@@ -119,14 +111,6 @@ def _dumps(obj):
     buf = io.BytesIO()
     _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return buf.getvalue()
-
-
-def _rebuild_solver(compiled, t, *options):
-    from odeinfer.solve.api import Solver
-
-    t = np.array(t, dtype=float)
-    t.flags.writeable = False  # as make_solver leaves it: same kernel signature, cached machine code
-    return Solver(compiled, t, *options)
 
 
 def _load_generated(name, text):

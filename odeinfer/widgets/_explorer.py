@@ -2,7 +2,7 @@
 
 The work is split so that it can be tested and timed without a browser:
 :class:`TrajectorySimulator` maps values to arrays with a solver built once
-(:func:`odeinfer.make_solver`), :class:`Explorer` owns the sliders and a matplotlib
+(:func:`odeinfer.bind`), :class:`Explorer` owns the sliders and a matplotlib
 figure whose lines it updates in place (``set_data``) and shows as a PNG in an
 ``ipywidgets.Image`` (no ipympl needed; the image is part of the saved widget state, so
 it also shows in exported notebooks).
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from odeinfer.errors import InputError
+from odeinfer.solve.status import Info
 from odeinfer.widgets._common import check_data, check_model, message_html
 
 __all__ = ["TrajectorySimulator", "Explorer", "start_values"]
@@ -94,19 +95,19 @@ class TrajectorySimulator:
         Output times.
     t0 : float
         Time of the initial state.
-    method, rtol, atol
-        Passed to :func:`odeinfer.make_solver` (default "dopri5", 1e-6, 1e-8).
+    solver : Dopri5 or Rodas, optional
+        Default ``oi.Dopri5()`` (the ``view`` role's).
 
     Calling ``sim(params, x0)`` with arrays (n_params,), (n_states,) returns
     ``(y, status)``: a new array (n_times, n_states) (rows after a failure are NaN)
     and the solver's status code (0 = success).
     """
 
-    def __init__(self, model, t, t0, *, method="dopri5", rtol=1e-6, atol=1e-8):
-        from odeinfer.solve import make_solver
+    def __init__(self, model, t, t0, *, solver=None):
+        from odeinfer.solve import Problem, bind
 
         self.model = model
-        self.solver = make_solver(model, t, t0=t0, sensitivities=False, method=method, rtol=rtol, atol=atol)
+        self.solver = bind(Problem(model, t, t0=t0), solver=solver, role="view")
         self.t = np.array(self.solver.t)
         self._p = np.empty(model.n_params)
         self._x0 = np.empty(model.n_states)
@@ -118,7 +119,7 @@ class TrajectorySimulator:
         return np.array(y), int(status)
 
     def t_reached(self) -> float:
-        return float(self.solver.info[0])
+        return float(self.solver.info[Info.T_REACHED])
 
 
 def _slider_range(v, se=None):
@@ -153,8 +154,8 @@ class Explorer:
         data time.
     ranges : dict, optional
         Slider ranges ``{name: (min, max)}`` (names as in :attr:`names`) overriding the defaults.
-    method, rtol, atol
-        Solver options (default "dopri5", 1e-6, 1e-8).
+    solver : Dopri5 or Rodas, optional
+        Default ``oi.Dopri5()`` (the ``view`` role's).
     dpi : int, default 72
         Resolution of the drawn PNG.
     continuous_update : bool, default True
@@ -176,15 +177,15 @@ class Explorer:
     >>> ex                                                   # doctest: +SKIP
     """
 
-    def __init__(self, model, data, start=None, *, x0=None, t=None, ranges=None, method="dopri5", rtol=1e-6,
-                 atol=1e-8, dpi=72, continuous_update=True):
+    def __init__(self, model, data, start=None, *, x0=None, t=None, ranges=None, solver=None, dpi=72,
+                 continuous_update=True):
         check_model(model)
         check_data(data, model)
         if t is None:
             t = np.linspace(data.t0, data.t[-1], 200)
         params, init = start_values(model, data, start, x0)
         self.model, self.data, self.dpi = model, data, dpi
-        self.sim = TrajectorySimulator(model, t, data.t0, method=method, rtol=rtol, atol=atol)
+        self.sim = TrajectorySimulator(model, t, data.t0, solver=solver)
         self.names = list(model.params) + [f"x0[{s}]" for s in model.states]
         values = {**params, **{f"x0[{s}]": v for s, v in init.items()}}
         se = {}

@@ -4,7 +4,7 @@ orthogonal conditions, Brunel et al. 2013, sec. 6.2).
 
 Each entry carries its model (with ``delays``), true parameter values, history
 (:class:`~odeinfer.model.History`), observation times and provenance. Solve one
-with ``odeinfer.solve.solve_dde(e.model, e.params, e.history, e.t, t0=e.t0)``.
+with ``oi.solve(oi.Problem(e.model, e.t, history=e.history, t0=e.t0), e.params)``.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def riccati(width=None) -> ZooEntry:
             "d * delta(t - T_r) is dropped: the model's df/dT_r is 0 almost everywhere). Gradient-based "
             "trajectory fitting of T_r therefore needs the smooth step (riccati(width=...)); the "
             "orthogonal-conditions estimator handles the sharp step (it integrates the step exactly). "
-            "odeinfer.solve.solve_ode refuses sensitivities=True for the sharp model for this reason "
+            "odeinfer.solve refuses gradient=oi.Forward() for the sharp model for this reason "
             "(model.switching_params == ('T_r',)).\n"
             "[choice] t = 0.07, 0.14, ..., 14 (n = 200 equispaced points on (0, 14]; no observation falls "
             "exactly on T_r); sigma = 0.2, the paper's low noise level (the high one is 0.4)."
