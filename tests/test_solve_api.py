@@ -39,7 +39,8 @@ def test_status_enum_matches_the_kernel_constants():
 
 def test_status_messages_name_the_fix():
     assert "max_steps=7" in status_message(Status.MAX_STEPS, t_reached=3.0, max_steps=7)
-    assert 'method="rodas"' in status_message(Status.STIFF, t_reached=3.0)
+    assert "solver=oi.Rodas()" in status_message(Status.STIFF, t_reached=3.0)
+    assert "solver=oi.Rodas()" in status_message(Status.MAX_STEPS, t_reached=3.0, max_steps=7)
     assert "blows up" in status_message(Status.STEP_TOO_SMALL, t_reached=1.0)
     assert status_message(99) == "unknown solver status 99"
 
@@ -174,7 +175,7 @@ def test_sensitivities_refused_for_parameters_that_move_a_jump():
     prob = oi.Problem(switch, [0.0, 1.0], x0=[1.0])
     sol = oi.solve(prob, [1.0, 0.2])  # states alone are fine (no switch before t=1)
     assert sol.y[1, 0] == pytest.approx(np.exp(-1.0), rel=1e-6)
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['threshold'\] move a jump"):
+    with pytest.raises(InputError, match=r"gradient: parameters \['threshold'\] move a jump"):
         oi.solve(prob, [1.0, 0.2], gradient=oi.Forward())
 
 
@@ -376,9 +377,10 @@ def test_sens_exclude_columns_are_nan_on_every_fast_path_call():
 
 def test_switching_parameter_not_excluded_is_still_refused_with_a_hint():
     z = oi.zoo.get("riccati")
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump.*sens_exclude=\['T_r'\]"):
+    with pytest.raises(InputError, match=r"gradient: parameters \['T_r'\] move a jump.*"
+                                         r"gradient=oi\.Forward\(exclude=\['T_r'\]\)"):
         oi.bind(oi.Problem(z.model, z.t, t0=0.0), gradient=oi.Forward())
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump"):
+    with pytest.raises(InputError, match=r"gradient: parameters \['T_r'\] move a jump"):
         oi.bind(oi.Problem(z.model, z.t, t0=0.0), gradient=oi.Forward(exclude=["a"]))
 
 
@@ -387,8 +389,8 @@ def test_sens_exclude_refused_when_the_jump_depends_on_the_states():
     def switch(t, y, p):
         return {"x": om.where(y.x > p.threshold, -p.k * y.x, 0.0)}
 
-    with pytest.raises(InputError, match=r"sens_exclude: the jump of the right-hand side at .*x.* depends on "
-                                         r"the states"):
+    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states.*, even with \['threshold'\] excluded"):
         oi.solve(oi.Problem(switch, [0.0, 1.0], x0=[1.0]), [1.0, 0.2], gradient=oi.Forward(exclude=["threshold"]))
 
 
@@ -402,15 +404,15 @@ def test_sensitivities_refused_for_a_state_dependent_jump_with_a_constant_thresh
     prob = oi.Problem(switch, [0.0, 0.5], x0=[1.0])
     sol = oi.solve(prob, [1.0])  # states alone are fine
     assert sol.y[1, 0] == pytest.approx(np.exp(-0.5), rel=1e-6)
-    with pytest.raises(InputError, match=r"sensitivities: the jump of the right-hand side at .*x.* depends on "
-                                         r"the states.*sensitivities=False"):
+    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states.*gradient=None"):
         oi.solve(prob, [1.0], gradient=oi.Forward())
-    with pytest.raises(InputError, match=r"sensitivities: the jump .* depends on the states"):
+    with pytest.raises(InputError, match=r"gradient: the jump .* depends on the states"):
         oi.bind(prob, gradient=oi.Adjoint())
 
 
 @pytest.mark.parametrize("value, match", [
-    (["T_x"], r"sens_exclude: 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
+    (["T_x"], r"Forward\(exclude=\.\.\.\): 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
     (3, r"Forward\(exclude=\.\.\.\): expected a list of parameter names, got 3"),
     ([3], r"Forward\(exclude=\.\.\.\): expected parameter names \(str\), got 3"),
 ])
