@@ -1,5 +1,5 @@
 """Adjoint vector-Jacobian products of ODE solutions (odeinfer.solve.adjoint) and the Op's
-``gradient="adjoint"`` path (VJPOp), against independent oracles: the analytic solution of
+``gradient=oi.Adjoint()`` path (VJPOp), against independent oracles: the analytic solution of
 linear decay, forward sensitivities at tight tolerances, and central finite differences."""
 
 import pickle
@@ -170,8 +170,8 @@ def test_op_adjoint_gradient_equals_sensitivity_gradient(mode):
     e, p, x0, t = _entry("lotka_volterra")
     y_obs = np.random.default_rng(0).normal(20.0, 5.0, size=(t.size, 2))
     out = {}
-    for grad in ("sensitivities", "adjoint"):
-        op = ode_op(e.model, t, e.t0, gradient=grad, rtol=1e-10, atol=1e-12)
+    for grad, gradient in (("sensitivities", oi.Forward()), ("adjoint", oi.Adjoint())):
+        op = ode_op(e.model, t, e.t0, gradient=gradient, solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
         th, xx = pt.dvector("theta"), pt.dvector("x0")
         y, _ = op(th, xx)
         logp = -0.5 * pt.sum((y - y_obs) ** 2)
@@ -186,16 +186,16 @@ def test_vjp_op_nan_on_failure_and_bad_options():
     from odeinfer.bayes.op import ODEOp, ODEProblem, VJPOp
 
     e, p, x0, t = _entry("lotka_volterra")
-    prob = ODEProblem(e.model, t, e.t0, max_steps=5)
+    prob = ODEProblem(e.model, t, e.t0, solver=oi.Dopri5(max_steps=5))
     g_theta, g_x0, status = prob.python_vjp(p, x0, np.ones((t.size, 2)))
     assert status != 0 and np.isnan(g_theta).all() and np.isnan(g_x0).all()
     g_theta, _, status = prob.python_vjp(p, x0 * np.nan, np.ones((t.size, 2)))
     assert status == oi.solve.Status.NON_FINITE and np.isnan(g_theta).all()
     assert str(VJPOp(prob)) == "VJPOp(lotka_volterra)"
-    with pytest.raises(InputError, match="gradient: expected 'sensitivities' or 'adjoint', got 'fd'"):
+    with pytest.raises(InputError, match=r"gradient: expected oi\.Forward\(\) or oi\.Adjoint\(\), got 'fd'"):
         ODEOp(prob, gradient="fd")
-    with pytest.raises(InputError, match="method='rodas'"):
-        ODEOp(ODEProblem(e.model, t, e.t0, method="rodas"), gradient="adjoint")
+    with pytest.raises(InputError, match=r"oi\.Adjoint\(\) runs on the Dormand-Prince steps.*solver=Rodas\("):
+        ODEOp(ODEProblem(e.model, t, e.t0, solver=oi.Rodas()), gradient=oi.Adjoint())
 
 
 def _ops(pm_model):
@@ -206,7 +206,7 @@ def _ops(pm_model):
 
 
 def test_build_model_gradient_option():
-    """gradient='adjoint' gives the same log density gradient as 'sensitivities'; 'auto' picks the
+    """gradient=oi.Adjoint() gives the same log density gradient as oi.Forward(); None picks the
     adjoint only from ADJOINT_FROM Op inputs; a bad value is named."""
     pm = pytest.importorskip("pymc")
     from odeinfer.bayes.build import ADJOINT_FROM
@@ -216,23 +216,27 @@ def test_build_model_gradient_option():
     priors = {name: pm.HalfNormal.dist(2.0) for name in e.model.params}
     priors.update({"x0": pm.HalfNormal.dist(50.0), "sigma": pm.HalfNormal.dist(2.0)})
     grads = {}
-    for g in ("sensitivities", "adjoint", "auto"):
-        m = oi.bayes.build_model(e.model, data, priors=priors, gradient=g, rtol=1e-10, atol=1e-12)
-        assert [op.gradient for op in _ops(m)] == ["sensitivities" if g == "auto" else g]
+    sens = oi.Forward(error_control=False)
+    for g, gradient in (("sensitivities", sens), ("adjoint", oi.Adjoint()), ("auto", None)):
+        m = oi.bayes.build_model(e.model, data, priors=priors, gradient=gradient,
+                                 solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
+        assert [op.gradient for op in _ops(m)] == [sens if gradient is None else gradient]
         point = m.initial_point()
         grads[g] = m.compile_dlogp()(point)
     assert e.model.n_params + e.model.n_states < ADJOINT_FROM
     np.testing.assert_allclose(grads["adjoint"], grads["sensitivities"], rtol=1e-6,
                                atol=1e-7 * np.abs(grads["sensitivities"]).max())
-    with pytest.raises(InputError, match="gradient: expected 'auto', 'sensitivities' or 'adjoint', got 'exact'"):
+    with pytest.raises(InputError, match=r"gradient: expected None, oi\.Forward\(\.\.\.\) or oi\.Adjoint\(\.\.\.\), "
+                                         r"got 'exact'"):
         oi.bayes.build_model(e.model, data, priors=priors, gradient="exact")
-    with pytest.raises(InputError, match=r"gradient='adjoint'.*method='rodas'.*use method='dopri5'"):
-        oi.bayes.build_model(e.model, data, priors=priors, gradient="adjoint", method="rodas")
+    with pytest.raises(InputError, match=r"gradient: oi\.Adjoint\(\) runs on the Dormand-Prince steps.*solver=Rodas\(.*"
+                                         r"use solver=oi\.Dopri5\(\.\.\.\)"):
+        oi.bayes.build_model(e.model, data, priors=priors, gradient=oi.Adjoint(), solver=oi.Rodas())
 
 
 def test_auto_gradient_choice():
-    """'auto': the adjoint for dopri5 ODE problems with >= ADJOINT_FROM inputs, else sensitivities
-    (rodas, few inputs, delay models)."""
+    """None: the adjoint for dopri5 ODE problems with >= ADJOINT_FROM inputs, else forward
+    sensitivities on the states' steps (rodas, few inputs, delay models); a given value is kept."""
     from odeinfer.bayes.build import ADJOINT_FROM, _op_gradient
     from odeinfer.bayes.dde_problem import DDEProblem
     from odeinfer.bayes.op import ODEProblem
@@ -242,12 +246,13 @@ def test_auto_gradient_choice():
                                     params=[f"k{i}" for i in range(n)], name="chain")
     t = np.linspace(0, 1, 5)
     assert 2 * n >= ADJOINT_FROM
-    assert _op_gradient("auto", ODEProblem(chain, t)) == "adjoint"
-    assert _op_gradient("auto", ODEProblem(chain, t, method="rodas")) == "sensitivities"
-    assert _op_gradient("auto", ODEProblem(oi.zoo.get("lotka_volterra").model, t)) == "sensitivities"
+    sens = oi.Forward(error_control=False)
+    assert _op_gradient(None, ODEProblem(chain, t)) == oi.Adjoint()
+    assert _op_gradient(None, ODEProblem(chain, t, solver=oi.Rodas())) == sens
+    assert _op_gradient(None, ODEProblem(oi.zoo.get("lotka_volterra").model, t)) == sens
     e = oi.zoo.get("hiv")
-    assert _op_gradient("auto", DDEProblem(e.model, e.t, e.history, e.t0)) == "sensitivities"
-    assert _op_gradient("sensitivities", ODEProblem(chain, t)) == "sensitivities"
+    assert _op_gradient(None, DDEProblem(e.model, e.t, e.history, e.t0)) == sens
+    assert _op_gradient(oi.Forward(), ODEProblem(chain, t)) == oi.Forward()
 
 
 def test_numba_vjp_grows_its_step_record():
@@ -259,10 +264,10 @@ def test_numba_vjp_grows_its_step_record():
     e, p, x0, _ = _entry("lotka_volterra")
     t = np.linspace(0.0, 300.0, 31)
     g = np.random.default_rng(8).normal(size=(t.size, 2))
-    prob = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11)
+    prob = ODEProblem(e.model, t, 0.0, solver=oi.Dopri5(rtol=1e-9, atol=1e-11))
     g_theta, g_x0, status = prob.python_vjp(p, x0, g)
     assert status == 0 and prob._vjp().info[1] > 1000  # attempted steps: the record had to grow
     n_theta, n_x0 = prob.numba_vjp()(p, x0, g)
     np.testing.assert_allclose(np.concatenate([n_theta, n_x0]), np.concatenate([g_theta, g_x0]), rtol=1e-12)
-    short = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11, max_steps=700)
+    short = ODEProblem(e.model, t, 0.0, solver=oi.Dopri5(rtol=1e-9, atol=1e-11, max_steps=700))
     assert np.isnan(short.python_vjp(p, x0, g)[0]).all() and np.isnan(short.numba_vjp()(p, x0, g)[0]).all()

@@ -79,7 +79,7 @@ def test_adjoint_gradient_matches_the_sensitivity_gradient(name):
     t_end = float(e.t[-1])
     x0 = e.x0_array()
     target = History.from_function(lambda s: x0 * (1.0 + 0.1 * np.sin(s)), e.t0, t_end, n_points=4001)
-    g = dde_loss_gradient(e.model, e.params_array(), e.history, target, t_end, t0=e.t0, nsub=100)
+    g = dde_loss_gradient(e.model, e.params_array(), e.history, target, t_end, t0=e.t0, gradient=oi.Adjoint(nsub=100))
     loss, grad = _simpson_gradient(e, target, t_end)
     assert g.loss == pytest.approx(loss, rel=1e-6)
     np.testing.assert_allclose(g.grad, grad, rtol=0, atol=1e-6 * np.max(np.abs(grad)))
