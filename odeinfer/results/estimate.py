@@ -215,7 +215,9 @@ class Estimate:
         -------
         Prediction
             ``y``, ``se``, ``lower``, ``upper`` of shape (n_times, n_states); the
-            bands propagate ``cov`` through the forward sensitivities (delta method).
+            bands propagate ``cov`` through the forward sensitivities (delta method), on the
+            model's noise scale (log-normal bands ``y exp(-+ z se / y)`` for the observed states
+            of a model with ``noise="log"``).
         """
         from odeinfer.results.prediction import predict
 

@@ -108,16 +108,15 @@ class Solver:
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
-        # adaptive Dormand-Prince: the model kernel or, while it compiles, the shared one
-        adaptive = method == "dopri5" and not self.fixed_step
-        self._tiers = _shared.TieredKernel(compiled, self.kernel) if adaptive else None
+        # adaptive solves: the model kernel or, while it compiles, the shared one
+        self._tiers = None if self.fixed_step else _shared.TieredKernel(compiled, self.kernel)
         self._run = self._bind()
 
     @property
     def tier(self):
         """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the model-independent
-        ``ptr_dopri5_*`` kernel while :attr:`kernel` compiles in a background process; same
-        results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive ``dopri5``
+        ``ptr_dopri5_*`` / ``ptr_rodas_*`` kernel while :attr:`kernel` compiles in a background
+        process; same results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive
         solver before its first call, which decides)."""
         return "model" if self._tiers is None else self._tiers.tier
 
