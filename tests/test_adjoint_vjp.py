@@ -1,5 +1,5 @@
 """Adjoint vector-Jacobian products of ODE solutions (odeinfer.solve.adjoint) and the Op's
-``gradient="adjoint"`` path (VJPOp), against independent oracles: the analytic solution of
+``gradient=oi.Adjoint()`` path (VJPOp), against independent oracles: the analytic solution of
 linear decay, forward sensitivities at tight tolerances, and central finite differences."""
 
 import pickle
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import odeinfer as oi
-from odeinfer.errors import InputError, SolverError
-from odeinfer.solve import make_vjp, solve_vjp
+from odeinfer.errors import InputError
+from odeinfer.solve import Status
 
 
 @oi.model(states=["x"], params=["k"])
@@ -24,8 +24,20 @@ def _entry(name):
 
 def _sens_vjp(model, p, x0, t, g, t0=None):
     """Reference: forward sensitivities at rtol 1e-12 contracted with g."""
-    s = oi.solve_ode(model, p, x0, t, t0=t0, sensitivities=True, rtol=1e-12, atol=1e-14)
+    s = oi.solve(oi.Problem(model, t, x0=x0, t0=t0), p, solver=oi.Dopri5(rtol=1e-12, atol=1e-14),
+                 gradient=oi.Forward())
     return np.einsum("ik,ikj->j", g, s.sens)
+
+
+def adjoint_vjp(model, p, x0, t, g, t0=None, **options):
+    """The bound adjoint (``oi.bind(..., gradient=oi.Adjoint())``) called once: the gradient as a
+    Series indexed by the parameters then ``"<state>(t0)"``; a failed solve fails the test."""
+    import pandas as pd
+
+    vjp = oi.bind(oi.Problem(model, t, t0=t0), solver=oi.Dopri5(**options), gradient=oi.Adjoint())
+    grad, status = vjp(np.asarray(p, dtype=float), np.asarray(x0, dtype=float), np.array(g, dtype=float))
+    assert status == Status.SUCCESS
+    return pd.Series(grad.copy(), index=[*model.params, *(f"{s}(t0)" for s in model.states)])
 
 
 def test_linear_decay_matches_analytic_derivatives():
@@ -34,7 +46,7 @@ def test_linear_decay_matches_analytic_derivatives():
     k, x0, t0 = 0.7, 2.0, -0.5
     t = np.array([-0.5, 0.0, 0.3, 0.3, 1.0, 2.5])
     g = np.array([[1.5], [0.2], [-1.0], [0.4], [2.0], [0.7]])
-    grad = solve_vjp(decay, [k], [x0], t, g, t0=t0, rtol=1e-10, atol=1e-12)
+    grad = adjoint_vjp(decay, [k], [x0], t, g, t0=t0, rtol=1e-10, atol=1e-12)
     e = np.exp(-k * (t - t0))
     np.testing.assert_allclose(grad["k"], np.sum(g[:, 0] * -(t - t0) * x0 * e), rtol=1e-8)
     np.testing.assert_allclose(grad["x(t0)"], np.sum(g[:, 0] * e), rtol=1e-8)
@@ -42,7 +54,7 @@ def test_linear_decay_matches_analytic_derivatives():
 
 def test_outputs_only_at_t0():
     """No step at all: the gradient is sum(g) for x0 and zero for k."""
-    grad = solve_vjp(decay, [0.7], [2.0], [1.0, 1.0], [[1.0], [2.0]])
+    grad = adjoint_vjp(decay, [0.7], [2.0], [1.0, 1.0], [[1.0], [2.0]])
     assert grad["x(t0)"] == 3.0 and grad["k"] == 0.0
 
 
@@ -52,7 +64,7 @@ def test_matches_forward_sensitivities(name):
     e, p, x0, t = _entry(name)
     g = np.random.default_rng(3).normal(size=(t.size, e.model.n_states))
     ref = _sens_vjp(e.model, p, x0, t, g, e.t0)
-    grad = solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
+    grad = adjoint_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
     np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
 
 
@@ -62,7 +74,7 @@ def test_error_shrinks_with_the_tolerance():
     e, p, x0, t = _entry("lotka_volterra")
     g = np.random.default_rng(1).normal(size=(t.size, 2))
     ref = _sens_vjp(e.model, p, x0, t, g, e.t0)
-    errs = [np.abs(solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=r, atol=r * 1e-2).to_numpy() - ref).max()
+    errs = [np.abs(adjoint_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=r, atol=r * 1e-2).to_numpy() - ref).max()
             / np.abs(ref).max() for r in (1e-6, 1e-8)]
     assert errs[0] < 1e-4 and errs[1] < 1e-6 and errs[1] < errs[0] / 20
 
@@ -74,7 +86,8 @@ def test_central_finite_differences():
     v = np.concatenate([p, x0])
 
     def f(v):
-        y = oi.solve_ode(e.model, v[:p.size], v[p.size:], t, t0=e.t0, rtol=1e-12, atol=1e-14).y
+        y = oi.solve(oi.Problem(e.model, t, x0=v[p.size:], t0=e.t0), v[:p.size],
+                     solver=oi.Dopri5(rtol=1e-12, atol=1e-14)).y
         return np.sum(g * y)
 
     fd = np.empty_like(v)
@@ -84,19 +97,21 @@ def test_central_finite_differences():
         vp[j] += h
         vm[j] -= h
         fd[j] = (f(vp) - f(vm)) / (2 * h)
-    grad = solve_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
+    grad = adjoint_vjp(e.model, p, x0, t, g, t0=e.t0, rtol=1e-10, atol=1e-12).to_numpy()
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
 
 
 def test_fast_path_status_and_pickle():
     t = np.linspace(0, 2, 5)
-    vjp = make_vjp(decay, t)
+    vjp = oi.bind(oi.Problem(decay, t), gradient=oi.Adjoint())
     g = np.ones((5, 1))
     grad, status = vjp(np.array([0.5]), np.array([1.0]), g)
     assert status == 0 and np.isfinite(grad).all()
     _, status = vjp(np.array([0.5, 1.0]), np.array([1.0]), g)
     assert status == oi.solve.Status.BAD_INPUT
-    _, status = vjp(np.array([0.5]), np.array([1.0]), np.ones((4, 1)))
+    _, status = vjp(np.array([0.5]), np.array([1.0]), np.ones((4, 1)))  # g: (n_times, n_states) = (5, 1)
+    assert status == oi.solve.Status.BAD_INPUT
+    _, status = vjp(np.array([0.5]), np.array([1.0]), np.ones((5, 2)))
     assert status == oi.solve.Status.BAD_INPUT
     clone = pickle.loads(pickle.dumps(vjp))
     np.testing.assert_array_equal(clone(np.array([0.5]), np.array([1.0]), g)[0], vjp(np.array([0.5]),
@@ -104,31 +119,39 @@ def test_fast_path_status_and_pickle():
 
 
 def test_bad_input():
+    """The adjoint is a bound solver only (its call does not validate: a g of the wrong shape is a
+    BAD_INPUT status, tested above); its options and the problem validate before any work."""
     t = np.linspace(0, 1, 4)
-    with pytest.raises(InputError, match=r"g: expected shape \(n_times, n_states\) = \(4, 1\), got \(3, 1\)"):
-        solve_vjp(decay, [0.5], [1.0], t, np.ones((3, 1)))
-    with pytest.raises(InputError, match=r"g: rows \[2\] hold NaN or inf"):
-        solve_vjp(decay, [0.5], [1.0], t, [[1.0], [1.0], [np.nan], [1.0]])
-    with pytest.raises(InputError, match="nsub"):
-        make_vjp(decay, t, nsub=0)
-    with pytest.raises(InputError, match="params"):
-        solve_vjp(decay, {"kk": 0.5}, [1.0], t, np.ones((4, 1)))
+    prob = oi.Problem(decay, t)
+    with pytest.raises(InputError, match=r"Adjoint\(nsub=\.\.\.\): expected a positive integer, got 0"):
+        oi.bind(prob, gradient=oi.Adjoint(nsub=0))
+    with pytest.raises(InputError, match=r"gradient: solve\(\) returns states and forward sensitivities; .*"
+                                         r"oi\.bind\(problem, gradient=oi\.Adjoint\(\)\)"):
+        oi.solve(oi.Problem(decay, t, x0=[1.0]), [0.5], gradient=oi.Adjoint())
+    with pytest.raises(InputError, match=r"gradient: oi\.Adjoint\(\) needs an adaptive solver=oi\.Dopri5\(\.\.\.\).*"
+                                         r"got Rodas\("):
+        oi.bind(prob, solver=oi.Rodas(), gradient=oi.Adjoint())
+    with pytest.raises(InputError, match=r"gradient: oi\.Adjoint\(\) needs an adaptive solver.*fixed_step=0\.1"):
+        oi.bind(prob, solver=oi.Dopri5(fixed_step=0.1), gradient=oi.Adjoint())
+    with pytest.raises(InputError, match=r"params: \['kk'\] is not a parameter of the model"):
+        oi.solve(oi.Problem(decay, t, x0=[1.0]), {"kk": 0.5})
 
 
 def test_jump_in_the_right_hand_side_is_refused():
     """Like forward sensitivities, the adjoint would miss the jump term of a moving switch."""
     e = oi.zoo.get("riccati")
     with pytest.raises(InputError, match="move a jump"):
-        make_vjp(e.model, e.t, t0=e.t0)
+        oi.bind(oi.Problem(e.model, e.t, t0=e.t0), gradient=oi.Adjoint())
 
 
-def test_failed_forward_solve_raises():
+def test_failed_forward_solve_returns_a_failure_status():
     @oi.model(states=["x"], params=["a"])
     def blowup(t, y, p):
         return {"x": p.a * y.x ** 2}
 
-    with pytest.raises(SolverError):
-        solve_vjp(blowup, [1.0], [1.0], [0.0, 2.0], [[0.0], [1.0]], max_steps=500)
+    vjp = oi.bind(oi.Problem(blowup, [0.0, 2.0]), solver=oi.Dopri5(max_steps=500), gradient=oi.Adjoint())
+    _, status = vjp(np.array([1.0]), np.array([1.0]), np.array([[0.0], [1.0]]))
+    assert status in (Status.STEP_TOO_SMALL, Status.MAX_STEPS, Status.NON_FINITE)
 
 
 # --- the Op ----------------------------------------------------------------------------------
@@ -147,8 +170,8 @@ def test_op_adjoint_gradient_equals_sensitivity_gradient(mode):
     e, p, x0, t = _entry("lotka_volterra")
     y_obs = np.random.default_rng(0).normal(20.0, 5.0, size=(t.size, 2))
     out = {}
-    for grad in ("sensitivities", "adjoint"):
-        op = ode_op(e.model, t, e.t0, gradient=grad, rtol=1e-10, atol=1e-12)
+    for grad, gradient in (("sensitivities", oi.Forward()), ("adjoint", oi.Adjoint())):
+        op = ode_op(e.model, t, e.t0, gradient=gradient, solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
         th, xx = pt.dvector("theta"), pt.dvector("x0")
         y, _ = op(th, xx)
         logp = -0.5 * pt.sum((y - y_obs) ** 2)
@@ -163,16 +186,16 @@ def test_vjp_op_nan_on_failure_and_bad_options():
     from odeinfer.bayes.op import ODEOp, ODEProblem, VJPOp
 
     e, p, x0, t = _entry("lotka_volterra")
-    prob = ODEProblem(e.model, t, e.t0, max_steps=5)
+    prob = ODEProblem(e.model, t, e.t0, solver=oi.Dopri5(max_steps=5))
     g_theta, g_x0, status = prob.python_vjp(p, x0, np.ones((t.size, 2)))
     assert status != 0 and np.isnan(g_theta).all() and np.isnan(g_x0).all()
     g_theta, _, status = prob.python_vjp(p, x0 * np.nan, np.ones((t.size, 2)))
     assert status == oi.solve.Status.NON_FINITE and np.isnan(g_theta).all()
     assert str(VJPOp(prob)) == "VJPOp(lotka_volterra)"
-    with pytest.raises(InputError, match="gradient: expected 'sensitivities' or 'adjoint', got 'fd'"):
+    with pytest.raises(InputError, match=r"gradient: expected oi\.Forward\(\) or oi\.Adjoint\(\), got 'fd'"):
         ODEOp(prob, gradient="fd")
-    with pytest.raises(InputError, match="method='rodas'"):
-        ODEOp(ODEProblem(e.model, t, e.t0, method="rodas"), gradient="adjoint")
+    with pytest.raises(InputError, match=r"oi\.Adjoint\(\) runs on the Dormand-Prince steps.*solver=Rodas\("):
+        ODEOp(ODEProblem(e.model, t, e.t0, solver=oi.Rodas()), gradient=oi.Adjoint())
 
 
 def _ops(pm_model):
@@ -183,7 +206,7 @@ def _ops(pm_model):
 
 
 def test_build_model_gradient_option():
-    """gradient='adjoint' gives the same log density gradient as 'sensitivities'; 'auto' picks the
+    """gradient=oi.Adjoint() gives the same log density gradient as oi.Forward(); None picks the
     adjoint only from ADJOINT_FROM Op inputs; a bad value is named."""
     pm = pytest.importorskip("pymc")
     from odeinfer.bayes.build import ADJOINT_FROM
@@ -193,23 +216,27 @@ def test_build_model_gradient_option():
     priors = {name: pm.HalfNormal.dist(2.0) for name in e.model.params}
     priors.update({"x0": pm.HalfNormal.dist(50.0), "sigma": pm.HalfNormal.dist(2.0)})
     grads = {}
-    for g in ("sensitivities", "adjoint", "auto"):
-        m = oi.bayes.build_model(e.model, data, priors=priors, gradient=g, rtol=1e-10, atol=1e-12)
-        assert [op.gradient for op in _ops(m)] == ["sensitivities" if g == "auto" else g]
+    sens = oi.Forward(error_control=False)
+    for g, gradient in (("sensitivities", sens), ("adjoint", oi.Adjoint()), ("auto", None)):
+        m = oi.bayes.build_model(e.model, data, priors=priors, gradient=gradient,
+                                 solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
+        assert [op.gradient for op in _ops(m)] == [sens if gradient is None else gradient]
         point = m.initial_point()
         grads[g] = m.compile_dlogp()(point)
     assert e.model.n_params + e.model.n_states < ADJOINT_FROM
     np.testing.assert_allclose(grads["adjoint"], grads["sensitivities"], rtol=1e-6,
                                atol=1e-7 * np.abs(grads["sensitivities"]).max())
-    with pytest.raises(InputError, match="gradient: expected 'auto', 'sensitivities' or 'adjoint', got 'exact'"):
+    with pytest.raises(InputError, match=r"gradient: expected None, oi\.Forward\(\.\.\.\) or oi\.Adjoint\(\.\.\.\), "
+                                         r"got 'exact'"):
         oi.bayes.build_model(e.model, data, priors=priors, gradient="exact")
-    with pytest.raises(InputError, match=r"gradient='adjoint'.*method='rodas'.*use method='dopri5'"):
-        oi.bayes.build_model(e.model, data, priors=priors, gradient="adjoint", method="rodas")
+    with pytest.raises(InputError, match=r"gradient: oi\.Adjoint\(\) runs on the Dormand-Prince steps.*solver=Rodas\(.*"
+                                         r"use solver=oi\.Dopri5\(\.\.\.\)"):
+        oi.bayes.build_model(e.model, data, priors=priors, gradient=oi.Adjoint(), solver=oi.Rodas())
 
 
 def test_auto_gradient_choice():
-    """'auto': the adjoint for dopri5 ODE problems with >= ADJOINT_FROM inputs, else sensitivities
-    (rodas, few inputs, delay models)."""
+    """None: the adjoint for dopri5 ODE problems with >= ADJOINT_FROM inputs, else forward
+    sensitivities on the states' steps (rodas, few inputs, delay models); a given value is kept."""
     from odeinfer.bayes.build import ADJOINT_FROM, _op_gradient
     from odeinfer.bayes.dde_problem import DDEProblem
     from odeinfer.bayes.op import ODEProblem
@@ -219,12 +246,13 @@ def test_auto_gradient_choice():
                                     params=[f"k{i}" for i in range(n)], name="chain")
     t = np.linspace(0, 1, 5)
     assert 2 * n >= ADJOINT_FROM
-    assert _op_gradient("auto", ODEProblem(chain, t)) == "adjoint"
-    assert _op_gradient("auto", ODEProblem(chain, t, method="rodas")) == "sensitivities"
-    assert _op_gradient("auto", ODEProblem(oi.zoo.get("lotka_volterra").model, t)) == "sensitivities"
+    sens = oi.Forward(error_control=False)
+    assert _op_gradient(None, ODEProblem(chain, t)) == oi.Adjoint()
+    assert _op_gradient(None, ODEProblem(chain, t, solver=oi.Rodas())) == sens
+    assert _op_gradient(None, ODEProblem(oi.zoo.get("lotka_volterra").model, t)) == sens
     e = oi.zoo.get("hiv")
-    assert _op_gradient("auto", DDEProblem(e.model, e.t, e.history, e.t0)) == "sensitivities"
-    assert _op_gradient("sensitivities", ODEProblem(chain, t)) == "sensitivities"
+    assert _op_gradient(None, DDEProblem(e.model, e.t, e.history, e.t0)) == sens
+    assert _op_gradient(oi.Forward(), ODEProblem(chain, t)) == oi.Forward()
 
 
 def test_numba_vjp_grows_its_step_record():
@@ -236,10 +264,10 @@ def test_numba_vjp_grows_its_step_record():
     e, p, x0, _ = _entry("lotka_volterra")
     t = np.linspace(0.0, 300.0, 31)
     g = np.random.default_rng(8).normal(size=(t.size, 2))
-    prob = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11)
+    prob = ODEProblem(e.model, t, 0.0, solver=oi.Dopri5(rtol=1e-9, atol=1e-11))
     g_theta, g_x0, status = prob.python_vjp(p, x0, g)
     assert status == 0 and prob._vjp().info[1] > 1000  # attempted steps: the record had to grow
     n_theta, n_x0 = prob.numba_vjp()(p, x0, g)
     np.testing.assert_allclose(np.concatenate([n_theta, n_x0]), np.concatenate([g_theta, g_x0]), rtol=1e-12)
-    short = ODEProblem(e.model, t, 0.0, rtol=1e-9, atol=1e-11, max_steps=700)
+    short = ODEProblem(e.model, t, 0.0, solver=oi.Dopri5(rtol=1e-9, atol=1e-11, max_steps=700))
     assert np.isnan(short.python_vjp(p, x0, g)[0]).all() and np.isnan(short.numba_vjp()(p, x0, g)[0]).all()

@@ -12,10 +12,10 @@ References:
 import numpy as np
 import pytest
 
+import odeinfer as oi
 from odeinfer import zoo
 from odeinfer.errors import InputError
 from odeinfer.model import History
-from odeinfer.solve import solve_dde
 from odeinfer.solve.dde_adjoint import dde_loss_gradient
 
 
@@ -48,7 +48,8 @@ def test_paper_formula_has_the_wrong_sign_at_the_papers_starting_point():
     eq. (5) gives +5.86376171, the true gradient (FD) is -27.76543856."""
     e = zoo.get("delay_exponential_decay")
     s = np.linspace(0.0, 10.0, 2001)
-    truth = solve_dde(e.model, e.params_array(), e.history, s, rtol=1e-11, atol=1e-13)
+    truth = oi.solve(oi.Problem(e.model, s, history=e.history), e.params_array(),
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)))
     target = History.from_data(s, truth.y)
     g = dde_loss_gradient(e.model, (-1.5, -2.5, 2.0), History.affine(2.25, 2.8), target, 10.0)
     paper = dde_loss_gradient(e.model, (-1.5, -2.5, 2.0), History.affine(2.25, 2.8), target, 10.0, paper=True)
@@ -61,8 +62,8 @@ def _simpson_gradient(entry, target, t_end, per_tau=200):
     n_panels = int(np.ceil((t_end - entry.t0) / tau * per_tau / 2))
     t = np.linspace(entry.t0, t_end, 2 * n_panels + 1)
     # aligned with t0 + k tau when (t_end - t0) / tau is an integer, else dense enough for 1e-6
-    sol = solve_dde(entry.model, entry.params_array(), entry.history, t, t0=entry.t0, sensitivities=True,
-                    rtol=1e-11, atol=1e-13)
+    sol = oi.solve(oi.Problem(entry.model, t, history=entry.history, t0=entry.t0), entry.params_array(),
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)), gradient=oi.Forward())
     r = sol.y - target(t)
     integrand = 2.0 * np.einsum("ti,tij->tj", r, sol.sens)
     loss_i = np.sum(r * r, axis=1)
@@ -78,7 +79,7 @@ def test_adjoint_gradient_matches_the_sensitivity_gradient(name):
     t_end = float(e.t[-1])
     x0 = e.x0_array()
     target = History.from_function(lambda s: x0 * (1.0 + 0.1 * np.sin(s)), e.t0, t_end, n_points=4001)
-    g = dde_loss_gradient(e.model, e.params_array(), e.history, target, t_end, t0=e.t0, nsub=100)
+    g = dde_loss_gradient(e.model, e.params_array(), e.history, target, t_end, t0=e.t0, gradient=oi.Adjoint(nsub=100))
     loss, grad = _simpson_gradient(e, target, t_end)
     assert g.loss == pytest.approx(loss, rel=1e-6)
     np.testing.assert_allclose(g.grad, grad, rtol=0, atol=1e-6 * np.max(np.abs(grad)))

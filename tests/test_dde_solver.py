@@ -16,7 +16,8 @@ from odeinfer import math as om
 from odeinfer import zoo
 from odeinfer.errors import DataError, InputError, SolverError
 from odeinfer.model import History
-from odeinfer.solve import Status, make_dde_solver, solve_dde, solve_ode
+from odeinfer.solve import Status
+from odeinfer.solve.dde import DDESolver
 
 
 def _load_reference():
@@ -27,7 +28,7 @@ def _load_reference():
 
 ref = _load_reference()
 DDE_NAMES = zoo.available("dde")
-TIGHT = dict(rtol=1e-10, atol=1e-12)
+TIGHT = oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12))
 
 
 @oi.model(states=["x"], params=["a", "tau"], delays=["tau"])
@@ -48,7 +49,7 @@ def _exact_lagged_decay(t):
 
 def test_matches_the_analytic_piecewise_polynomial_solution():
     t = np.linspace(0.0, 6.0, 61)
-    sol = solve_dde(lagged_decay, {"a": 1.0, "tau": 1.0}, 1.0, t, **TIGHT)
+    sol = oi.solve(oi.Problem(lagged_decay, t, history=1.0), {"a": 1.0, "tau": 1.0}, solver=TIGHT)
     exact = np.array([_exact_lagged_decay(v) for v in t])
     np.testing.assert_allclose(sol.y[:, 0], exact, rtol=0, atol=1e-10)
     # the steps land on the breakpoints, so the error is at the tolerance level with few steps
@@ -57,7 +58,7 @@ def test_matches_the_analytic_piecewise_polynomial_solution():
 
 def test_dense_output_between_breakpoints_is_accurate_at_default_tolerance():
     t = np.linspace(0.0, 5.0, 501)
-    sol = solve_dde(lagged_decay, {"a": 1.0, "tau": 1.0}, 1.0, t)
+    sol = oi.solve(oi.Problem(lagged_decay, t, history=1.0), {"a": 1.0, "tau": 1.0})
     exact = np.array([_exact_lagged_decay(v) for v in t])
     assert np.max(np.abs(sol.y[:, 0] - exact)) < 1e-5  # global error within 10 rtol
 
@@ -65,7 +66,8 @@ def test_dense_output_between_breakpoints_is_accurate_at_default_tolerance():
 @pytest.mark.parametrize("name", DDE_NAMES)
 def test_states_match_scipy_method_of_steps(name):
     entry = zoo.get(name)
-    sol = solve_dde(entry.model, entry.params_array(), entry.history, entry.t, t0=entry.t0, **TIGHT)
+    sol = oi.solve(oi.Problem(entry.model, entry.t, history=entry.history, t0=entry.t0), entry.params_array(),
+                   solver=TIGHT)
     want = ref.reference_solution(entry)
     scale = np.max(np.abs(want), axis=0) + 1e-300
     err = np.max(np.abs(sol.y - want) / scale)
@@ -76,7 +78,7 @@ def test_two_delays_match_scipy_method_of_steps():
     p = {"a": 0.8, "b": 1.0, "c": 0.6, "tau1": 0.7, "tau2": 1.1}
     hist = History.periodic([0.3, -0.2], [2.0, 1.0], [1.0, 0.5])
     t = np.linspace(0.0, 8.0, 41)
-    sol = solve_dde(two_delays, p, hist, t, **TIGHT)
+    sol = oi.solve(oi.Problem(two_delays, t, history=hist), p, solver=TIGHT)
 
     def rhs(tt, x, lags):
         return np.array([x[1] - p["a"] * lags[0][0], -p["b"] * x[0] - p["c"] * lags[1][1] * lags[0][0]])
@@ -97,7 +99,8 @@ def _midpoints(t):
 
 
 def _fd_sens(model, p, phi, hist, t, t0, rel=1e-5):
-    solver = make_dde_solver(model, t, hist, t0=t0, rtol=1e-12, atol=1e-14)
+    solver = oi.bind(oi.Problem(model, t, history=hist, t0=t0),
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)))
     theta = np.concatenate([p, phi])
     m = p.size
     cols = []
@@ -119,7 +122,8 @@ def test_sensitivities_match_central_finite_differences(name):
     entry = zoo.get(name)
     p, phi = entry.params_array(), entry.history_params_array()
     t = _midpoints(entry.t)
-    sol = solve_dde(entry.model, p, entry.history, t, t0=entry.t0, sensitivities=True, **TIGHT)
+    sol = oi.solve(oi.Problem(entry.model, t, history=entry.history, t0=entry.t0), p, solver=TIGHT,
+                   gradient=oi.Forward())
     fd = _fd_sens(entry.model, p, phi, entry.history, t, entry.t0)
     assert sol.sens.shape == fd.shape == (t.size, entry.model.n_states, p.size + phi.size)
     # per (state, column), with a floor relative to the state's largest sensitivity (FD noise on exact zeros)
@@ -136,12 +140,13 @@ def test_delay_sensitivity_includes_the_history_derivative_term():
     entry = zoo.get("delay_exponential_decay")
     p, phi = entry.params_array(), entry.history_params_array()
     t = _midpoints(entry.t)
-    sol = solve_dde(entry.model, p, entry.history, t, t0=0.0, sensitivities=True, **TIGHT)
+    sol = oi.solve(oi.Problem(entry.model, t, history=entry.history, t0=0.0), p, solver=TIGHT, gradient=oi.Forward())
     fd = _fd_sens(entry.model, p, phi, entry.history, t, 0.0)
     j = entry.model.params.index("tau")
     np.testing.assert_allclose(sol.sens[:, 0, j], fd[:, 0, j], rtol=0, atol=1e-6 * np.max(np.abs(fd[:, 0, j])))
     # with a = 0 (a constant history) the sensitivity changes: the term is not zero here
-    flat = solve_dde(entry.model, p, History.affine(0.0, 4.0), t, t0=0.0, sensitivities=True, **TIGHT)
+    flat = oi.solve(oi.Problem(entry.model, t, history=History.affine(0.0, 4.0), t0=0.0), p, solver=TIGHT,
+                    gradient=oi.Forward())
     assert np.max(np.abs(flat.sens[:, 0, j] - sol.sens[:, 0, j])) > 0.1
 
 
@@ -149,7 +154,7 @@ def test_two_delay_sensitivities_match_finite_differences():
     p = np.array([0.8, 1.0, 0.6, 0.7, 1.1])
     hist = History.affine([0.4, -0.3], [1.0, 0.5])
     t = _midpoints(np.linspace(0.0, 6.0, 31))
-    sol = solve_dde(two_delays, p, hist, t, t0=0.0, sensitivities=True, **TIGHT)
+    sol = oi.solve(oi.Problem(two_delays, t, history=hist, t0=0.0), p, solver=TIGHT, gradient=oi.Forward())
     fd = _fd_sens(two_delays, p, hist.values, hist, t, 0.0)
     scale = np.max(np.abs(fd), axis=0) + 1e-8
     assert np.max(np.abs(sol.sens - fd) / scale) < 2e-5
@@ -159,20 +164,30 @@ def test_piecewise_and_callable_histories():
     fn = lambda s: np.array([1.0 + 0.5 * np.cos(s)])  # noqa: E731
     t = np.linspace(0.0, 4.0, 21)
     p = {"a": 1.2, "tau": 0.8}
-    from_fn = solve_dde(lagged_decay, p, fn, t, **TIGHT)
+    # a function of time is sampled over the window [t0 - tau, t0]
+    from_fn = oi.solve(oi.Problem(lagged_decay, t, history=History.from_function(fn, -0.8, 0.0)), p, solver=TIGHT)
     periodic_equiv = ref.method_of_steps(lambda tt, x, lags: np.array([-1.2 * lags[0][0]]), fn, [0.8], 0.0, 4.0)(t)
     np.testing.assert_allclose(from_fn.y, periodic_equiv, atol=1e-8)
     s = np.linspace(-1.0, 0.0, 41)
-    from_data = solve_dde(lagged_decay, p, History.from_data(s, [fn(v)[0] for v in s]), t, **TIGHT)
+    from_data = oi.solve(oi.Problem(lagged_decay, t, history=History.from_data(s, [fn(v)[0] for v in s])), p,
+                         solver=TIGHT)
     np.testing.assert_allclose(from_data.y, periodic_equiv, atol=1e-5)
     assert from_data.sens is None and from_data.history_params == ()
 
 
-def test_fast_path_equals_solve_dde_and_grows_its_buffer():
+def test_fast_path_equals_solve_and_grows_its_buffer():
     entry = zoo.get("logistic_delay")
     p, phi = entry.params_array(), entry.history_params_array()
-    sol = solve_dde(entry.model, p, entry.history, entry.t, sensitivities=True)
-    solver = make_dde_solver(entry.model, entry.t, entry.history, sensitivities=True, buffer_steps=2)
+    prob = oi.Problem(entry.model, entry.t, history=entry.history)
+    sol = oi.solve(prob, p, gradient=oi.Forward())
+    bound = oi.bind(oi.Problem(entry.model, entry.t, history=entry.history), gradient=oi.Forward())
+    y, sens, status = bound(p, phi)
+    assert status == Status.SUCCESS
+    np.testing.assert_array_equal(y, sol.y)
+    np.testing.assert_array_equal(sens, sol.sens)
+    # the dense-output store starts small and grows until the solve fits (bind's initial capacity is larger)
+    solver = DDESolver(entry.model.compile(), prob.t, prob.t0, prob.history, oi.MethodOfSteps(), oi.Forward(),
+                       buffer_steps=2)
     y, sens, status = solver(p, phi)
     assert status == Status.SUCCESS and solver.buf.shape[0] > 2
     np.testing.assert_array_equal(y, sol.y)
@@ -187,69 +202,93 @@ def test_fast_path_equals_solve_dde_and_grows_its_buffer():
 
 def test_sens_names_and_frame():
     entry = zoo.get("logistic_delay")
-    sol = solve_dde(entry.model, entry.params_array(), entry.history, entry.t[:5], sensitivities=True)
+    sol = oi.solve(oi.Problem(entry.model, entry.t[:5], history=entry.history), entry.params_array(),
+                   gradient=oi.Forward())
     assert sol.sens_names == ("theta0", "theta1", "tau", "A[x]", "omega[x]", "b[x]")
     df = sol.to_frame(sens=True)
     assert list(df.columns)[:2] == ["x", "dx/dtheta0"]
     with pytest.raises(InputError, match="no sensitivities"):
-        solve_dde(entry.model, entry.params_array(), entry.history, entry.t[:5]).to_frame(sens=True)
+        oi.solve(oi.Problem(entry.model, entry.t[:5], history=entry.history),
+                 entry.params_array()).to_frame(sens=True)
 
 
 def test_history_params_override_the_family_values():
     entry = zoo.get("logistic_delay")
-    a = solve_dde(entry.model, entry.params_array(), History.periodic(-0.3, 2.0, 1.5), entry.t)
-    b = solve_dde(entry.model, entry.params_array(), entry.history, entry.t, history_params=[-0.3, 2.0, 1.5])
+    a = oi.solve(oi.Problem(entry.model, entry.t, history=History.periodic(-0.3, 2.0, 1.5)), entry.params_array())
+    b = oi.solve(oi.Problem(entry.model, entry.t, history=entry.history), entry.params_array(),
+                 history_params=[-0.3, 2.0, 1.5])
     np.testing.assert_array_equal(a.y, b.y)
 
 
 # bad input ---------------------------------------------------------------------------------
 
 
-def test_rejects_a_model_without_delays():
+def test_rejects_a_history_or_a_method_of_steps_for_a_model_without_delays():
     @oi.model(states=["x"], params=["k"])
     def ode(t, y, p):
         return {"x": -p.k * y.x}
 
-    with pytest.raises(InputError, match="has no delays; solve it with odeinfer.solve.solve_ode"):
-        solve_dde(ode, [1.0], 1.0, [0.0, 1.0])
+    with pytest.raises(InputError, match="history: 'ode' has no delays; pass x0=... for its initial state instead"):
+        oi.Problem(ode, [0.0, 1.0], history=1.0)
+    with pytest.raises(InputError, match=r"solver: the model has no delays, got MethodOfSteps\(.*\); "
+                                         r"pass solver=Dopri5\(rtol=1e-06"):
+        oi.solve(oi.Problem(ode, [0.0, 1.0], x0=[1.0]), [1.0], solver=oi.MethodOfSteps())
 
 
-def test_solve_ode_refuses_a_model_with_delays():
-    with pytest.raises(InputError, match="has delays \\['tau'\\]; the ODE solvers cannot integrate it"):
-        solve_ode(lagged_decay, [1.0, 1.0], [1.0], [0.0, 1.0])
+def test_a_model_with_delays_refuses_x0_and_a_solver_without_a_method_of_steps():
+    with pytest.raises(InputError, match="x0: 'lagged_decay' has delays \\['tau'\\], so its initial condition is a "
+                                         "history, not x0; pass history="):
+        oi.Problem(lagged_decay, [0.0, 1.0], x0=[1.0])
+    with pytest.raises(InputError, match="history: 'lagged_decay' has delays \\['tau'\\]; pass history="):
+        oi.Problem(lagged_decay, [0.0, 1.0])
+    prob = oi.Problem(lagged_decay, [0.0, 1.0], history=1.0)
+    with pytest.raises(InputError, match="x0: 'lagged_decay' has delays; its initial condition is the problem's "
+                                         "history"):
+        oi.solve(prob, [1.0, 1.0], x0=[1.0])
+    with pytest.raises(InputError, match=r"solver: the model has delays, so it needs a method of steps, got "
+                                         r"Dopri5\(.*\); pass solver=oi\.MethodOfSteps\(Dopri5\("):
+        oi.solve(prob, [1.0, 1.0], solver=oi.Dopri5())
+    with pytest.raises(InputError, match=r"MethodOfSteps\(inner=\.\.\.\): expected a Dopri5\(\.\.\.\) value, got Rodas "
+                                         r"\(a stiff delay solver is not available"):
+        oi.MethodOfSteps(oi.Rodas())
+    with pytest.raises(InputError, match="history: a function needs the delays to know its window; pass "
+                                         r"History\.from_function\(fn, start, end\) instead"):
+        oi.Problem(lagged_decay, [0.0, 1.0], history=lambda s: np.ones(1))
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0])
 def test_rejects_non_positive_delays(tau):
     with pytest.raises(InputError, match="the delay 'tau' must be > 0"):
-        solve_dde(lagged_decay, {"a": 1.0, "tau": tau}, 1.0, [0.0, 1.0])
-    solver = make_dde_solver(lagged_decay, [0.0, 1.0], 1.0)
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=1.0), {"a": 1.0, "tau": tau})
+    solver = oi.bind(oi.Problem(lagged_decay, [0.0, 1.0], history=1.0))
     _, _, status = solver(np.array([1.0, tau]), np.array([1.0]))
     assert status == Status.BAD_INPUT
 
 
 def test_rejects_history_params_without_a_history_family():
-    with pytest.raises(InputError, match="history_params: given, but the history is plain values"):
-        solve_dde(lagged_decay, [1.0, 1.0], 1.0, [0.0, 1.0], history_params=[2.0])
+    # plain numbers are the constant family (parameters b[state]): history_params must fit it
+    with pytest.raises(InputError, match=r"history_params: expected 1 values \(constant history\), got 2"):
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=1.0), [1.0, 1.0], history_params=[2.0, 3.0])
     s = np.linspace(-2, 0, 9)
     with pytest.raises(InputError, match="data-driven history \\(no parameters\\)"):
-        solve_dde(lagged_decay, [1.0, 1.0], History.from_data(s, np.ones(9)), [0.0, 1.0], history_params=[2.0])
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=History.from_data(s, np.ones(9))), [1.0, 1.0],
+                 history_params=[2.0])
 
 
 def test_rejects_output_times_before_t0():
     with pytest.raises(DataError, match="is before t0=1.0; times before t0 lie in the history window"):
-        solve_dde(lagged_decay, [1.0, 1.0], 1.0, [0.5, 2.0], t0=1.0)
+        oi.solve(oi.Problem(lagged_decay, [0.5, 2.0], history=1.0, t0=1.0), [1.0, 1.0])
 
 
 def test_rejects_a_data_driven_history_that_misses_the_window():
     s = np.linspace(-0.5, 0.0, 6)
     with pytest.raises(DataError, match="covers \\[-0.5, 0\\], but with max\\(tau\\) = 1 the solve needs \\[-1, 0\\]"):
-        solve_dde(lagged_decay, [1.0, 1.0], History.from_data(s, np.ones(6)), [0.0, 1.0])
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=History.from_data(s, np.ones(6))), [1.0, 1.0])
 
 
 def test_rejects_a_history_of_the_wrong_size():
     with pytest.raises(InputError, match="history: has 2 state\\(s\\) but model 'lagged_decay' has 1"):
-        solve_dde(lagged_decay, [1.0, 1.0], [1.0, 2.0], [0.0, 1.0])
+        oi.solve(oi.Problem(lagged_decay, [0.0, 1.0], history=[1.0, 2.0]), [1.0, 1.0])
 
 
 def test_failure_raises_or_returns_a_status():
@@ -257,7 +296,7 @@ def test_failure_raises_or_returns_a_status():
     def blowup(t, y, p):
         return {"x": y.x ** 2 + om.lag(y.x, "tau")}
 
-    with pytest.raises(SolverError, match="solve_dde failed with status"):
-        solve_dde(blowup, [1.0], 1.0, [0.0, 5.0])
-    sol = solve_dde(blowup, [1.0], 1.0, [0.0, 0.5, 5.0], raise_on_failure=False)
+    with pytest.raises(SolverError, match=r"solve \(MethodOfSteps\) failed with status"):
+        oi.solve(oi.Problem(blowup, [0.0, 5.0], history=1.0), [1.0])
+    sol = oi.solve(oi.Problem(blowup, [0.0, 0.5, 5.0], history=1.0), [1.0], raise_on_failure=False)
     assert sol.status != 0 and np.isnan(sol.y[-1, 0]) and sol.t_reached < 5.0

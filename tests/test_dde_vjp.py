@@ -18,14 +18,14 @@ from odeinfer import zoo
 from odeinfer.bayes.dde_problem import DDEProblem
 from odeinfer.errors import InputError
 from odeinfer.model import History
-from odeinfer.solve import solve_dde
 from odeinfer.solve.dde_adjoint import dde_vjp
 
 SMALL = ["delay_exponential_decay", "logistic_delay"]
 
 
 def _sens_vjp(model, params, history, t, g, t0=None, rtol=1e-10, atol=1e-12):
-    sol = solve_dde(model, params, history, t, t0=t0, sensitivities=True, rtol=rtol, atol=atol)
+    sol = oi.solve(oi.Problem(model, t, history=history, t0=t0), params,
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=rtol, atol=atol)), gradient=oi.Forward())
     return np.einsum("ti,tij->j", g, sol.sens)
 
 
@@ -40,7 +40,8 @@ def _zoo_case(name):
     g = np.random.default_rng(1).normal(size=(e.t.size, e.model.n_states))
     v = dde_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
     ref = _sens_vjp(e.model, e.params_array(), e.history, e.t, g, t0=e.t0)
-    y = solve_dde(e.model, e.params_array(), e.history, e.t, t0=e.t0, rtol=1e-10, atol=1e-12).y
+    y = oi.solve(oi.Problem(e.model, e.t, history=e.history, t0=e.t0), e.params_array(),
+                 solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12))).y
     return v, ref, tuple(e.model.params) + e.history.param_names(e.model.states), float(np.sum(g * y))
 
 
@@ -70,7 +71,8 @@ def test_vjp_matches_central_finite_differences():
     v = dde_vjp(e.model, theta, History.affine(1.5, 4.0), t, g)
 
     def loss(u):
-        sol = solve_dde(e.model, u[:3], History.affine(1.5, 4.0), t, history_params=u[3:], rtol=1e-12, atol=1e-14)
+        sol = oi.solve(oi.Problem(e.model, t, history=History.affine(1.5, 4.0)), u[:3], history_params=u[3:],
+                       solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)))
         return float(np.sum(g * sol.y))
 
     u0 = np.concatenate([theta, phi])
@@ -108,7 +110,7 @@ def test_irregular_repeated_times_and_off_grid_delays(tau, t0, shift):
     p[2] = tau
     # rtol 1e-12: with tau = 3.3 the solution oscillates about 0 and at rtol 1e-10 (nsub 2) the VJP is
     # only within 1.3e-6 (3e-8 at 1e-12)
-    v = dde_vjp(e.model, p, e.history, t, g, t0=t0, rtol=1e-12, atol=1e-14)
+    v = dde_vjp(e.model, p, e.history, t, g, t0=t0, solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)))
     ref = _sens_vjp(e.model, p, e.history, t, g, t0=t0, rtol=1e-12, atol=1e-14)
     assert _rel(v.grad, ref) <= 1e-6
 
@@ -117,8 +119,9 @@ def test_nsub_refines():
     e = zoo.get("logistic_delay")
     g = np.random.default_rng(4).normal(size=(e.t.size, 1))
     ref = _sens_vjp(e.model, e.params_array(), e.history, e.t, g, rtol=1e-12, atol=1e-14)
-    err = [np.max(np.abs(dde_vjp(e.model, e.params_array(), e.history, e.t, g, nsub=k, rtol=1e-12,
-                                 atol=1e-14).grad - ref)) for k in (1, 4)]
+    tight = oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14))
+    err = [np.max(np.abs(dde_vjp(e.model, e.params_array(), e.history, e.t, g, gradient=oi.Adjoint(nsub=k),
+                                 solver=tight).grad - ref)) for k in (1, 4)]
     assert err[1] < err[0] / 20  # 4th order: about 4**4 = 256 for smooth problems
 
 
@@ -151,8 +154,12 @@ def test_bad_input():
         dde_vjp(*args, g)
     with pytest.raises(InputError, match="g: expected a float array"):
         dde_vjp(*args, "zeros")
-    with pytest.raises(InputError, match="nsub: expected a positive integer, got 0"):
-        dde_vjp(*args, np.zeros((101, 1)), nsub=0)
+    with pytest.raises(InputError, match=r"Adjoint\(nsub=\.\.\.\): expected a positive integer, got 0"):
+        dde_vjp(*args, np.zeros((101, 1)), gradient=oi.Adjoint(nsub=0))
+    with pytest.raises(InputError, match=r"gradient: expected oi\.Adjoint\(nsub=\.\.\.\), got Forward"):
+        dde_vjp(*args, np.zeros((101, 1)), gradient=oi.Forward())
+    with pytest.raises(InputError, match=r"solver: the model has delays, so it needs a method of steps"):
+        dde_vjp(*args, np.zeros((101, 1)), solver=oi.Dopri5())
     with pytest.raises(InputError, match="the delay 'tau' must be > 0"):
         dde_vjp(e.model, [-2.0, -2.0, 0.0], e.history, e.t, np.zeros((101, 1)))
 
@@ -161,7 +168,8 @@ def test_bad_input():
 
 def _problem(history=None, rtol=1e-10):
     e = zoo.get("logistic_delay")
-    return e, DDEProblem(e.model, e.t, e.history if history is None else history, e.t0, rtol=rtol, atol=1e-12)
+    return e, DDEProblem(e.model, e.t, e.history if history is None else history, e.t0,
+                         solver=oi.MethodOfSteps(oi.Dopri5(rtol=rtol, atol=1e-12)))
 
 
 def test_problem_vjps_match_the_sensitivities():
@@ -222,11 +230,11 @@ def test_dde_op_adjoint_gradient_equals_sensitivity_gradient(mode):
 
     e = oi.zoo.get("delay_exponential_decay")
     y_obs = np.random.default_rng(2).normal(1.0, 0.3, size=(e.t.size, e.model.n_states))
-    prob = DDEProblem(e.model, e.t, e.history, e.t0, rtol=1e-10, atol=1e-12)
+    prob = DDEProblem(e.model, e.t, e.history, e.t0, solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12)))
     out = {}
-    for grad in ("sensitivities", "adjoint"):
+    for grad, gradient in (("sensitivities", oi.Forward()), ("adjoint", oi.Adjoint())):
         th, ph = pt.dvector("theta"), pt.dvector("phi")
-        y, _ = ODEOp(prob, gradient=grad)(th, ph)
+        y, _ = ODEOp(prob, gradient=gradient)(th, ph)
         logp = -0.5 * pt.sum((y - y_obs) ** 2)
         f = pytensor.function([th, ph], [logp, *pytensor.grad(logp, [th, ph])], mode=mode)
         out[grad] = f(e.params_array() * 1.05, np.asarray(e.history.values, float))

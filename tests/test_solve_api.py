@@ -1,4 +1,4 @@
-"""The Python boundary of the solvers: validation messages, Solution, make_solver,
+"""The Python boundary of the solvers: validation messages, Solution, the bound solver (oi.bind),
 status codes, and the kernel contract with a hand-written model module."""
 
 import types
@@ -11,7 +11,7 @@ import odeinfer as oi
 from odeinfer import math as om
 from odeinfer.errors import DataError, InputError, StiffnessError
 from odeinfer.model.cache import build_module
-from odeinfer.solve import Solution, Solver, Status, make_solver, solve_ode, status_message
+from odeinfer.solve import Solution, Solver, Status, status_message
 
 
 @oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
@@ -24,6 +24,8 @@ P = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024}
 P_ARR = np.array([0.55, 0.028, 0.80, 0.024])
 X0 = np.array([33.96, 5.93])
 T = np.arange(21.0)
+PROB = oi.Problem(lotka_volterra, T, x0=X0)
+SOLVERS = {"dopri5": oi.Dopri5(), "rodas": oi.Rodas()}
 
 
 # --- status codes --------------------------------------------------------------------
@@ -37,7 +39,8 @@ def test_status_enum_matches_the_kernel_constants():
 
 def test_status_messages_name_the_fix():
     assert "max_steps=7" in status_message(Status.MAX_STEPS, t_reached=3.0, max_steps=7)
-    assert 'method="rodas"' in status_message(Status.STIFF, t_reached=3.0)
+    assert "solver=oi.Rodas()" in status_message(Status.STIFF, t_reached=3.0)
+    assert "solver=oi.Rodas()" in status_message(Status.MAX_STEPS, t_reached=3.0, max_steps=7)
     assert "blows up" in status_message(Status.STEP_TOO_SMALL, t_reached=1.0)
     assert status_message(99) == "unknown solver status 99"
 
@@ -46,7 +49,7 @@ def test_status_messages_name_the_fix():
 
 
 def test_solution_fields_are_immutable_and_read_only():
-    sol = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    sol = oi.solve(PROB, P, gradient=oi.Forward())
     assert isinstance(sol, Solution) and sol.success and sol.status == 0
     assert sol.y.shape == (21, 2) and sol.sens.shape == (21, 2, 6) and sol.t.shape == (21,)
     assert sol.t_reached == 20.0 and sol.n_steps > 0 and sol.n_rhs > 6 * sol.n_steps - 6
@@ -61,7 +64,7 @@ def test_solution_fields_are_immutable_and_read_only():
 
 
 def test_solution_to_frame():
-    sol = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    sol = oi.solve(PROB, P, gradient=oi.Forward())
     df = sol.to_frame()
     assert list(df.columns) == ["prey", "pred"] and df.index.name == "t"
     np.testing.assert_array_equal(df.to_numpy(), sol.y)
@@ -69,16 +72,18 @@ def test_solution_to_frame():
     assert wide.shape == (21, 2 + 12)
     np.testing.assert_array_equal(wide["dpred/dprey(t0)"], sol.sens[:, 1, 4])
     np.testing.assert_array_equal(wide["dprey/dbeta"], sol.sens[:, 0, 1])
-    plain = solve_ode(lotka_volterra, P, X0, T)
+    plain = oi.solve(PROB, P)
     assert plain.sens is None
-    with pytest.raises(InputError, match="no sensitivities; solve with sensitivities=True"):
+    with pytest.raises(InputError, match=r"no sensitivities; solve with gradient=oi\.Forward\(\)"):
         plain.to_frame(sens=True)
 
 
 def test_mapping_and_array_inputs_agree_and_compiled_model_is_accepted():
-    a = solve_ode(lotka_volterra, P, {"pred": X0[1], "prey": X0[0]}, T)
-    b = solve_ode(lotka_volterra.compile(), P_ARR, X0, T)
+    a = oi.solve(oi.Problem(lotka_volterra, T, x0={"pred": X0[1], "prey": X0[0]}), P)
+    b = oi.solve(oi.Problem(lotka_volterra.compile(), T), P_ARR, x0=X0)
+    c = oi.solve(oi.Problem(lotka_volterra, T), P, x0={"pred": X0[1], "prey": X0[0]})
     np.testing.assert_array_equal(a.y, b.y)
+    np.testing.assert_array_equal(c.y, b.y)
 
 
 # --- input validation ---------------------------------------------------------------------
@@ -95,14 +100,18 @@ def test_mapping_and_array_inputs_agree_and_compiled_model_is_accepted():
 ])
 def test_bad_params_are_rejected_with_a_clear_message(params, match):
     with pytest.raises(InputError, match=match):
-        solve_ode(lotka_volterra, params, X0, T)
+        oi.solve(PROB, params)
 
 
 def test_bad_initial_state_is_rejected():
     with pytest.raises(InputError, match=r"x0: \['prye'\] is not a state of the model \(did you mean 'prey'\?\)"):
-        solve_ode(lotka_volterra, P, {"prye": 1.0, "pred": 2.0}, T)
+        oi.Problem(lotka_volterra, T, x0={"prye": 1.0, "pred": 2.0})
+    with pytest.raises(InputError, match=r"x0: \['prye'\] is not a state of the model \(did you mean 'prey'\?\)"):
+        oi.solve(PROB, P, x0={"prye": 1.0, "pred": 2.0})
     with pytest.raises(InputError, match=r"x0: values must be finite; \['pred'\] is inf or NaN"):
-        solve_ode(lotka_volterra, P, [1.0, np.inf], T)
+        oi.Problem(lotka_volterra, T, x0=[1.0, np.inf])
+    with pytest.raises(InputError, match=r"x0: values must be finite; \['pred'\] is inf or NaN"):
+        oi.solve(PROB, P, x0=[1.0, np.inf])
 
 
 @pytest.mark.parametrize("t, t0, match", [
@@ -116,32 +125,46 @@ def test_bad_initial_state_is_rejected():
 ])
 def test_bad_times_are_rejected(t, t0, match):
     with pytest.raises(DataError, match=match):
-        solve_ode(lotka_volterra, P, X0, t, t0=t0)
+        oi.Problem(lotka_volterra, t, x0=X0, t0=t0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"method": "rk45"}, r"method: expected one of \['dopri5', 'rodas'\] \(\"rodas\" for stiff problems\), got 'rk45'"),
-    ({"method": "roda"}, r"got 'roda' \(did you mean 'rodas'\?\)"),
-    ({"rtol": 0.0}, r"rtol: expected a number in \(0, 1\.0\), got 0\.0"),
-    ({"rtol": 1e-17}, r"rtol: 1e-17 is below 100 \* machine epsilon"),
-    ({"atol": -1.0}, r"atol: expected a number in \(0, inf\), got -1\.0"),
-    ({"atol": "small"}, r"atol: expected a positive number, got str"),
-    ({"max_steps": 0}, r"max_steps: expected a positive integer, got 0"),
-    ({"max_steps": 10.5}, r"max_steps: expected a positive integer, got 10\.5"),
-    ({"first_step": -0.1}, r"first_step: expected a positive finite number or None, got -0\.1"),
-    ({"fixed_step": 0.0}, r"fixed_step: expected a positive finite number or None, got 0\.0"),
-    ({"fixed_step": 0.1, "method": "rodas"}, r"fixed_step: only method='dopri5' has a fixed-step mode"),
-    ({"sensitivities": "yes"}, r"sensitivities: expected True or False, got 'yes'"),
-    ({"sens_error_control": 1}, r"sens_error_control: expected True or False, got 1"),
+# each case builds the options inside pytest.raises: solver and gradient values validate at construction
+@pytest.mark.parametrize("options, error, match", [
+    (lambda: {"solver": "rk45"}, InputError,
+     r"solver: expected a solver value such as oi\.Dopri5\(\) or oi\.Rodas\(\), got the string 'rk45'"),
+    (lambda: {"solver": "rodas"}, InputError, r"got the string 'rodas'; pass solver=oi\.Rodas\(\)"),
+    (lambda: {"solver": oi.Dopri5(rtol=0.0)}, InputError,
+     r"Dopri5\(rtol=\.\.\.\): expected a number in \(0, 1\), got 0\.0"),
+    (lambda: {"solver": oi.Dopri5(rtol=1e-17)}, InputError,
+     r"Dopri5\(rtol=\.\.\.\): 1e-17 is below 100 \* machine epsilon"),
+    (lambda: {"solver": oi.Dopri5(atol=-1.0)}, InputError,
+     r"Dopri5\(atol=\.\.\.\): expected a number in \(0, inf\), got -1\.0"),
+    (lambda: {"solver": oi.Dopri5(atol="small")}, InputError,
+     r"Dopri5\(atol=\.\.\.\): expected a positive number, got str"),
+    (lambda: {"solver": oi.Dopri5(max_steps=0)}, InputError,
+     r"Dopri5\(max_steps=\.\.\.\): expected a positive integer, got 0"),
+    (lambda: {"solver": oi.Rodas(max_steps=10.5)}, InputError,
+     r"Rodas\(max_steps=\.\.\.\): expected a positive integer, got 10\.5"),
+    (lambda: {"solver": oi.Dopri5(first_step=-0.1)}, InputError,
+     r"Dopri5\(first_step=\.\.\.\): expected a positive finite number or None .*got -0\.1"),
+    (lambda: {"solver": oi.Dopri5(fixed_step=0.0)}, InputError,
+     r"Dopri5\(fixed_step=\.\.\.\): expected a positive finite number or None, got 0\.0"),
+    (lambda: {"solver": oi.Rodas(fixed_step=0.1)}, TypeError, r"fixed_step"),  # only Dopri5 has a fixed-step mode
+    (lambda: {"gradient": "yes"}, InputError,
+     r"gradient: expected None, oi\.Forward\(\.\.\.\) or oi\.Adjoint\(\.\.\.\), got 'yes'"),
+    (lambda: {"gradient": True}, InputError, r"gradient: expected oi\.Forward\(\) or oi\.Adjoint\(\), got True"),
+    (lambda: {"gradient": oi.Forward(error_control=1)}, InputError,
+     r"Forward\(error_control=\.\.\.\): expected True or False, got 1"),
+    (lambda: {"raise_on_failure": "yes"}, InputError, r"raise_on_failure: expected True or False, got 'yes'"),
 ])
-def test_bad_options_are_rejected(kwargs, match):
-    with pytest.raises(InputError, match=match):
-        solve_ode(lotka_volterra, P, X0, T, **kwargs)
+def test_bad_options_are_rejected(options, error, match):
+    with pytest.raises(error, match=match):
+        oi.solve(PROB, P, **options())
 
 
 def test_model_argument_must_be_a_model():
     with pytest.raises(InputError, match=r"model: expected an odeinfer Model .* got function"):
-        solve_ode(lambda t, y, p: y, P, X0, T)
+        oi.Problem(lambda t, y, p: y, T, x0=X0)
 
 
 def test_sensitivities_refused_for_parameters_that_move_a_jump():
@@ -149,31 +172,32 @@ def test_sensitivities_refused_for_parameters_that_move_a_jump():
     def switch(t, y, p):
         return {"x": om.where(y.x > p.threshold, -p.k * y.x, 0.0)}
 
-    sol = solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0])  # states alone are fine (no switch before t=1)
+    prob = oi.Problem(switch, [0.0, 1.0], x0=[1.0])
+    sol = oi.solve(prob, [1.0, 0.2])  # states alone are fine (no switch before t=1)
     assert sol.y[1, 0] == pytest.approx(np.exp(-1.0), rel=1e-6)
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['threshold'\] move a jump"):
-        solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0], sensitivities=True)
+    with pytest.raises(InputError, match=r"gradient: parameters \['threshold'\] move a jump"):
+        oi.solve(prob, [1.0, 0.2], gradient=oi.Forward())
 
 
 def test_failure_without_raising_returns_status_and_nan():
-    sol = solve_ode(lotka_volterra, P, X0, T, max_steps=3, raise_on_failure=False)
+    sol = oi.solve(PROB, P, solver=oi.Dopri5(max_steps=3), raise_on_failure=False)
     assert sol.status == Status.MAX_STEPS and not sol.success
     assert "max_steps=3" in sol.message
     last_good = np.searchsorted(T, sol.t_reached, side="right")
     assert np.isfinite(sol.y[:last_good]).all() and np.isnan(sol.y[last_good:]).all()
     with pytest.raises(StiffnessError, match=r"status MAX_STEPS"):
-        solve_ode(lotka_volterra, P, X0, T, max_steps=3)
+        oi.solve(PROB, P, solver=oi.Dopri5(max_steps=3))
 
 
-# --- make_solver ---------------------------------------------------------------------------
+# --- oi.bind -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("method", ["dopri5", "rodas"])
-def test_make_solver_matches_solve_ode_and_reuses_its_buffers(method):
-    solver = make_solver(lotka_volterra, T, sensitivities=True, method=method)
+def test_bound_solver_matches_solve_and_reuses_its_buffers(method):
+    solver = oi.bind(oi.Problem(lotka_volterra, T), solver=SOLVERS[method], gradient=oi.Forward())
     assert isinstance(solver, Solver)
     y, sens, status = solver(P_ARR, X0)
-    ref = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, method=method)
+    ref = oi.solve(PROB, P, solver=SOLVERS[method], gradient=oi.Forward())
     assert status == 0
     np.testing.assert_array_equal(y, ref.y)
     np.testing.assert_array_equal(sens, ref.sens)
@@ -184,8 +208,8 @@ def test_make_solver_matches_solve_ode_and_reuses_its_buffers(method):
     assert solver.info[0] == 20.0 and solver.info[1] > 0  # t_reached, n_steps
 
 
-def test_make_solver_reports_bad_sizes_as_a_status():
-    solver = make_solver(lotka_volterra, T)
+def test_bound_solver_reports_bad_sizes_as_a_status():
+    solver = oi.bind(oi.Problem(lotka_volterra, T))
     _, _, status = solver(np.array([1.0, 2.0]), X0)
     assert status == Status.BAD_INPUT
     y, sens, status = solver(P_ARR, X0)
@@ -193,7 +217,7 @@ def test_make_solver_reports_bad_sizes_as_a_status():
 
 
 def test_solver_kernel_can_be_called_from_njit_code():
-    solver = make_solver(lotka_volterra, T, sensitivities=True)
+    solver = oi.bind(oi.Problem(lotka_volterra, T), gradient=oi.Forward())
     kernel = solver.kernel
     module = solver.compiled.module
 
@@ -290,7 +314,7 @@ def test_kernels_on_a_hand_written_module_agree_with_the_generated_one(method):
     info = np.empty(stand_in.module.INFO_SIZE)
     status = kernel(0.0, T, X0, P_ARR, True, 1e-8, 1e-10, 0.0, 100000, z, np.empty(size), info)
     assert status == 0
-    ref = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, method=method, rtol=1e-8, atol=1e-10)
+    ref = oi.solve(PROB, P, solver=SOLVERS[method].replace(rtol=1e-8, atol=1e-10), gradient=oi.Forward())
     np.testing.assert_allclose(z[:, :2], ref.y, rtol=1e-12)
     np.testing.assert_allclose(z[:, 2:].reshape(21, 2, 6), ref.sens, rtol=1e-10, atol=1e-12)
 
@@ -323,8 +347,8 @@ def test_sens_exclude_allows_sensitivities_with_a_fixed_switching_time():
     z = oi.zoo.get("riccati")
     t = np.array([1.0, 4.0, 6.0, 10.0, 14.0])
     th = np.array([0.11, 0.09, 2.0, 5.0, -1.0])  # a, c, d, T_r, phi0
-    sol = solve_ode(z.model, th[:4], th[4:], t, t0=0.0, sensitivities=True, sens_exclude=["T_r"],
-                    rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(z.model, t, x0=th[4:], t0=0.0), th[:4], solver=oi.Dopri5(rtol=1e-10, atol=1e-12),
+                   gradient=oi.Forward(exclude=["T_r"]))
     assert sol.success and np.isnan(sol.sens[:, 0, 3]).all()
     for j, col in ((0, 0), (1, 1), (2, 2), (4, 4)):
         h = 1e-6 * max(abs(th[j]), 1.0)
@@ -337,25 +361,27 @@ def test_sens_exclude_allows_sensitivities_with_a_fixed_switching_time():
 
 
 def test_sens_exclude_columns_are_nan_on_every_fast_path_call():
-    solver = make_solver(lotka_volterra, T, sensitivities=True, sens_exclude=("beta", "delta"))
-    full = solve_ode(lotka_volterra, P, X0, T, sensitivities=True)
+    solver = oi.bind(oi.Problem(lotka_volterra, T), gradient=oi.Forward(exclude=("beta", "delta")))
+    full = oi.solve(PROB, P, gradient=oi.Forward())
     assert solver.sens_exclude == ("beta", "delta")
     for _ in range(2):  # the kernel rewrites the buffer on each call
         y, sens, status = solver(P_ARR, X0)
         assert status == 0
         assert np.isnan(sens[:, :, [1, 3]]).all()
         np.testing.assert_array_equal(sens[:, :, [0, 2, 4, 5]], full.sens[:, :, [0, 2, 4, 5]])
-    fixed = solve_ode(lotka_volterra, P, X0, T, sensitivities=True, fixed_step=0.01, sens_exclude="beta")
+    fixed = oi.solve(PROB, P, solver=oi.Dopri5(fixed_step=0.01), gradient=oi.Forward(exclude="beta"))
     assert np.isnan(fixed.sens[:, :, 1]).all() and np.isfinite(fixed.sens[:, :, [0, 2, 3]]).all()
-    assert make_solver(lotka_volterra, T, sens_exclude=["beta"]).sensitivities is False
+    plain = oi.bind(oi.Problem(lotka_volterra, T), gradient=None)
+    assert plain.sensitivities is False and plain.sens_exclude == ()
 
 
 def test_switching_parameter_not_excluded_is_still_refused_with_a_hint():
     z = oi.zoo.get("riccati")
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump.*sens_exclude=\['T_r'\]"):
-        make_solver(z.model, z.t, t0=0.0, sensitivities=True)
-    with pytest.raises(InputError, match=r"sensitivities: parameters \['T_r'\] move a jump"):
-        make_solver(z.model, z.t, t0=0.0, sensitivities=True, sens_exclude=["a"])
+    with pytest.raises(InputError, match=r"gradient: parameters \['T_r'\] move a jump.*"
+                                         r"gradient=oi\.Forward\(exclude=\['T_r'\]\)"):
+        oi.bind(oi.Problem(z.model, z.t, t0=0.0), gradient=oi.Forward())
+    with pytest.raises(InputError, match=r"gradient: parameters \['T_r'\] move a jump"):
+        oi.bind(oi.Problem(z.model, z.t, t0=0.0), gradient=oi.Forward(exclude=["a"]))
 
 
 def test_sens_exclude_refused_when_the_jump_depends_on_the_states():
@@ -363,9 +389,9 @@ def test_sens_exclude_refused_when_the_jump_depends_on_the_states():
     def switch(t, y, p):
         return {"x": om.where(y.x > p.threshold, -p.k * y.x, 0.0)}
 
-    with pytest.raises(InputError, match=r"sens_exclude: the jump of the right-hand side at .*x.* depends on "
-                                         r"the states"):
-        solve_ode(switch, [1.0, 0.2], [1.0], [0.0, 1.0], sensitivities=True, sens_exclude=["threshold"])
+    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states.*, even with \['threshold'\] excluded"):
+        oi.solve(oi.Problem(switch, [0.0, 1.0], x0=[1.0]), [1.0, 0.2], gradient=oi.Forward(exclude=["threshold"]))
 
 
 def test_sensitivities_refused_for_a_state_dependent_jump_with_a_constant_threshold():
@@ -375,23 +401,25 @@ def test_sensitivities_refused_for_a_state_dependent_jump_with_a_constant_thresh
     def switch(t, y, p):
         return {"x": om.where(y.x > 0.5, -p.k * y.x, 0.0)}
 
-    sol = solve_ode(switch, [1.0], [1.0], [0.0, 0.5])  # states alone are fine
+    prob = oi.Problem(switch, [0.0, 0.5], x0=[1.0])
+    sol = oi.solve(prob, [1.0])  # states alone are fine
     assert sol.y[1, 0] == pytest.approx(np.exp(-0.5), rel=1e-6)
-    with pytest.raises(InputError, match=r"sensitivities: the jump of the right-hand side at .*x.* depends on "
-                                         r"the states.*sensitivities=False"):
-        solve_ode(switch, [1.0], [1.0], [0.0, 0.5], sensitivities=True)
-    with pytest.raises(InputError, match=r"sensitivities: the jump .* depends on the states"):
-        oi.solve.make_vjp(switch, [0.0, 0.5])
+    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at .*x.* depends on "
+                                         r"the states.*gradient=None"):
+        oi.solve(prob, [1.0], gradient=oi.Forward())
+    with pytest.raises(InputError, match=r"gradient: the jump .* depends on the states"):
+        oi.bind(prob, gradient=oi.Adjoint())
 
 
 @pytest.mark.parametrize("value, match", [
-    (["T_x"], r"sens_exclude: 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
-    (3, r"sens_exclude: expected a list of parameter names, got 3"),
+    (["T_x"], r"Forward\(exclude=\.\.\.\): 'T_x' is not a parameter of the model \(did you mean 'T_r'\?\)"),
+    (3, r"Forward\(exclude=\.\.\.\): expected a list of parameter names, got 3"),
+    ([3], r"Forward\(exclude=\.\.\.\): expected parameter names \(str\), got 3"),
 ])
 def test_sens_exclude_bad_input(value, match):
     z = oi.zoo.get("riccati")
     with pytest.raises(InputError, match=match):
-        make_solver(z.model, z.t, t0=0.0, sensitivities=True, sens_exclude=value)
+        oi.bind(oi.Problem(z.model, z.t, t0=0.0), gradient=oi.Forward(exclude=value))
 
 
 def test_solver_pickles_to_a_working_copy():
@@ -399,11 +427,11 @@ def test_solver_pickles_to_a_working_copy():
     import pickle
 
     z = oi.zoo.lotka_volterra()
-    s = oi.make_solver(z.model, z.t, sensitivities=True)
+    s = oi.bind(oi.Problem(z.model, z.t), gradient=oi.Forward())
     s(z.params_array(), z.x0_array())
     c = pickle.loads(pickle.dumps(s))
     y, sens, status = c(z.params_array() * 1.1, z.x0_array())
-    ref = oi.solve_ode(z.model, z.params_array() * 1.1, z.x0_array(), z.t, sensitivities=True)
+    ref = oi.solve(oi.Problem(z.model, z.t, x0=z.x0_array()), z.params_array() * 1.1, gradient=oi.Forward())
     assert status == 0
     np.testing.assert_allclose(y, ref.y, rtol=1e-12)
     np.testing.assert_allclose(sens, ref.sens, rtol=1e-12)

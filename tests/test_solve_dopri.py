@@ -1,4 +1,4 @@
-"""Dormand-Prince 5(4) (method="dopri5"): accuracy, order, sensitivities, failures.
+"""Dormand-Prince 5(4) (oi.Dopri5()): accuracy, order, sensitivities, failures.
 
 Reference values are computed in the tests from independent sources, named
 next to each comparison: the matrix exponential (scipy.linalg.expm, and Van
@@ -15,7 +15,7 @@ from scipy.linalg import expm
 import odeinfer as oi
 from odeinfer import math as om
 from odeinfer.errors import SolverError, StiffnessError
-from odeinfer.solve import Status, solve_ode
+from odeinfer.solve import Status
 
 
 @oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
@@ -126,7 +126,7 @@ def assert_columns_close(actual, expected, rel):
 
 def test_linear_system_matches_matrix_exponential():
     t = np.linspace(0.0, 5.0, 11)
-    sol = solve_ode(linear3, LIN_P, LIN_X0, t, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(linear3, t, x0=LIN_X0), LIN_P, solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
     a = linear3_matrix(LIN_P)
     expected = np.array([expm(a * ti) @ LIN_X0 for ti in t])  # exact solution
     np.testing.assert_allclose(sol.y, expected, rtol=1e-8, atol=1e-10)
@@ -135,7 +135,8 @@ def test_linear_system_matches_matrix_exponential():
 
 def test_linear_system_sensitivities_match_matrix_exponential():
     t = np.linspace(0.0, 5.0, 11)
-    sol = solve_ode(linear3, LIN_P, LIN_X0, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(linear3, t, x0=LIN_X0), LIN_P, solver=oi.Dopri5(rtol=1e-10, atol=1e-12),
+                   gradient=oi.Forward())
     a = linear3_matrix(LIN_P)
     for i, ti in enumerate(t):
         # d y / d x0 = expm(A t)
@@ -153,13 +154,13 @@ def test_linear_system_sensitivities_match_matrix_exponential():
 ])
 def test_nonlinear_models_match_dop853(model, rhs, p, x0):
     t = np.linspace(0.0, 10.0, 41)
-    sol = solve_ode(model, p, x0, t, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(model, t, x0=x0), p, solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
     np.testing.assert_allclose(sol.y, reference_solve(rhs, p, x0, t), rtol=1e-7, atol=1e-9)
 
 
 def test_default_tolerances_give_about_six_digits():
     t = np.linspace(0.0, 20.0, 21)
-    sol = solve_ode(lotka_volterra, LV_P, LV_X0, t)
+    sol = oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P)
     ref = reference_solve(lv_rhs, LV_P, LV_X0, t)
     err = np.max(np.abs(sol.y - ref) / np.max(np.abs(ref), axis=0))
     assert 1e-9 < err < 1e-4  # rtol = 1e-6 locally; global error a modest multiple of it
@@ -167,14 +168,14 @@ def test_default_tolerances_give_about_six_digits():
 
 def test_t0_before_first_output_and_repeated_times():
     t = np.array([1.0, 1.0, 2.5, 4.0, 4.0])
-    sol = solve_ode(forced, FORCED_P, FORCED_X0, t, t0=0.0, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(forced, t, x0=FORCED_X0, t0=0.0), FORCED_P, solver=oi.Dopri5(rtol=1e-10, atol=1e-12))
     ref = reference_solve(forced_rhs, FORCED_P, FORCED_X0, np.unique(t), t0=0.0)
     np.testing.assert_allclose(sol.y, ref[[0, 0, 1, 2, 2]], rtol=1e-8, atol=1e-10)
     np.testing.assert_array_equal(sol.y[0], sol.y[1])
 
 
 def test_first_output_at_t0_is_x0_exactly():
-    sol = solve_ode(lotka_volterra, LV_P, LV_X0, [0.0, 0.5], sensitivities=True)
+    sol = oi.solve(oi.Problem(lotka_volterra, [0.0, 0.5], x0=LV_X0), LV_P, gradient=oi.Forward())
     np.testing.assert_array_equal(sol.y[0], LV_X0)
     np.testing.assert_array_equal(sol.sens[0], np.hstack([np.zeros((2, 4)), np.eye(2)]))
 
@@ -190,7 +191,7 @@ def test_fixed_step_mode_has_order_five():
 
     hs, errs = [], []
     for n in (20, 40, 80, 160):
-        sol = solve_ode(decay, [1.0], [1.0], [0.0, 4.0], fixed_step=4.0 / n)
+        sol = oi.solve(oi.Problem(decay, [0.0, 4.0], x0=[1.0]), [1.0], solver=oi.Dopri5(fixed_step=4.0 / n))
         assert sol.n_steps == n
         hs.append(4.0 / n)
         errs.append(abs(sol.y[-1, 0] - np.exp(-4.0)))
@@ -206,7 +207,7 @@ def test_fixed_step_order_on_nonlinear_model_and_dense_output():
     ref = reference_solve(forced_rhs, FORCED_P, FORCED_X0, t)
     hs, end_err, dense_err = [], [], []
     for n in (40, 80, 160, 320):
-        sol = solve_ode(forced, FORCED_P, FORCED_X0, t, fixed_step=t_end / n)
+        sol = oi.solve(oi.Problem(forced, t, x0=FORCED_X0), FORCED_P, solver=oi.Dopri5(fixed_step=t_end / n))
         hs.append(t_end / n)
         end_err.append(np.max(np.abs(sol.y[-1] - ref[-1])))
         dense_err.append(np.max(np.abs(sol.y[1:3] - ref[1:3])))
@@ -223,7 +224,7 @@ def test_fixed_step_order_on_nonlinear_model_and_dense_output():
 ])
 def test_sensitivities_match_complex_step_and_finite_differences(model, rhs, p, x0):
     t = np.linspace(0.0, 6.0, 13)
-    sol = solve_ode(model, p, x0, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(model, t, x0=x0), p, solver=oi.Dopri5(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     assert sol.sens.shape == (13, 2, 6)
     assert_columns_close(sol.sens, complex_step_sens(rhs, p, x0, t), 1e-6)
     assert_columns_close(sol.sens, central_difference_sens(rhs, p, x0, t), 1e-6)
@@ -231,12 +232,12 @@ def test_sensitivities_match_complex_step_and_finite_differences(model, rhs, p, 
 
 def test_states_do_not_depend_on_sensitivities_without_sens_error_control():
     t = np.linspace(0.0, 20.0, 21)
-    plain = solve_ode(lotka_volterra, LV_P, LV_X0, t)
-    with_sens = solve_ode(lotka_volterra, LV_P, LV_X0, t, sensitivities=True, sens_error_control=False)
+    plain = oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P)
+    with_sens = oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P, gradient=oi.Forward(error_control=False))
     # error control on y only: the same steps (up to rounding in fused multiply-adds)
     assert with_sens.n_steps == plain.n_steps
     np.testing.assert_allclose(with_sens.y, plain.y, rtol=1e-12)
-    controlled = solve_ode(lotka_volterra, LV_P, LV_X0, t, sensitivities=True)
+    controlled = oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P, gradient=oi.Forward())
     assert controlled.n_steps > plain.n_steps
 
 
@@ -261,11 +262,11 @@ def van_der_pol(t, y, p):
     (van_der_pol, [1000.0], [2.0, 0.0], 3000.0),
 ])
 def test_stiff_problems_stop_with_stiffness_status_instead_of_hanging(model, p, x0, t_end):
-    with pytest.raises(StiffnessError, match=r"status STIFF .*method=\"rodas\"") as info:
-        solve_ode(model, p, x0, np.linspace(0.0, t_end, 5), rtol=1e-6)
+    with pytest.raises(StiffnessError, match=r"status STIFF .*solver=oi\.Rodas\(\)") as info:
+        oi.solve(oi.Problem(model, np.linspace(0.0, t_end, 5), x0=x0), p, solver=oi.Dopri5(rtol=1e-6))
     assert info.value.status == Status.STIFF
     assert 0.0 < info.value.t_reached < t_end
-    sol = solve_ode(model, p, x0, np.linspace(0.0, t_end, 5), raise_on_failure=False)
+    sol = oi.solve(oi.Problem(model, np.linspace(0.0, t_end, 5), x0=x0), p, raise_on_failure=False)
     assert sol.status == Status.STIFF and not sol.success
     assert sol.n_steps < 2000  # Hairer's test: first check after 1000 steps, 15 positive checks
     assert np.all(np.isnan(sol.y[-1]))
@@ -277,19 +278,19 @@ def test_finite_time_blow_up_reports_t_reached_near_the_singularity():
         return {"y": p.c * y.y ** 2}  # y = 1 / (1 - t): infinite at t = 1
 
     with pytest.raises(SolverError, match=r"status STEP_TOO_SMALL at t_reached=1\.0000") as info:
-        solve_ode(square, [1.0], [1.0], [0.0, 0.5, 2.0])
+        oi.solve(oi.Problem(square, [0.0, 0.5, 2.0], x0=[1.0]), [1.0])
     assert info.value.status == Status.STEP_TOO_SMALL
     assert abs(info.value.t_reached - 1.0) < 1e-5
-    sol = solve_ode(square, [1.0], [1.0], [0.0, 0.5, 2.0], raise_on_failure=False)
+    sol = oi.solve(oi.Problem(square, [0.0, 0.5, 2.0], x0=[1.0]), [1.0], raise_on_failure=False)
     np.testing.assert_allclose(sol.y[:2, 0], [1.0, 2.0], rtol=1e-5)
     assert np.isnan(sol.y[2, 0]) and sol.status == Status.STEP_TOO_SMALL
 
 
 def test_max_steps_stops_the_solver():
     with pytest.raises(StiffnessError, match=r"status MAX_STEPS .*max_steps=10 "):
-        solve_ode(lotka_volterra, LV_P, LV_X0, np.linspace(0.0, 20.0, 5), max_steps=10)
-    sol = solve_ode(lotka_volterra, LV_P, LV_X0, np.linspace(0.0, 20.0, 5), max_steps=10,
-                    raise_on_failure=False)
+        oi.solve(oi.Problem(lotka_volterra, np.linspace(0.0, 20.0, 5), x0=LV_X0), LV_P, solver=oi.Dopri5(max_steps=10))
+    sol = oi.solve(oi.Problem(lotka_volterra, np.linspace(0.0, 20.0, 5), x0=LV_X0), LV_P,
+                   solver=oi.Dopri5(max_steps=10), raise_on_failure=False)
     assert sol.status == Status.MAX_STEPS and sol.n_steps == 10
 
 
@@ -298,10 +299,10 @@ def test_non_finite_right_hand_side_gives_non_finite_status():
     def sqrt_decay(t, y, p):
         return {"x": -p.k * om.sqrt(y.x)}  # x hits 0 at t = 2 sqrt(x0) / k, then sqrt(<0) = NaN
 
-    sol = solve_ode(sqrt_decay, [1.0], [1.0], [0.0, 1.0, 3.0], raise_on_failure=False)
+    sol = oi.solve(oi.Problem(sqrt_decay, [0.0, 1.0, 3.0], x0=[1.0]), [1.0], raise_on_failure=False)
     assert sol.status in (Status.NON_FINITE, Status.STEP_TOO_SMALL)
     assert sol.t_reached == pytest.approx(2.0, abs=1e-2)
     assert sol.y[1, 0] == pytest.approx(0.25, rel=1e-5)  # (1 - t/2)^2 at t = 1
     with pytest.raises(SolverError, match=r"status NON_FINITE at t_reached=0\.0: .*inf or NaN") as info:
-        solve_ode(sqrt_decay, [1.0], [-1.0], [0.0, 1.0])  # f(t0, x0) = NaN
+        oi.solve(oi.Problem(sqrt_decay, [0.0, 1.0], x0=[-1.0]), [1.0])  # f(t0, x0) = NaN
     assert info.value.status == Status.NON_FINITE

@@ -1,4 +1,4 @@
-"""Rodas4 (method="rodas"): coefficients, stiff problems, sensitivities through
+"""Rodas4 (oi.Rodas()): coefficients, stiff problems, sensitivities through
 the exact augmented Jacobian, failures.
 
 Independent references, computed in the tests: the Rosenbrock order conditions
@@ -15,7 +15,7 @@ from scipy.linalg import expm
 import odeinfer as oi
 from odeinfer import math as om
 from odeinfer.errors import SolverError
-from odeinfer.solve import Status, solve_ode
+from odeinfer.solve import Status
 
 
 @oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
@@ -146,8 +146,8 @@ def test_linear_system_matches_matrix_exponential():
         return {"x1": -p.a * y.x1 + p.b * y.x2, "x2": -p.b * y.x1 - p.a * y.x2}
 
     t = np.linspace(0.0, 4.0, 9)
-    sol = solve_ode(rotation_decay, [0.3, 2.0], [1.0, 0.0], t, method="rodas", sensitivities=True,
-                    rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(rotation_decay, t, x0=[1.0, 0.0]), [0.3, 2.0], solver=oi.Rodas(rtol=1e-10, atol=1e-12),
+                   gradient=oi.Forward())
     a = np.array([[-0.3, 2.0], [-2.0, -0.3]])
     for i, ti in enumerate(t):
         np.testing.assert_allclose(sol.y[i], expm(a * ti) @ [1.0, 0.0], rtol=1e-8, atol=1e-10)
@@ -160,7 +160,7 @@ def test_linear_system_matches_matrix_exponential():
 ])
 def test_nonlinear_models_and_sensitivities_match_references(model, rhs, p, x0):
     t = np.linspace(0.0, 6.0, 25)
-    sol = solve_ode(model, p, x0, t, method="rodas", sensitivities=True, rtol=1e-10, atol=1e-12)
+    sol = oi.solve(oi.Problem(model, t, x0=x0), p, solver=oi.Rodas(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     np.testing.assert_allclose(sol.y, dop853(rhs, p, x0, t), rtol=1e-7, atol=1e-9)
     assert_columns_close(sol.sens, complex_step_sens(rhs, p, x0, t), 1e-6)
     fd = np.empty_like(sol.sens)
@@ -176,7 +176,7 @@ def test_nonlinear_models_and_sensitivities_match_references(model, rhs, p, x0):
 
 def test_robertson_matches_radau_and_conserves_mass():
     t = np.concatenate([[0.0], np.logspace(-5, 5, 21)])
-    sol = solve_ode(robertson, ROBERTSON_P, [1.0, 0.0, 0.0], t, method="rodas", rtol=1e-6, atol=1e-10)
+    sol = oi.solve(oi.Problem(robertson, t, x0=[1.0, 0.0, 0.0]), ROBERTSON_P, solver=oi.Rodas(rtol=1e-6, atol=1e-10))
     ref = solve_ivp(robertson_rhs, (0.0, 1e5), [1.0, 0.0, 0.0], method="Radau", t_eval=t, args=(ROBERTSON_P,),
                     rtol=1e-10, atol=1e-14).y.T
     np.testing.assert_allclose(sol.y[:, 0], ref[:, 0], rtol=1e-5)
@@ -190,7 +190,8 @@ def test_robertson_matches_radau_and_conserves_mass():
 def test_robertson_sensitivities_match_finite_differences_of_radau():
     t = np.array([0.0, 0.4, 40.0, 4e3, 4e5])
     x0 = np.array([1.0, 0.0, 0.0])
-    sol = solve_ode(robertson, ROBERTSON_P, x0, t, method="rodas", sensitivities=True, rtol=1e-8, atol=1e-14)
+    sol = oi.solve(oi.Problem(robertson, t, x0=x0), ROBERTSON_P, solver=oi.Rodas(rtol=1e-8, atol=1e-14),
+                   gradient=oi.Forward())
     conserved = sol.sens.sum(axis=1)  # d(y1 + y2 + y3) = 0 for parameters, 1 for each x0
     np.testing.assert_allclose(conserved[:, :3], 0.0, atol=1e-10)
     np.testing.assert_allclose(conserved[:, 3:], 1.0, atol=1e-10)
@@ -210,7 +211,7 @@ def test_robertson_sensitivities_match_finite_differences_of_radau():
 
 def test_van_der_pol_stiff_matches_radau():
     t = np.linspace(0.0, 3000.0, 31)
-    sol = solve_ode(van_der_pol, [1000.0], [2.0, 0.0], t, method="rodas", rtol=1e-6, atol=1e-8)
+    sol = oi.solve(oi.Problem(van_der_pol, t, x0=[2.0, 0.0]), [1000.0], solver=oi.Rodas(rtol=1e-6, atol=1e-8))
     ref = solve_ivp(lambda _, y: [y[1], 1000.0 * (1 - y[0] ** 2) * y[1] - y[0]], (0.0, 3000.0), [2.0, 0.0],
                     method="Radau", t_eval=t, rtol=1e-10, atol=1e-12).y.T
     # x1 = O(1) and x2 = O(1e-3) on the slow manifold; outputs avoid the fast jumps
@@ -223,7 +224,7 @@ def test_dense_output_between_steps_is_accurate():
     """Many output times inside each step: the order-3 continuous extension."""
     t = np.linspace(0.0, 6.0, 601)
     p, x0 = np.array([0.7, 1.3, 0.9, 2.0]), np.array([1.0, 0.5])
-    sol = solve_ode(forced, p, x0, t, method="rodas", rtol=1e-6, atol=1e-8)
+    sol = oi.solve(oi.Problem(forced, t, x0=x0), p, solver=oi.Rodas(rtol=1e-6, atol=1e-8))
     assert sol.n_steps < 300  # so most of the 601 outputs are interpolated
     # interpolated values as accurate as the step ends: a few times rtol
     assert np.max(np.abs(sol.y - dop853(forced_rhs, p, x0, t))) < 1e-5
@@ -237,14 +238,14 @@ def test_blow_up_and_max_steps_are_reported():
     def square(t, y, p):
         return {"y": p.c * y.y ** 2}
 
-    with pytest.raises(SolverError, match=r"solve_ode\(method='rodas'\) failed with status STEP_TOO_SMALL") as info:
-        solve_ode(square, [1.0], [1.0], [0.0, 2.0], method="rodas")
+    with pytest.raises(SolverError, match=r"solve \(method 'rodas'\) failed with status STEP_TOO_SMALL") as info:
+        oi.solve(oi.Problem(square, [0.0, 2.0], x0=[1.0]), [1.0], solver=oi.Rodas())
     assert abs(info.value.t_reached - 1.0) < 1e-5
-    sol = solve_ode(robertson, ROBERTSON_P, [1.0, 0.0, 0.0], [0.0, 1e5], method="rodas", max_steps=5,
-                    raise_on_failure=False)
+    sol = oi.solve(oi.Problem(robertson, [0.0, 1e5], x0=[1.0, 0.0, 0.0]), ROBERTSON_P, solver=oi.Rodas(max_steps=5),
+                   raise_on_failure=False)
     assert sol.status == Status.MAX_STEPS and np.isnan(sol.y[-1]).all()
     with pytest.raises(SolverError, match="status MAX_STEPS"):
-        solve_ode(robertson, ROBERTSON_P, [1.0, 0.0, 0.0], [0.0, 1e5], method="rodas", max_steps=5)
+        oi.solve(oi.Problem(robertson, [0.0, 1e5], x0=[1.0, 0.0, 0.0]), ROBERTSON_P, solver=oi.Rodas(max_steps=5))
 
 
 def test_singular_iteration_matrix_is_reported():
@@ -252,9 +253,9 @@ def test_singular_iteration_matrix_is_reported():
     def sqrt_decay(t, y, p):
         return {"x": -p.k * om.sqrt(y.x)}  # df/dx = -k / (2 sqrt x): infinite when x reaches 0 at t = 2
 
-    sol = solve_ode(sqrt_decay, [1.0], [1.0], [0.0, 1.0, 3.0], method="rodas", raise_on_failure=False)
+    sol = oi.solve(oi.Problem(sqrt_decay, [0.0, 1.0, 3.0], x0=[1.0]), [1.0], solver=oi.Rodas(), raise_on_failure=False)
     assert sol.status == Status.SINGULAR
     assert sol.t_reached == pytest.approx(2.0, abs=1e-2)
     assert sol.y[1, 0] == pytest.approx(0.25, rel=1e-5)  # (1 - t/2)^2 at t = 1
     with pytest.raises(SolverError, match=r"status SINGULAR .*I/\(h\*gamma\) - df/dy stayed singular"):
-        solve_ode(sqrt_decay, [1.0], [1.0], [0.0, 3.0], method="rodas")
+        oi.solve(oi.Problem(sqrt_decay, [0.0, 3.0], x0=[1.0]), [1.0], solver=oi.Rodas())

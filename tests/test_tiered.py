@@ -60,8 +60,9 @@ def test_shared_dde_kernel_is_bitwise_equal_to_the_model_kernel(name, sens):
     phi = z.history_params_array() if z.history_param_names else None
     out = []
     for run in ("model", "shared"):
-        s = oi.solve.make_dde_solver(z.model, z.t, z.history, t0=z.t0, sensitivities=sens, rtol=1e-8, atol=1e-10,
-                                     buffer_steps=20_000)
+        s = oi.bind(oi.Problem(z.model, z.t, history=z.history, t0=z.t0),
+                    solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)), gradient=oi.Forward() if sens else None)
+        s.buf = np.empty((20_000, s.buf.shape[1]))  # room for every step: the kernels are called directly
         args = (s.t0, s.t, z.params_array(), s._hkind, s.history.values if phi is None else phi, s._hb, s._hc,
                 s._k, True, s.rtol, s.atol, s.first_step, s.max_steps, s.z, s.work, s.buf, s.info)
         if run == "model":
@@ -77,8 +78,12 @@ def test_shared_dde_kernel_is_bitwise_equal_to_the_model_kernel(name, sens):
 def test_model_handle_holds_sizes_and_callbacks():
     cm = oi.solve._inputs.compiled_model(oi.zoo.lotka_volterra().model)
     mh = shared.model_handle(cm)
-    assert mh[:2] == (2, 4) and all(isinstance(a, int) and a != 0 for a in mh[2:])
+    # Dormand-Prince's three callbacks; Rodas's five only in the full handle
+    assert mh[:2] == (2, 4) and all(isinstance(a, int) and a != 0 for a in mh[2:5]) and mh[5:] == (0,) * 5
     assert shared.model_handle(cm) is mh  # made once per model
+    full = shared.model_handle(cm, full=True)
+    assert full[:2] == (2, 4) and all(isinstance(a, int) and a != 0 for a in full[2:])
+    assert shared.model_handle(cm, full=True) is full
 
 
 def _fresh_decay():
@@ -107,7 +112,7 @@ def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_k
     model, c = _fresh_decay()
     t = np.linspace(0.0, 4.0, 9)
     p, x0 = np.array([0.7]), np.array([3.0])
-    solver = oi.solve.make_solver(model, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    solver = oi.bind(oi.Problem(model, t), solver=oi.Dopri5(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     assert solver.tier == "pending"
     y, sens, status = solver(p, x0)
     assert solver.kernel is not None
@@ -121,11 +126,11 @@ def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_k
     assert solver.tier == "model" and status == Status.SUCCESS
     assert np.array_equal(y, first_y) and np.array_equal(sens, first_sens)
     # a new solver for the same model and options finds the compiled kernel at once
-    again = oi.solve.make_solver(model, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    again = oi.bind(oi.Problem(model, t), solver=oi.Dopri5(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     again(p, x0)
     assert again.tier == "model"
-    # and so does solve_ode (through make_solver)
-    sol = oi.solve.solve_ode(model, p, x0, t, sensitivities=True, rtol=1e-10, atol=1e-12)
+    # and so does oi.solve (through oi.bind)
+    sol = oi.solve(oi.Problem(model, t, x0=x0), p, solver=oi.Dopri5(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     assert np.array_equal(sol.y, first_y) and np.array_equal(sol.sens, first_sens)
 
 
@@ -142,7 +147,7 @@ def test_a_failed_background_compilation_warns_and_keeps_the_shared_kernel(monke
     monkeypatch.setattr(shared, "COMMAND", (sys.executable, "-c", "import sys; sys.exit('no compiler today')"))
     model, c = _fresh_decay()
     t = np.linspace(0.0, 2.0, 5)
-    solver = oi.solve.make_solver(model, t)
+    solver = oi.bind(oi.Problem(model, t))
     out = []
 
     def calls():  # the process may fail before the first call returns: the warning comes at the first
@@ -167,7 +172,7 @@ def test_a_killed_background_compiler_is_reported_once_by_its_signal(monkeypatch
     monkeypatch.setattr(shared, "COMMAND", (sys.executable, "-c", killed))
     model, _ = _fresh_decay()
     t = np.linspace(0.0, 2.0, 5)
-    solvers = [oi.solve.make_solver(model, t, rtol=rtol) for rtol in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)]
+    solvers = [oi.bind(oi.Problem(model, t), solver=oi.Dopri5(rtol=rtol)) for rtol in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)]
 
     def calls():
         for _ in range(3):
@@ -196,7 +201,7 @@ def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "shared")
     model, c = _fresh_decay()
     t = np.linspace(0.0, 1.0, 3)
-    solver = oi.solve.make_solver(model, t)
+    solver = oi.bind(oi.Problem(model, t))
     n_pending = len(shared._PENDING)
     for _ in range(3):
         y, _, status = solver(np.array([0.5]), np.array([1.0]))
@@ -208,17 +213,19 @@ def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
 
 def test_a_bad_tiered_setting_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "sometimes")
-    solver = oi.solve.make_solver(oi.zoo.lotka_volterra().model, [0.0, 1.0])
+    solver = oi.bind(oi.Problem(oi.zoo.lotka_volterra().model, [0.0, 1.0]))
     with pytest.raises(oi.errors.InputError, match="ODEINFER_TIERED.*'sometimes'.*unset"):
         solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
 
 
-def test_rodas_and_the_switch_off_compile_the_model_kernel(monkeypatch):
+def test_fixed_steps_and_the_switch_off_compile_the_model_kernel(monkeypatch):
     model = oi.zoo.lotka_volterra().model
     monkeypatch.setenv("ODEINFER_TIERED", "1")
-    assert oi.solve.make_solver(model, [0.0, 1.0], method="rodas").tier == "model"
+    # Rodas is tiered too (tests/test_shared_tier.py); the fixed-step convergence mode is not
+    assert oi.bind(oi.Problem(model, [0.0, 1.0]), solver=oi.Rodas()).tier == "pending"
+    assert oi.bind(oi.Problem(model, [0.0, 1.0]), solver=oi.Dopri5(fixed_step=0.1)).tier == "model"
     monkeypatch.setenv("ODEINFER_TIERED", "0")
-    solver = oi.solve.make_solver(model, [0.0, 1.0])
+    solver = oi.bind(oi.Problem(model, [0.0, 1.0]))
     solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
     assert shared.tiered_mode() == "0" and solver.tier == "model"
     monkeypatch.delenv("ODEINFER_TIERED")
@@ -257,7 +264,7 @@ def test_dde_solver_answers_from_the_shared_kernel(monkeypatch):
         return {"x": -p.a * om.lag(y.x, "tau") + c}
 
     t = np.linspace(0.0, 1.0, 5)
-    solver = oi.solve.make_dde_solver(fresh_delay, t, 1.0, sensitivities=True)
+    solver = oi.bind(oi.Problem(fresh_delay, t, history=1.0), gradient=oi.Forward())
     assert solver.tier == "pending"
     y, sens, status = solver(np.array([2.0, 1.5]), np.array([1.0]))
     assert status == Status.SUCCESS and solver.tier == "shared"
@@ -279,7 +286,7 @@ def test_model_kernel_bits_do_not_depend_on_what_compiled_before():
         from odeinfer.solve import shared
         m = oi.Model.from_equations({{"x": "-k*x*y + {c!r}", "y": "k*x - y*y"}}, params=["k"])
         t = np.linspace(0.0, 3.0, 7)
-        oi.solve.solve_ode(m, [0.8], [1.0, 0.5], t, method="rodas", sensitivities=True)
+        oi.solve(oi.Problem(m, t, x0=[1.0, 0.5]), [0.8], solver=oi.Rodas(), gradient=oi.Forward())
         cm = m.compile()
         out = []
         for kernel, lead in ((cm.module.dopri5_solve_sens, ()),

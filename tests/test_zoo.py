@@ -26,9 +26,9 @@ from scipy.integrate import solve_ivp
 from scipy.linalg import expm
 from scipy.optimize import least_squares
 
+import odeinfer as oi
 from odeinfer import zoo
 from odeinfer.errors import InputError, ModelDefinitionError, SolverError
-from odeinfer.solve import solve_ode
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -504,13 +504,15 @@ _RODAS_RICCATI = pytest.mark.skip(
 @pytest.mark.parametrize("width", [None, pytest.param(0.25, marks=pytest.mark.slow)])  # one Rodas compile each
 def test_rodas_riccati_reports_infinite_time_derivative(width):
     for entry in (zoo.riccati(width=width),):
-        with pytest.raises(SolverError, match=r"time derivative df/dt.*not finite at t=0\.0.*method='dopri5'"):
-            solve_ode(entry.model, entry.params_array(), entry.x0_array(), entry.t, t0=entry.t0, method="rodas")
+        with pytest.raises(SolverError, match=r"time derivative df/dt.*not finite at t=0\.0.*solver=oi\.Dopri5\(\)"):
+            oi.solve(oi.Problem(entry.model, entry.t, x0=entry.x0_array(), t0=entry.t0), entry.params_array(),
+                     solver=oi.Rodas())
 
 
 # Rodas on every zoo model compiles one stiff kernel per model (about a minute each on a cold cache,
 # two cores): the default run keeps two representative models (linear, mildly stiff); `-m slow` runs all.
 _RODAS_DEFAULT = ("linear_decay", "alpha_pinene")
+SOLVERS = {"dopri5": oi.Dopri5(), "rodas": oi.Rodas()}
 
 
 def _marks(case_id, method):
@@ -561,8 +563,9 @@ def _reference(case_id):
 @functools.cache
 def _run_solver(case_id, method, sensitivities=True):
     entry, _, _ = _case(case_id)
-    return solve_ode(entry.model, entry.params_array(), entry.x0_array(), _grid(entry, case_id), t0=entry.t0,
-                     sensitivities=sensitivities, method=method, rtol=1e-11, atol=1e-12)
+    return oi.solve(oi.Problem(entry.model, _grid(entry, case_id), x0=entry.x0_array(), t0=entry.t0),
+                    entry.params_array(), solver=SOLVERS[method].replace(rtol=1e-11, atol=1e-12),
+                    gradient=oi.Forward() if sensitivities else None)
 
 
 @pytest.mark.parametrize("case_id, method", [
@@ -611,8 +614,8 @@ def test_sharp_riccati_sensitivities_are_refused_with_the_reason(method):
     entry = zoo.riccati()
     assert entry.model.switching_params == ("T_r",)
     with pytest.raises(InputError, match=r"\['T_r'\] move a jump.*heaviside\(x, width=\.\.\.\)"):
-        solve_ode(entry.model, entry.params_array(), entry.x0_array(), entry.t, t0=entry.t0,
-                  sensitivities=True, method=method)
+        oi.solve(oi.Problem(entry.model, entry.t, x0=entry.x0_array(), t0=entry.t0), entry.params_array(),
+                 solver=SOLVERS[method], gradient=oi.Forward())
     # ...while the true solution does depend on T_r: the finite-difference derivative of phi(5.5)
     # with respect to T_r is far from 0 shortly after T_r
     t_after = np.array([5.5])

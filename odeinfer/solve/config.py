@@ -165,6 +165,9 @@ class MethodOfSteps:
             hint = (" (a stiff delay solver is not available; shorten the step with Dopri5(max_steps=...) "
                     "or reformulate)" if isinstance(self.inner, Rodas) else "")
             raise InputError(f"MethodOfSteps(inner=...): expected a Dopri5(...) value, got {got}{hint}")
+        if self.inner.fixed_step is not None:
+            raise InputError(f"MethodOfSteps(inner=...): the delay solver has no fixed-step mode, got {self.inner!r}; "
+                             "leave fixed_step=None")
 
     @property
     def rtol(self):
@@ -274,6 +277,8 @@ _SOLVER_TYPES = (Dopri5, Rodas, MethodOfSteps)
 def default_solver(role: str, delays: bool = False):
     """The default solver of ``role`` (see :data:`DEFAULT_SOLVERS`), wrapped in
     :class:`MethodOfSteps` for a model with delays."""
+    if role not in DEFAULT_SOLVERS:
+        raise InputError(f"role: expected one of {list(DEFAULT_SOLVERS)}, got {role!r}; or pass solver=... explicitly")
     s = DEFAULT_SOLVERS[role]
     return MethodOfSteps(s) if delays else s
 
@@ -292,8 +297,12 @@ def as_solver(solver, *, delays: bool, role: str = "solve", arg: str = "solver")
         raise InputError(f"{arg}: expected oi.Dopri5(...), oi.Rodas(...) or oi.MethodOfSteps(...), "
                          f"got {type(solver).__name__}")
     if delays and not solver.delays:
+        inner, note = solver, ""
+        if isinstance(solver, Rodas):  # no stiff delay solver: suggest Dormand-Prince with the same options
+            inner = Dopri5(rtol=solver.rtol, atol=solver.atol, max_steps=solver.max_steps, first_step=solver.first_step)
+            note = " (no stiff delay solver is available)"
         raise InputError(f"{arg}: the model has delays, so it needs a method of steps, got {solver!r}; "
-                         f"pass {arg}=oi.MethodOfSteps({solver!r})")
+                         f"pass {arg}=oi.MethodOfSteps({inner!r}){note}")
     if not delays and solver.delays:
         raise InputError(f"{arg}: the model has no delays, got {solver!r}; pass {arg}={solver.inner!r}")
     return solver

@@ -58,9 +58,10 @@ class Problem:
         Output times, sorted (non-decreasing), all ``>= t0``.
     x0 : array-like (n_states,) or mapping name -> value, optional
         Initial state at ``t0`` (ODE models); may instead be given to each :func:`solve` call.
-    history : History, number(s), mapping or callable, optional
-        The states before ``t0`` (delay models only; required for them): see
-        :func:`odeinfer.solve.dde.as_history`.
+    history : History, number(s) or mapping, optional
+        The states before ``t0`` (delay models only; required for them): a History, or constant
+        values (see :func:`odeinfer.solve.dde.as_history`). For a function of time, pass
+        ``History.from_function(fn, t0 - max_tau, t0)``.
     t0 : float, optional
         Initial time (for a delay model, the end of the history window); default ``t[0]``.
 
@@ -108,6 +109,10 @@ class Problem:
                 object.__setattr__(self, "x0", _inputs.named_values("x0", self.x0, m.states, "state"))
                 self.x0.flags.writeable = False
 
+    def __reduce__(self):
+        # rebuilt from its values: the cache of bound solvers and its lock stay in this process
+        return (Problem, (model_of(self.model), np.array(self.t), self.x0, self.history, self.t0))
+
     @property
     def delays(self) -> bool:
         """Whether the model has delays (then the problem is a delay problem)."""
@@ -123,7 +128,7 @@ class Problem:
 
     def __repr__(self):
         m = model_of(self.model)
-        init = f"history={self.history!r}" if m.delays else f"x0={None if self.x0 is None else list(self.x0)}"
+        init = f"history={self.history!r}" if m.delays else f"x0={None if self.x0 is None else self.x0.tolist()}"
         return (f"Problem(model={m.name!r}, t=[{self.t[0]:g} .. {self.t[-1]:g}] ({self.t.size} times), "
                 f"t0={self.t0:g}, {init})")
 
