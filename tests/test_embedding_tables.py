@@ -2,7 +2,7 @@
 Riccati model with its change time held fixed.
 
 * Riccati (zoo ``riccati``, sharp step at ``T_r``): fits with ``T_r`` fixed now that the solver
-  takes ``sens_exclude``; reference: scipy ``least_squares`` over a DOP853 solve split at ``T_r``
+  takes ``oi.Forward(exclude=...)``; reference: scipy ``least_squares`` over a DOP853 solve split at ``T_r``
   (rtol 1e-12), an independent computation.
 * Seed 000 (Syafiie et al.): on its three examples a converged Embedding fit has a smaller
   trajectory RMSE than the paper's printed NR estimates, our NR on the same data and the
