@@ -17,6 +17,7 @@ def _demo(args) -> int:
     from odeinfer.pipeline import run
     from odeinfer.spec import BayesSpec
 
+    _check_out(args)
     say = _printer(args)
     t0 = time.perf_counter()
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
@@ -41,6 +42,7 @@ def _report(args) -> int:
     from odeinfer.pipeline import run_spec
     from odeinfer.spec import load_spec
 
+    _check_out(args)
     say = _printer(args)
     t0 = time.perf_counter()
     spec = load_spec(args.spec)
@@ -49,6 +51,13 @@ def _report(args) -> int:
     result.export_html(args.out)
     say(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _check_out(args):
+    """Refuse an unusable report path (missing or read-only directory, a directory) before any work."""
+    from odeinfer._io import check_target
+
+    check_target(args.out, argument="-o/--out")
 
 
 def _printer(args):

@@ -12,6 +12,7 @@ __all__ = [
     "EquationParseError",
     "DataError",
     "InputError",
+    "ResultFileError",
     "SolverError",
     "StiffnessError",
     "StudyError",
@@ -43,6 +44,11 @@ class DataError(OdeinferError, ValueError):
 class InputError(OdeinferError, ValueError):
     """An argument of a public call is invalid (parameter or initial-state
     values and names, tolerances, method names, step limits)."""
+
+
+class ResultFileError(InputError):
+    """A saved result (``Estimate.from_json``) cannot be read: not JSON, not a file, truncated,
+    missing or mistyped fields, nested too deep or too large."""
 
 
 class SolverError(OdeinferError, RuntimeError):

@@ -103,7 +103,9 @@ def heaviside(x, width=None):
     if width is not None:
         if not (float(width) > 0):
             raise ValueError(f"heaviside: width must be > 0, got {width!r}; pass None for the sharp step")
-        return 0.5 * (1.0 + tanh(x / float(width))) if isinstance(x, Traced) else 0.5 * (1.0 + _m.tanh(float(x) / width))
+        if isinstance(x, Traced):  # x * (1/width) with a double, so that printed equations read back exactly
+            return 0.5 * (1.0 + tanh(x * (1.0 / float(width))))
+        return 0.5 * (1.0 + _m.tanh(float(x) / width))
     if isinstance(x, Traced):
         return Traced(_sp.Heaviside(x.expr, _sp.Rational(1, 2)))
     x = float(x)

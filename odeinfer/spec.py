@@ -17,7 +17,7 @@ only the keys listed below; anything else is an error naming the key and the all
     pred = "delta*prey*pred - gamma*pred"
 
     [data]
-    csv = "lynx_hare.csv"                    # relative to the spec file
+    csv = "lynx_hare.csv"                    # in the spec's folder (or below it)
     time = "year"                            # the time column
     time_origin = 1900                       # optional: subtracted from the times
     [data.observed]                          # state = column (default: columns named as the states)
@@ -48,9 +48,11 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 
+from odeinfer._lazy import pandas as pd
 from odeinfer.errors import DataError, InputError
 
 __all__ = ["Spec", "load_spec", "parse_spec", "parse_prior", "PRIOR_DISTRIBUTIONS", "ESTIMATORS"]
@@ -110,7 +112,8 @@ class Spec:
 
 
 def load_spec(path) -> Spec:
-    """Read and validate a TOML spec file; the CSV path inside is relative to the file."""
+    """Read and validate a TOML spec file; the CSV path inside is relative to the file's folder
+    and must stay in it (no absolute paths elsewhere, no '..' or symbolic links leading out)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise InputError(f"spec: no file {path!r}; pass the path of a TOML spec (see odeinfer report --help)")
@@ -123,7 +126,10 @@ def load_spec(path) -> Spec:
 
 
 def parse_spec(raw: dict, *, base_dir=".", source="<dict>") -> Spec:
-    """Validate a spec given as a dict (the parsed TOML); see :func:`load_spec`."""
+    """Validate a spec given as a dict (the parsed TOML); see :func:`load_spec`.
+
+    ``base_dir`` is the folder that ``[data] csv`` is relative to and confined to.
+    """
     _keys(raw, _TOP, "the top level", source)
     title = raw.get("title", "odeinfer report")
     if not isinstance(title, str):
@@ -242,35 +248,93 @@ def _model(table, source):
 
 
 def _data(table, model, base_dir, source):
-    from odeinfer._lazy import pandas as pd
     from odeinfer.data import Data
 
     _keys(table, _DATA, "[data]", source)
     for key in ("csv", "time"):
         if key not in table:
             raise InputError(f"{source} [data]: the key {key!r} is missing")
-    path = os.path.join(base_dir, str(table["csv"]))
-    if not os.path.isfile(path):
-        raise InputError(f"{source} [data] csv: no file {table['csv']!r} next to the spec")
-    df = pd.read_csv(path)
+    csv = table["csv"]
+    df = _read_csv(_data_path(csv, base_dir, source), csv, source)
     observed = table.get("observed", {s: s for s in model.observed})
     observed = _mapping(observed, "[data.observed]", source)
     time, experiment = table["time"], table.get("experiment")
     needed = [time, *observed.values()] + ([experiment] if experiment is not None else [])
+    odd = [c for c in needed if not isinstance(c, str)]
+    if odd:
+        raise InputError(f"{source} [data]: column names must be strings, got {odd!r} in time / experiment / "
+                         "[data.observed]; write them in quotes, e.g. time = \"year\"")
     missing = [c for c in needed if c not in df.columns]
     if missing:
-        raise DataError(f"{source} [data]: column(s) {missing} not in {table['csv']!r}; "
-                        f"its columns are {list(df.columns)}")
+        shown = [c for c in df.columns if isinstance(c, str) and _PLAIN_COLUMN.fullmatch(c)]
+        hidden = len(df.columns) - len(shown)
+        raise DataError(f"{source} [data]: column(s) {missing} not in {csv!r}; its columns are {shown}"
+                        + (f" and {hidden} more whose names are not shown (not plain names)" if hidden else "")
+                        + "; name existing columns in [data] time / [data.observed]")
     unknown = [s for s in observed if s not in model.states]
     if unknown:
         raise InputError(f"{source} [data.observed]: {unknown} are not states of the model {list(model.states)}")
+    for column in [time, *observed.values()]:
+        _numeric_column(df, column, csv, source)
     origin = table.get("time_origin", 0.0)
     if not _is_number(origin):
         raise InputError(f"{source} [data] time_origin: expected a number, got {origin!r}")
     if origin:
-        df = df.assign(**{time: df[time] - origin})
+        df = df.assign(**{time: pd.to_numeric(df[time]) - origin})
     return Data.from_frame(df, time, observed, experiment=experiment,
-                           name=None if experiment is not None else os.path.splitext(os.path.basename(path))[0])
+                           name=None if experiment is not None else os.path.splitext(os.path.basename(csv))[0])
+
+
+#: Column names that may appear in an error message: plain names, nothing that looks like
+#: the content of an arbitrary file (no '=', ':', '/', quotes; at most 64 characters).
+_PLAIN_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_ .()\[\]-]{0,63}")
+
+
+def _data_path(csv, base_dir, source):
+    """The real path of the data file named ``csv``, which must stay inside the spec's folder
+    (after resolving '..' and symbolic links), so a spec cannot read other files of the machine."""
+    if not isinstance(csv, str) or not csv.strip() or "\x00" in csv:
+        raise InputError(f"{source} [data] csv: expected the name of a CSV file in the folder of the spec "
+                         f"(e.g. 'data.csv'), got {csv!r}")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, csv))
+    try:
+        inside = os.path.commonpath([root, path]) == root
+    except ValueError:  # another drive (Windows)
+        inside = False
+    if not inside:
+        raise InputError(f"{source} [data] csv: {csv!r} is outside the folder of the spec (an absolute path, '..' "
+                         "or a symbolic link leading elsewhere); a spec may only read files in its own folder "
+                         "and below. Put the CSV file next to the spec and name it relative to it, e.g. 'data.csv'")
+    if not os.path.isfile(path):
+        raise InputError(f"{source} [data] csv: no file {csv!r} next to the spec")
+    return path
+
+
+def _read_csv(path, csv, source):
+    """The data frame of the (already confined) file ``path``; opened without following a link
+    swapped in since the check. Parser messages are not passed on: they may quote the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise InputError(f"{source} [data] csv: cannot open {csv!r} ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return pd.read_csv(fh)
+        except (ValueError, UnicodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise DataError(f"{source} [data] csv: {csv!r} is not a readable CSV file ({type(exc).__name__}); "
+                            "expected UTF-8 text with a header line of column names and one row per time") from None
+
+
+def _numeric_column(df, column, csv, source):
+    """Refuse non-numeric cells, naming the column and the row but not the cell (file content)."""
+    values = df[column]
+    bad = pd.to_numeric(values, errors="coerce").isna().to_numpy() & ~values.isna().to_numpy()
+    if bad.any():
+        first = int(bad.argmax()) + 1
+        raise DataError(f"{source} [data]: column {column!r} of {csv!r} has {int(bad.sum())} non-numeric "
+                        f"cell(s), the first in data row {first}; expected numbers (empty cells are missing "
+                        "values). Fix those cells in the file")
 
 
 def _bayes(table, model, source):

@@ -1,6 +1,7 @@
 """sample(): seeding (initial points, mass matrix mapped through PyMC's transforms), the
 InferenceData groups, the diagonal fallback, interruption, and nutpie when installed."""
 
+import re
 
 import numpy as np
 import pytest
@@ -92,6 +93,15 @@ def test_seeded_sampling_returns_all_groups(lv):
     np.testing.assert_array_equal(idata.constant_data["t"], data.t)
     assert list(idata.estimate["name"].values) == list(est.names)
     assert int(idata.sample_stats["diverging"].sum()) == 0
+    # each quantity is listed once by the diagnostics and the report (x0 is sampled as scalars
+    # 'x0[prey]', 'x0[predator]' and also kept as the deterministic vector 'x0')
+    from odeinfer.diagnostics._names import parameter_names
+    from odeinfer.report._items import render_idata
+
+    assert sorted(parameter_names(idata)) == sorted([*est.names, "sigma[predator]", "sigma[prey]"])
+    assert sorted(oi.diagnostics.check(idata).table.index) == sorted(parameter_names(idata))
+    summary_rows = re.findall(r"<th>([^<]*)</th>\s*<td>", render_idata(idata))
+    assert sorted(summary_rows) == sorted(parameter_names(idata))
     # posterior means agree with the least-squares estimate within 3 of its standard errors
     for name, value, se in zip(est.names, est.values, est.bse):
         assert abs(float(post[name].mean()) - value) < 3 * se, name

@@ -79,6 +79,32 @@ def test_report_command_errors_name_the_problem(tmp_path, capsys):
     assert "unknown key(s) ['units'] in [data]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["report", "demo"])
+def test_an_unusable_output_path_is_refused_before_any_analysis(tmp_path, capsys, monkeypatch, command):
+    import odeinfer.pipeline
+    import odeinfer.spec
+    from odeinfer import _io
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the analysis ran before the output path was checked")
+
+    for module, name in ((odeinfer.pipeline, "run"), (odeinfer.pipeline, "run_spec"), (odeinfer.spec, "load_spec")):
+        monkeypatch.setattr(module, name, no_work)
+    spec = tmp_path / "s.toml"
+    spec.write_text(textwrap.dedent(SPEC))
+    args = [command] + ([str(spec)] if command == "report" else ["--no-bayes"])
+    assert main(args + ["-o", str(tmp_path / "missing" / "x.html"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert f"odeinfer {command}: error: -o/--out: the directory" in err and "does not exist; create it" in err
+    assert main(args + ["-o", str(tmp_path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
+    # a directory without write permission (simulated: the tests may run as root, whom chmod does not stop)
+    monkeypatch.setattr(_io.os, "access", lambda *a, **k: False)
+    assert main(args + ["-o", str(tmp_path / "x.html")]) == 1
+    assert "-o/--out: no permission to write in the directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
 def test_help_and_no_command():
     r = subprocess.run([sys.executable, "-m", "odeinfer.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "demo" in r.stdout and "report" in r.stdout
@@ -103,3 +129,27 @@ def test_pipeline_rejects_unknown_estimators():
     z = oi.zoo.linear_decay()
     with pytest.raises(InputError, match=r"\['Magic'\] not available"):
         run(z.model, oi.simulate(z.model, z.params, z.x0, z.t).data, estimators=["Magic"])
+
+
+def test_pipeline_notes_report_fit_times_without_compilation(monkeypatch):
+    """The notes (the report's first section) must not present compile-inclusive wall times as fit times:
+    estimator lines carry no time, the NUTS line the sampler's own time without compilation."""
+    import re
+
+    import arviz as az
+
+    from odeinfer.pipeline import run
+    from odeinfer.spec import BayesSpec
+
+    z = oi.zoo.linear_decay()
+    data = oi.simulate(z.model, z.params, z.x0, z.t).data
+    r = np.random.default_rng(0)
+    fake = az.from_dict(posterior={"k1": r.normal(0.5, 0.01, (2, 500))},
+                        sample_stats={"diverging": np.zeros((2, 500), bool)})
+    fake.posterior.attrs.update(sampling_time=1.25, odeinfer_wall_time=31.5)  # as oi.bayes.sample records them
+    monkeypatch.setattr(oi.bayes, "sample", lambda *a, **k: fake)
+    res = run(z.model, data, estimators=["OrthogonalConditions"], bayes=BayesSpec(), progress=lambda msg: None)
+    oc, nuts = res.notes[0], res.notes[-1]
+    assert oc.startswith("OrthogonalConditions: converged; k1 = ") and not re.search(r"\d s\b", oc)
+    assert nuts.startswith("NUTS: sampled in 1.2 s (without compilation); diagnostics "), nuts
+    assert "31.5" not in nuts and res.timings["OrthogonalConditions"] > 0

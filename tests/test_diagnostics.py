@@ -192,6 +192,40 @@ def test_names_resolve_scalars_states_experiments_and_literal_names():
         draws(idata, "gamma")
 
 
+def _built_like_build_model(known_prey=False, experiments=None):
+    """The posterior of oi.bayes.build_model: unknown initial states sampled as scalars 'x0[s]'
+    ('x0[s]@e' per experiment), and the vector 'x0' (dim state; experiment, state) and 'theta'
+    (dim param) kept as deterministics that repeat them."""
+    r = np.random.default_rng(2)
+    states = ["prey", "pred"]
+    sfx = [""] if experiments is None else [f"@{e}" for e in experiments]
+    post = {"alpha": r.normal(1, 0.1, (C, D)), "sigma[prey]": np.abs(r.normal(size=(C, D))) + 0.1}
+    post["theta"] = post["alpha"][..., None]
+    vec = []
+    for e in sfx:
+        if not known_prey:
+            post[f"x0[prey]{e}"] = r.normal(10, 1, (C, D))
+        post[f"x0[pred]{e}"] = r.normal(5, 1, (C, D))
+        vec.append(np.stack([np.full((C, D), 10.0) if known_prey else post[f"x0[prey]{e}"], post[f"x0[pred]{e}"]],
+                            axis=-1))
+    post["x0"] = vec[0] if experiments is None else np.stack(vec, axis=2)
+    dims = {"theta": ["param"], "x0": ["state"] if experiments is None else ["experiment", "state"]}
+    coords = {"param": ["alpha"], "state": states, **({} if experiments is None else {"experiment": experiments})}
+    return az.from_dict(posterior=post, dims=dims, coords=coords,
+                        sample_stats={"diverging": np.zeros((C, D), bool)})
+
+
+@pytest.mark.parametrize("known_prey, experiments, expected", [
+    (False, None, ["alpha", "sigma[prey]", "x0[prey]", "x0[pred]"]),
+    (True, None, ["alpha", "sigma[prey]", "x0[pred]"]),  # a known initial state is not a parameter
+    (False, ["a", "b"], ["alpha", "sigma[prey]", "x0[prey]@a", "x0[pred]@a", "x0[prey]@b", "x0[pred]@b"]),
+])
+def test_initial_states_sampled_as_scalars_are_listed_once(known_prey, experiments, expected):
+    idata = _built_like_build_model(known_prey, experiments)
+    assert sorted(parameter_names(idata)) == sorted(expected)
+    assert sorted(check(idata).table.index) == sorted(expected)
+
+
 # --- posterior predictive check ------------------------------------------------------------------
 def _ppc_case(offsets, nan=None, S=4000):
     t = np.linspace(0, 10, 21)

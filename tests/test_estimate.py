@@ -1,11 +1,14 @@
 """The Estimate result: statsmodels vocabulary, immutability, display, JSON round trip."""
 
 import dataclasses
+import json
+import os
 
 import numpy as np
 import pytest
 
 import odeinfer as oi
+from odeinfer.errors import InputError, ResultFileError
 from odeinfer.results import Estimate
 
 MODEL = oi.Model.from_equations({"x": "-k*x + c"}, params=["k", "c"], name="decay <b>&")
@@ -89,6 +92,152 @@ def test_json_round_trip(tmp_path):
     assert dict(back.extras) == {"L": [2, 3]} and back.warnings == ("w <1>",)
     with pytest.raises(ValueError, match="not an odeinfer Estimate JSON"):
         Estimate.from_json('{"format": "other"}')
+
+
+_FSIZE_CHILD = """
+import resource, signal, sys
+import numpy as np
+from odeinfer.results import Estimate
+import odeinfer as oi
+
+m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+big = Estimate("Test", m, ("k",), np.array([1.0]), None, "converged", residuals=np.arange(20000.0))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    big.to_json(sys.argv[1])
+except OSError as err:
+    print("failed:", err.errno)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGXFSZ"), reason="needs POSIX file-size limits")
+def test_to_json_failing_part_way_keeps_the_old_file(tmp_path):
+    """A real write failure (the file-size limit hit after 4 KiB): the previous file stays whole."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "e.json"
+    make().to_json(path)
+    old = path.read_bytes()
+    assert len(old) < 4096
+    r = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(path)], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0 and "failed: 27" in r.stdout, r.stderr  # EFBIG
+    assert path.read_bytes() == old and Estimate.from_json(path).n_iter == 7
+    assert os.listdir(tmp_path) == ["e.json"]  # no temporary file left behind
+
+
+def test_to_json_error_while_writing_leaves_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from odeinfer import _io
+
+    path = tmp_path / "e.json"
+    path.write_text("previous")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_io.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        make().to_json(path)
+    assert path.read_text() == "previous" and os.listdir(tmp_path) == ["e.json"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_to_json_keeps_the_files_permission_bits(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text("{}")
+    path.chmod(0o600)
+    make().to_json(path)
+    assert (path.stat().st_mode & 0o777) == 0o600 and Estimate.from_json(path).n_iter == 7
+
+
+def test_to_json_into_a_missing_directory_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"path: the directory .*nope.* does not exist"):
+        make().to_json(tmp_path / "nope" / "e.json")
+
+
+# -- from_json: one typed error for every broken file, explicit size and depth limits ---------------------
+def _broken(text_or_path, match):
+    with pytest.raises(ResultFileError, match=match) as info:
+        Estimate.from_json(text_or_path)
+    assert isinstance(info.value, oi.errors.OdeinferError) and isinstance(info.value, ValueError)
+    return str(info.value)
+
+
+def test_from_json_text_that_is_neither_json_nor_a_file():
+    _broken("not json", r"text_or_path: 'not json' is neither JSON text .* nor the path of an existing file")
+
+
+def test_from_json_missing_file_and_directory(tmp_path):
+    _broken(tmp_path / "absent.json", r"text_or_path: no file '.*absent.json'")
+    _broken(tmp_path, r"text_or_path: '.*' is not a regular file")
+
+
+def test_from_json_missing_keys():
+    d = make().to_dict()
+    del d["cov"], d["status"]
+    _broken(json.dumps(d), r"the JSON text lacks the key\(s\) \['cov', 'status'\]")
+    d = make().to_dict()
+    del d["model"]["equations"]
+    _broken(json.dumps(d), r"lacks the key\(s\) \['equations'\] in 'model'")
+
+
+def test_from_json_truncated_and_wrong_types(tmp_path):
+    text = make().to_json()
+    path = tmp_path / "e.json"
+    path.write_text(text[: len(text) // 2])
+    _broken(path, r"text_or_path: '.*e.json' is not valid JSON \(.* at line 1, column \d+\); it may be truncated")
+    _broken("[1, 2]", "expected a JSON object written by Estimate.to_json")
+    d = make().to_dict()
+    d["values"] = ["a", "b", "c"]
+    msg = _broken(json.dumps(d), r"the JSON text: the field 'values' must be a list of numbers; the file holds")
+    assert "'a'" not in msg and "do not fit together" not in msg
+    d = make().to_dict()
+    d["history"] = {"cost": "abc" * 10_000}
+    assert len(_broken(json.dumps(d), r"the stored fields do not fit together")) < 500
+    d = make().to_dict()
+    d["values"] = [1.0]
+    _broken(json.dumps(d), r"the stored fields do not fit together \(values: expected shape \(3,\)")
+    d = make().to_dict()
+    d["model"]["equations"] = {"x": "__import__('os')"}
+    _broken(json.dumps(d), r"its model cannot be rebuilt from the stored equations")
+
+
+def test_from_json_deep_nesting_is_refused_before_parsing(tmp_path):
+    deep = '{"format": "odeinfer.Estimate/1", "extras": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001
+    _broken(deep, r"the JSON text is nested 100001 levels deep; an estimate file is at most 64")
+    _broken("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep")
+    # brackets inside strings do not count
+    d = make(extras={"s": "[[[[" * 100, "q": 'x\\"{{{' * 100})
+    back = Estimate.from_json(json.dumps(d.to_dict()))
+    assert back.extras["s"] == "[[[[" * 100 and back.extras["q"] == 'x\\"{{{' * 100
+
+
+def test_from_json_oversize_file_is_refused_before_reading(tmp_path):
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as fh:
+        fh.truncate(65 * 2**20)  # sparse: 65 MiB without writing them
+    _broken(path, r"'.*huge.json' is 65.0 MiB; an estimate file is at most 64 MiB")
+    _broken("{" + " " * (64 * 2**20) + "}", r"the JSON text is 64.0 MiB; an estimate file is at most 64 MiB")
+
+
+def test_from_json_with_another_model_is_refused():
+    decay = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+    lv = oi.zoo.get("lotka_volterra").model
+    text = Estimate("Test", decay, ("k",), [0.5], None, "converged").to_json()
+    with pytest.raises(InputError, match=r"model: the estimate was fitted with model 'decay' \(states \['x'\], "
+                                         r"parameters \['k'\]\), but the given model 'lotka_volterra' has states "
+                                         r"\['prey', 'predator'\] and parameters"):
+        Estimate.from_json(text, model=lv)
+    other = oi.Model.from_equations({"x": "-k*x**2"}, params=["k"], name="decay")
+    with pytest.raises(InputError, match=r"model: the given model 'decay' has the names of the estimate's model "
+                                         r"'decay' but other equations \(fingerprint [0-9a-f]{16}, the estimate's "
+                                         r"[0-9a-f]{16}\)"):
+        Estimate.from_json(text, model=other)
+    with pytest.raises(InputError, match=r"model: expected an odeinfer Model \(or None to rebuild it from the file\), got str"):
+        Estimate.from_json(text, model="decay")
+    same = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+    assert Estimate.from_json(text, model=same).model is same
 
 
 def test_predict_bands_match_analytic_delta_method():

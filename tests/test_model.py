@@ -326,3 +326,96 @@ def test_models_with_the_same_equations_and_other_names_keep_their_own_cached_fi
                            check=True).stdout.split() for name in ("first", "second", "first")]
     assert len(list(tmp_path.glob("m_*.py"))) == 2
     assert runs[2] == ["1", "-6.0"]  # the first model's machine code is still valid
+
+
+# ------------------------------------------------------------------- hostile names and values
+
+
+@pytest.mark.parametrize("title", ["bad\\N", "nul\x00byte", 'quote"""\\', "line\nbreak \u00e9 \ud800"])
+def test_generated_module_header_encodes_any_title(title):
+    from odeinfer.model.cache import module_header
+
+    text = module_header(title)
+    compile(text, "<header>", "exec")  # no SyntaxError, whatever the title
+    assert "Do not edit" in text
+
+
+def test_model_named_with_backslash_and_nul_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("ODEINFER_CACHE_DIR", str(tmp_path))
+    m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="bad\\N\x00")
+    assert m.compile().f(0.0, [2.0], [3.0])[0] == -6.0
+
+
+def test_model_name_must_be_text():
+    with pytest.raises(ModelDefinitionError, match=r"name: expected a string \(the model's title\), got int"):
+        oi.Model.from_equations({"x": "-k*x"}, params=["k"], name=5)
+
+
+def test_symbols_that_are_not_the_models_never_reach_generated_code():
+    from odeinfer.model.codegen import model_source
+
+    x, k = sp.symbols("x k", real=True)
+    evil = sp.Symbol("__import__('os').system('echo pwned')", real=True)
+    m = oi.Model("m", ("x",), ("k",), (-k * x + evil,))
+    with pytest.raises(ModelDefinitionError, match=r"model_f: the model's expressions use the symbols "
+                                                   r"\[\"__import__\('os'\)\.system\('echo pwned'\)\"\], which are "
+                                                   r"not its states, parameters or t"):
+        model_source(m.derivatives)
+
+
+def test_numpy_scalars_combine_with_traced_values():
+    @oi.model(states=["x"], params=["k"])
+    def m(t, y, p):
+        return {"x": np.float64(2.0) * y.x - p.k * np.float64(0.5) + np.int64(3) ** y.x + np.power(y.x, 2)}
+
+    x, k = sp.symbols("x k", real=True)
+    assert sp.simplify(m.exprs[0] - (2.0 * x - 0.5 * k + 3 ** x + x ** 2)) == 0
+
+
+@pytest.mark.parametrize("rhs, match", [
+    (lambda t, y, p: np.array([2.0]) * y.x, r"numpy\.multiply was applied to a traced value and a numpy array"),
+    (lambda t, y, p: np.exp(y.x), r"numpy\.exp.*Use odeinfer\.math\.exp instead.*om\.exp\(\.\.\.\)"),
+    (lambda t, y, p: np.fmax(y.x, 1.0), r"numpy\.fmax.*odeinfer\.math\.max instead"),
+    (lambda t, y, p: np.absolute(y.x), r"numpy\.absolute.*odeinfer\.math\.abs instead"),
+    (lambda t, y, p: np.minimum(y.x, 1.0), r"numpy\.minimum.*odeinfer\.math\.min instead"),
+    (lambda t, y, p: np.arctan(y.x), r"numpy\.arctan.*odeinfer\.math has no such function; it offers "
+                                     r"\['exp', 'log'"),
+])
+def test_numpy_on_traced_values_names_the_matching_function(rhs, match):
+    with pytest.raises(TracingError, match=match) as info:
+        oi.model(states=["x"], params=["k"])(lambda t, y, p: [rhs(t, y, p)])
+    assert "the matching function" not in str(info.value)
+
+
+def test_state_named_like_a_function_can_be_lambdified():
+    @oi.model(states=["exp", "x"], params=["sqrt"])
+    def shadows(t, y, p):
+        return {"exp": -p.sqrt * y.exp + om.exp(y.x), "x": om.sqrt(y.x)}
+
+    f = shadows.lambdify("f")
+    np.testing.assert_allclose(f(0.0, np.array([1.0, 4.0]), np.array([3.0])), [-3.0 + math.exp(4.0), 2.0],
+                               rtol=1e-15)
+    jac = shadows.lambdify("jac_y")(0.0, np.array([1.0, 4.0]), np.array([3.0]))
+    np.testing.assert_allclose(jac, [[-3.0, math.exp(4.0)], [0.0, 0.25]], rtol=1e-15)
+
+
+def test_names_are_normalised_nfkc():
+    @oi.model(states=["\ufb01sh"], params=["k"])
+    def lig(t, y, p):
+        return {"fish": -p.k * y.ﬁsh}  # Python itself reads y.ﬁsh as y.fish
+
+    assert lig.states == ("fish",)
+    m = oi.Model.from_equations({"\ufb01sh": "-k*\ufb01sh"}, params=["k"], observed=["\ufb01sh"])
+    assert m.states == ("fish",) and m.observed == ("fish",)
+    assert sp.srepr(m.exprs[0]) == sp.srepr(lig.exprs[0])
+    with pytest.raises(ModelDefinitionError, match=r"states: duplicated names \['fish'\] \(after Unicode "
+                                                   r"NFKC normalisation"):
+        oi.model(states=["\ufb01sh", "fish"], params=["k"])(lambda t, y, p: [0.0, 0.0])
+
+
+@pytest.mark.parametrize("rhs", [lambda t, y, p: [y.x / 0], lambda t, y, p: [p.k * 0.0 / 0.0 + y.x],
+                                 lambda t, y, p: [y.x / (p.k - p.k)]])
+def test_division_by_a_literal_zero_is_refused_at_definition(rhs):
+    with pytest.raises(ModelDefinitionError, match=r"the derivative of state 'x' is not finite \(.*\): it divides "
+                                                   r"by zero or a number overflows"):
+        oi.model(states=["x"], params=["k"])(rhs)

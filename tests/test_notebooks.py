@@ -154,3 +154,15 @@ def test_notebooks_committed_without_outputs():
         dirty = [i for i, c in enumerate(cells)
                  if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
         assert not dirty, f"{path.name}: cells {dirty} carry outputs; rebuild with `python notebooks/_build.py`"
+
+
+def test_readme_lists_every_notebook_in_one_table():
+    """notebooks/README.md: one unbroken table with a row per notebook, and the count it states is right."""
+    lines = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8").splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| notebook |"))
+    end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
+    rows = [re.match(r"\| `([^`]+)` \|", ln).group(1) for ln in lines[first + 2:end]]
+    assert rows == [p.name for p in NOTEBOOKS], "the table must list every notebook once, in order, without a break"
+    words = {"ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13}
+    counts = re.findall(r"\ball (\w+)\b", "\n".join(lines))
+    assert counts and all(words.get(c, c) in (len(NOTEBOOKS), str(len(NOTEBOOKS))) for c in counts), counts

@@ -265,3 +265,58 @@ def test_every_plot_renders_to_png(setup):
                     plots.forest(ests, idata), plots.residuals(ests[0], data),
                     plots.study(StudyResult(_study_frame()))):
             assert len(plots.to_png_base64(fig, dpi=40)) > 1000
+
+
+# --- log-normal noise: guides and bands on the noise model's scale ---------------------------------
+LOG_LV = LV.model.with_observation(noise="log")
+
+
+@pytest.fixture(scope="module")
+def log_setup():
+    t = np.linspace(0, 20, 201)
+    data, _ = oi.simulate(LOG_LV, LV.params, LV.x0, t, noise={"prey": 0.1, "predator": 0.1}, rng=3)
+    return data, oi.OrthogonalConditions().fit(LOG_LV, data)
+
+
+def test_residual_guides_on_the_log_scale_for_a_log_noise_model(log_setup):
+    """Multiplicative noise of sd 0.1: the log residuals spread about 0 +- 0.1 and the +-2 sigma
+    guides sit near +-0.2 (not at +-2 sd of the counts), holding about 95% of the residuals."""
+    data, oc = log_setup
+    lines = plots.residual_lines(oc, data, x0=LV.x0)  # the true x0: OC does not estimate it
+    fig = plots.residuals(oc, data, x0=LV.x0)
+    pred = oc.predict(data.t, x0=LV.x0)
+    for k, s in enumerate(data.states):
+        r, guide = lines[s]
+        np.testing.assert_allclose(r, np.log(data.y[:, k]) - np.log(pred.y[:, k]), rtol=1e-8, atol=1e-10)
+        assert 0.14 < guide < 0.28
+        assert guide == pytest.approx(2 * oc.sigma[s])
+        assert np.mean(np.abs(r) <= guide) > 0.85
+        ax = fig.axes[k]
+        assert ax.get_ylabel() == f"log residual {s}"
+        np.testing.assert_allclose(ax.lines[0].get_ydata(), r)
+        assert [ln.get_ydata()[0] for ln in ax.lines[2:]] == pytest.approx([-guide, guide])
+
+
+def test_prediction_bands_of_a_log_noise_model_are_log_normal(log_setup):
+    """The band of log y mapped back: y exp(-+ z se / y), positive and symmetric on the log scale;
+    with the same covariance, the additive model's band goes below zero."""
+    from statistics import NormalDist
+
+    data, oc = log_setup
+    t = np.linspace(0, 20, 101)
+    x0 = {s: data.y[0, i] for i, s in enumerate(data.states)}
+    pred = oc.predict(t, x0=x0)
+    z = NormalDist().inv_cdf(0.975)
+    assert np.all(pred.lower > 0)
+    np.testing.assert_allclose(np.log(pred.upper / pred.y), z * pred.se / pred.y, rtol=1e-12)
+    np.testing.assert_allclose(np.log(pred.y / pred.lower), z * pred.se / pred.y, rtol=1e-12)
+    # a wide covariance: the additive band crosses zero, the log-normal one cannot
+    names = list(LV.model.params) + ["x0[prey]", "x0[predator]"]
+    vals = list(LV.params_array()) + [LV.x0["prey"], LV.x0["predator"]]
+    cov = np.diag([0.01, 1e-5, 0.01, 1e-5, 25.0, 4.0])
+    wide = oi.Estimate("Hand", LOG_LV, names, vals, cov, "converged").predict(t)
+    add = oi.Estimate("Hand", LV.model, names, vals, cov, "converged").predict(t)
+    np.testing.assert_allclose(wide.se, add.se)
+    np.testing.assert_allclose(add.lower, add.y - z * add.se)
+    assert add.lower.min() < 0 < wide.lower.min()
+    np.testing.assert_allclose(wide.lower * wide.upper, wide.y ** 2, rtol=1e-12)

@@ -9,9 +9,9 @@ import pytest
 import sympy as sp
 
 import odeinfer as oi
+from odeinfer import _io
 from odeinfer.errors import InputError
 from odeinfer.model import Model
-from odeinfer.report import _html
 
 EVIL = "<script>window.__pwned=1</script>"
 
@@ -169,7 +169,7 @@ def test_no_write_permission_is_a_clear_error(tmp_path, monkeypatch):
     def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_html.tempfile, "mkstemp", deny)
+    monkeypatch.setattr(_io.tempfile, "mkstemp", deny)
     with pytest.raises(InputError, match=r"path: no permission to write in the directory .*choose a writable"):
         oi.report.export_html(["x"], tmp_path / "r.html")
     assert os.listdir(tmp_path) == []
@@ -182,7 +182,7 @@ def test_failure_while_writing_leaves_nothing_half_written(tmp_path, monkeypatch
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_html.os, "replace", broken_replace)
+    monkeypatch.setattr(_io.os, "replace", broken_replace)
     with pytest.raises(OSError, match="No space left"):
         oi.report.export_html(["x"], target)
     assert os.listdir(tmp_path) == ["r.html"] and target.read_text() == "previous report"
@@ -190,10 +190,56 @@ def test_failure_while_writing_leaves_nothing_half_written(tmp_path, monkeypatch
     def denied_replace(src, dst):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_html.os, "replace", denied_replace)
+    monkeypatch.setattr(_io.os, "replace", denied_replace)
     with pytest.raises(InputError, match="no permission to write"):
         oi.report.export_html(["x"], target)
     assert os.listdir(tmp_path) == ["r.html"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_overwriting_keeps_the_files_permission_bits(tmp_path):
+    target = tmp_path / "r.html"
+    target.write_text("private")
+    target.chmod(0o600)
+    oi.report.export_html(["new text"], target)
+    assert "new text" in target.read_text() and (target.stat().st_mode & 0o777) == 0o600
+    target.chmod(0o640)
+    oi.report.export_html(["again"], target)
+    assert (target.stat().st_mode & 0o777) == 0o640
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_a_new_file_gets_the_mode_the_umask_allows(tmp_path):
+    old = os.umask(0o077)
+    try:
+        path = oi.report.export_html(["x"], tmp_path / "new.html")
+    finally:
+        os.umask(old)
+    assert (path.stat().st_mode & 0o777) == 0o600  # 0o666 less the umask, as open(path, "w") gives
+
+
+def test_a_missing_directory_is_refused_before_the_report_is_built(tmp_path, monkeypatch):
+    def build(*args, **kwargs):
+        raise AssertionError("the report was built before the output path was checked")
+
+    monkeypatch.setattr(oi.report, "build_html", build)
+    with pytest.raises(InputError, match="does not exist"):
+        oi.report.export_html(["x"], tmp_path / "nope" / "r.html")
+
+
+def test_posterior_summary_lists_each_initial_state_once():
+    """oi.bayes.build_model samples unknown initial states as scalars 'x0[s]' and also keeps the
+    vector 'x0' (dim state) as a deterministic: arviz labels both 'x0[s]'; the report shows each once."""
+    import arviz as az
+
+    r = np.random.default_rng(0)
+    x0 = {"x0[hare]": r.normal(30, 1, (2, 200)), "x0[lynx]": r.normal(4, 0.2, (2, 200))}
+    post = {"alpha": r.normal(0.5, 0.01, (2, 200)), **x0, "x0": np.stack(list(x0.values()), axis=-1)}
+    idata = az.from_dict(posterior=post, dims={"x0": ["state"]}, coords={"state": ["hare", "lynx"]})
+    html = oi.report.render_html([idata], plots=False)
+    posterior, diagnostics = html[html.index("<h2>Posterior</h2>"):].split("<h2>Diagnostics</h2>")
+    for part in (posterior, diagnostics):  # the summary table and the table of the checks
+        assert re.findall(r"<th>([^<]*)</th>\s*<td>", part) == ["alpha", "x0[hare]", "x0[lynx]"]
 
 
 def test_missing_plots_module_degrades_to_a_clear_block(lv, monkeypatch):
@@ -266,6 +312,14 @@ def test_export_notebook_missing_file(tmp_path):
     pytest.importorskip("nbconvert")
     with pytest.raises(InputError, match="nb_path: the notebook .* does not exist"):
         oi.report.export_notebook_html(tmp_path / "none.ipynb", tmp_path / "out.html")
+
+
+def test_export_notebook_checks_its_output_before_running(tmp_path):
+    pytest.importorskip("nbconvert")
+    nb = tmp_path / "a.ipynb"
+    nb.write_text("{}")  # not even a notebook: the output path is checked first
+    with pytest.raises(InputError, match=r"out: the directory .*nope.* does not exist"):
+        oi.report.export_notebook_html(nb, tmp_path / "nope" / "a.html", execute=True)
 
 
 def test_export_notebook_not_a_notebook(tmp_path):

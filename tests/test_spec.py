@@ -95,6 +95,7 @@ def test_bad_priors(text, match):
     ('draws = 200', 'draws = -3', InputError, "draws: expected a positive integer"),
     ('alpha = "TruncatedNormal', 'zeta = "TruncatedNormal', InputError, "'zeta' is not a parameter"),
     ('time = "year"', 'time = "yr"', DataError, r"\['yr'\]"),
+    ('time = "year"', 'time = ["year"]', InputError, r"column names must be strings, got \[\['year'\]\]"),
 ])
 def test_bad_specs_name_the_key(tmp_path, old, new, err, match):
     assert old in SPEC
@@ -111,3 +112,74 @@ def test_missing_tables_and_files(tmp_path):
     bad.write_text("title = \n")
     with pytest.raises(InputError, match="not valid TOML"):
         load_spec(bad)
+
+
+# -- data paths stay inside the spec's folder; file content is never echoed --------------------------------
+SECRET = "TOKEN=hunter2-secret"
+
+
+def _project(tmp_path):
+    """tmp/outside.csv (a file the spec must not read) and tmp/proj/ holding the spec and its data."""
+    (tmp_path / "outside.csv").write_text(f"{SECRET},year\n1,2\n")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    return proj
+
+
+def _spec_with_csv(proj, csv):
+    return write(proj, SPEC.replace('csv = "lh.csv"', f"csv = {csv!r}".replace("'", '"'), 1))
+
+
+@pytest.mark.parametrize("csv", ["../outside.csv", "../../../../../../../../etc/passwd", "sub/../../outside.csv",
+                                 "/etc/passwd", "/proc/self/environ", "OUTSIDE_ABS"])
+def test_data_paths_outside_the_spec_folder_are_refused(tmp_path, csv):
+    proj = _project(tmp_path)
+    (proj / "sub").mkdir()
+    csv = str(tmp_path / "outside.csv") if csv == "OUTSIDE_ABS" else csv
+    with pytest.raises(InputError, match=r"\[data\] csv: .* is outside the folder of the spec") as info:
+        load_spec(_spec_with_csv(proj, csv))
+    assert SECRET not in str(info.value) and "root:" not in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "symlink"), reason="needs symbolic links")
+def test_symlinks_leaving_the_spec_folder_are_refused(tmp_path):
+    proj = _project(tmp_path)
+    (proj / "link.csv").symlink_to(tmp_path / "outside.csv")
+    (proj / "dirlink").symlink_to(tmp_path)
+    for csv in ("link.csv", "dirlink/outside.csv"):
+        with pytest.raises(InputError, match="is outside the folder of the spec") as info:
+            load_spec(_spec_with_csv(proj, csv))
+        assert SECRET not in str(info.value)
+    # links that stay inside the folder, and absolute paths inside it, are fine
+    (proj / "data").mkdir()
+    (proj / "data" / "real.csv").write_text(CSV)
+    (proj / "inside.csv").symlink_to(proj / "data" / "real.csv")
+    for csv in ("inside.csv", "data/real.csv", str(proj / "data" / "real.csv")):
+        assert load_spec(_spec_with_csv(proj, csv)).data.y[1, 0] == 47.2
+
+
+@pytest.mark.parametrize("csv", [3, "", ["a.csv"]])
+def test_data_path_must_be_a_file_name(tmp_path, csv):
+    spec = SPEC.replace('csv = "lh.csv"', f"csv = {csv!r}".replace("'", '"'), 1)
+    with pytest.raises(InputError, match=r"\[data\] csv: expected the name of a CSV file"):
+        load_spec(write(tmp_path, spec))
+
+
+def test_missing_column_error_shows_only_plain_column_names(tmp_path):
+    csv = f"year,hare,lynx,{SECRET},root:x:0:0:root:/root:/bin/bash\n1900,30,4,1,2\n1901,47.2,6.1,1,2\n"
+    with pytest.raises(DataError, match=r"column\(s\) \['lynxes'\] not in 'lh.csv'; its columns are "
+                                        r"\['year', 'hare', 'lynx'\] and 2 more whose names are not shown") as info:
+        load_spec(write(tmp_path, SPEC.replace('pred = "lynx"', 'pred = "lynxes"'), csv))
+    assert "hunter2" not in str(info.value) and "/bin/bash" not in str(info.value)
+
+
+def test_bad_cells_and_unreadable_files_are_named_without_their_content(tmp_path):
+    csv = CSV.replace("47.2", "hunter2")
+    with pytest.raises(DataError, match=r"column 'hare' of 'lh.csv' has 1 non-numeric cell\(s\), the first in "
+                                        r"data row 2; expected numbers") as info:
+        load_spec(write(tmp_path, SPEC, csv))
+    assert "hunter2" not in str(info.value)
+    (tmp_path / "lh.csv").write_bytes(b"year,hare\n\xff\xfe" + SECRET.encode() + b"\n")
+    with pytest.raises(DataError, match=r"\[data\] csv: 'lh.csv' is not a readable CSV file") as info:
+        load_spec(tmp_path / "spec.toml")
+    assert "hunter2" not in str(info.value)

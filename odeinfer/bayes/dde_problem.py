@@ -23,12 +23,12 @@ import hashlib
 import numpy as np
 
 from odeinfer.bayes.op import ForwardProblem
+from odeinfer.solve.status import DDE_INFO_SIZE, Info, Status
 
 __all__ = ["DDEProblem"]
 
-_N_STORED = 6  # DDE_INFO_N_STORED of the kernel
-_BUF_FULL = 7  # DDE_INFO_BUF_FULL of the kernel
-_INFO_SIZE = 8
+# plain ints for the numba solve below
+_N_STORED, _BUF_FULL, _INFO_SIZE = int(Info.N_STORED), int(Info.BUF_FULL), DDE_INFO_SIZE
 
 
 class DDEProblem(ForwardProblem):
@@ -136,11 +136,11 @@ class DDEProblem(ForwardProblem):
         phi = np.ascontiguousarray(phi, dtype=np.float64)
         solver = self._solver(bool(sens))
         if theta.shape != (self.n_params,) or phi.shape != (self.n_init,):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         elif not self._delays_ok(theta):
-            status = 6
+            status = Status.BAD_INPUT
         else:
             _, _, status = solver(theta, phi)
         y = np.array(solver._y)
@@ -244,7 +244,7 @@ class DDEProblem(ForwardProblem):
         window) or a failed solve give NaN-filled outputs and a nonzero status.
         """
         m, q = self.n_params, self.n_init
-        status = 6  # Status.BAD_INPUT
+        status = Status.BAD_INPUT
         try:
             theta = np.ascontiguousarray(theta, dtype=np.float64)
             phi = np.ascontiguousarray(phi, dtype=np.float64)
@@ -254,7 +254,7 @@ class DDEProblem(ForwardProblem):
         if theta.shape != (m,) or phi.shape != (q,) or g.shape != (self.n_times, self.n_states):
             pass
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi)) and np.all(np.isfinite(g))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         elif self._delays_ok(theta):
             solver = self._solver(False)
             _, _, status = solver(theta, phi)
@@ -262,7 +262,7 @@ class DDEProblem(ForwardProblem):
                 module = solver.compiled.module
                 grad = np.empty(m + q)
                 status = module.dde_adjoint_vjp(solver.t0, solver.t, g, theta, solver._hkind, phi, solver._hb,
-                                                solver._hc, solver.buf, int(solver.info[6]), int(self.vjp_nsub),
+                                                solver._hc, solver.buf, int(solver.info[Info.N_STORED]), int(self.vjp_nsub),
                                                 grad)
                 if status == 0:
                     return grad[:m].copy(), grad[m:].copy(), 0

@@ -192,9 +192,9 @@ class ODEProblem(ForwardProblem):
         x0 = np.ascontiguousarray(x0, dtype=np.float64)
         solver = self._solver(bool(sens))
         if theta.shape != (self.n_params,) or x0.shape != (self.n_states,):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         else:
             _, _, status = solver(theta, x0)
         y = np.array(solver._y)
@@ -283,9 +283,9 @@ class ODEProblem(ForwardProblem):
         g = np.ascontiguousarray(g, dtype=np.float64)
         grad = np.full(m + n, np.nan)
         if theta.shape != (m,) or x0.shape != (n,) or g.shape != (self.n_times, n):
-            status = 6  # Status.BAD_INPUT
+            status = Status.BAD_INPUT
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0)) and np.all(np.isfinite(g))):
-            status = 4  # Status.NON_FINITE
+            status = Status.NON_FINITE
         else:
             out, status = self._vjp()(theta, x0, g)
             if status == 0:

@@ -13,6 +13,11 @@ widgets and reports):
 A variable literally named like the Estimate name (e.g. a scalar ``"x0[prey]"``) is
 accepted as well. Variables with a ``time`` dim (trajectories) or more than two
 non-sample dims are not parameters and are not listed.
+
+:func:`odeinfer.bayes.build_model` samples unknown initial states as such scalars and keeps
+the vector ``x0`` as a deterministic made of them (and of the known states); that vector
+is then a copy, not a parameter, and :func:`parameter_vars` leaves it out, so that every
+label (``"x0[prey]"``) is listed once.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 
-__all__ = ["posterior_of", "parameter_names", "draws", "draws_matrix", "flat_labels", "parse_name"]
+__all__ = ["posterior_of", "parameter_vars", "parameter_names", "draws", "draws_matrix", "flat_labels", "parse_name"]
 
 _SAMPLE_DIMS = ("chain", "draw")
 _NAME = re.compile(r"^(?P<var>[^\[\]@]+)\[(?P<coord>[^\[\]]+)\](?:@(?P<exp>.+))?$")
@@ -49,6 +54,17 @@ def _is_parameter_like(da):
     stacked ``param`` vector that :func:`odeinfer.bayes.build_model` keeps as a deterministic."""
     extra = _extra_dims(da)
     return "time" not in extra and "param" not in extra and len(extra) <= 2 and (len(extra) < 2 or "experiment" in extra)
+
+
+def parameter_vars(post):
+    """Names of the parameter-like variables of a posterior group, without a vector that only
+    repeats scalar variables: a variable with dims none of whose element labels (``x0[prey]``)
+    is also the name of a scalar variable of the posterior (as build_model's deterministic
+    ``x0`` next to the sampled ``x0[prey]``, ``x0[pred]``)."""
+    candidates = [v for v in post.data_vars if _is_parameter_like(post[v])]
+    scalars = {str(v) for v in candidates if not _extra_dims(post[v])}
+    return [v for v in candidates
+            if not _extra_dims(post[v]) or not any(label in scalars for label, _ in flat_labels(v, post[v]))]
 
 
 def flat_labels(var, da):
@@ -87,13 +103,10 @@ def parameter_names(idata, var_names=None):
     """
     post = posterior_of(idata)
     names = []
-    for var in (post.data_vars if var_names is None else var_names):
+    for var in (parameter_vars(post) if var_names is None else var_names):
         if var not in post.data_vars:
             raise InputError(f"var_names: {var!r} is not a posterior variable; available: {sorted(post.data_vars)}")
-        da = post[var]
-        if var_names is None and not _is_parameter_like(da):
-            continue
-        names.extend(label for label, _ in flat_labels(var, da))
+        names.extend(label for label, _ in flat_labels(var, post[var]))
     return names
 
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from odeinfer._lazy import pandas as pd
-from odeinfer.diagnostics._names import _is_parameter_like, flat_labels, posterior_of
+from odeinfer.diagnostics._names import flat_labels, parameter_vars, posterior_of
 from odeinfer.errors import InputError
 
 __all__ = ["Check", "DiagnosticsReport", "check"]
@@ -177,7 +177,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     max_divergences = _positive("max_divergences", max_divergences, integer=True, allow_zero=True)
     max_treedepth_fraction = _positive("max_treedepth_fraction", max_treedepth_fraction, allow_zero=True)
     if var_names is None:
-        var_names = [v for v in post.data_vars if _is_parameter_like(post[v])]
+        var_names = parameter_vars(post)
     else:
         if isinstance(var_names, str):
             var_names = [var_names]

@@ -1,7 +1,7 @@
 """The Bock iteration and the reduced Gauss-Newton covariance of :class:`odeinfer.estimators.Simultaneous`.
 
 Linear algebra with a fixed pattern: the constraint Jacobian ``C`` (values from the numba
-kernels of :mod:`odeinfer.estimators._collocation`, written into one preallocated data array
+kernels of ``odeinfer/solve/kernels/collocation.py``, written into one preallocated data array
 whose (row, column) pattern is computed once) and the KKT matrix ``[[diag(D), C^T], [C, 0]]``
 (``D = diag(R^T R)``, as each residual touches one unknown) are scattered each iteration into
 a preallocated LAPACK band array through index maps computed once (see :class:`_KKT`).
@@ -106,8 +106,10 @@ class BockResult:
 class _Evaluator:
     """Constraint values and Jacobian data of all experiments into preallocated buffers."""
 
-    def __init__(self, prob, module, scheme):
-        self.prob, self.module, self.scheme = prob, module, scheme
+    def __init__(self, prob, constraints, scheme):
+        # constraints: the collocation kernel (coll_constraints, or the shared tier's while the
+        # model's compiles: odeinfer.solve.shared.TieredKernel)
+        self.prob, self.kernel, self.scheme = prob, constraints, scheme
         n, q = prob.n, prob.q
         self.c = np.empty(prob.mc)
         self.cdata = np.empty(prob.crows.size)
@@ -127,7 +129,7 @@ class _Evaluator:
         prob = self.prob
         p = prob.theta_full(z)
         for e, (F, JY, JP, c, jd) in zip(prob.exps, self.work):
-            st = self.module.coll_constraints(self.scheme, e.t, prob.X(z, e), p, self.pidx, F, JY, JP, c, jd,
+            st = self.kernel(self.scheme, e.t, prob.X(z, e), p, self.pidx, F, JY, JP, c, jd,
                                               want_jac)
             if st != 0:
                 return False
@@ -245,9 +247,9 @@ def _state_scale(prob, z):
     return s, float(smax.max())
 
 
-def iterate(prob, module, z0, scheme, max_iter, xtol, ctol):
+def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
     """Run the Bock iteration from ``z0``; never raises on numerical failure (status instead)."""
-    ev = _Evaluator(prob, module, scheme)
+    ev = _Evaluator(prob, constraints, scheme)
     kkt = _KKT(prob)
     nz = prob.nz
     z = z0.copy()
@@ -374,9 +376,9 @@ def _merit(prob, ev, z, mu):
     return 0.5 * float(r @ r) + mu * float(np.abs(ev.c).sum())
 
 
-def reduced_jacobian(prob, module, z, scheme):
+def reduced_jacobian(prob, constraints, z, scheme):
     """``J = dr/dw`` on the constraint manifold, ``w = (theta_free, estimated x0 per experiment)``."""
-    ev = _Evaluator(prob, module, scheme)
+    ev = _Evaluator(prob, constraints, scheme)
     if not ev.constraints(z, True):
         return None
     n, q = prob.n, prob.q
@@ -400,10 +402,10 @@ def reduced_jacobian(prob, module, z, scheme):
     return d[:, None] * Z[prob.ridx]
 
 
-def covariance(prob, module, z, scheme, rcond):
+def covariance(prob, constraints, z, scheme, rcond):
     """``(J^T J)^{-1}`` of the reduced Jacobian; NaN rows/columns for non-identifiable directions."""
     names, _ = prob.names_values(z)
-    J = reduced_jacobian(prob, module, z, scheme)
+    J = reduced_jacobian(prob, constraints, z, scheme)
     if J is None or not np.all(np.isfinite(J)):
         return None, {"cov_note": "reduced Jacobian not finite"}, []
     scale = np.linalg.norm(J, axis=0)

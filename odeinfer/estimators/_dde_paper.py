@@ -13,7 +13,7 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.model import History
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["IntegralLoss", "L1IntegralLoss", "cosine_lr", "run_paper"]
 
@@ -76,7 +76,7 @@ class IntegralLoss:
         _, _, status = self.solver(p, phi)
         if status != Status.SUCCESS:
             return None
-        nbuf = int(self.solver.info[6])
+        nbuf = int(self.solver.info[Info.N_STORED])
         tau_min = min(p[j] for j in S.model.delay_indices)
         nnode = int(np.ceil((self.t_end - S.t0) / (tau_min / self.nsub) - 1e-9)) + 1
         if self._nodes is None or self._nodes[0].shape[0] != nnode:

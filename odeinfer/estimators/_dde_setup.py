@@ -13,7 +13,7 @@ import numpy as np
 
 from odeinfer.data import Data, as_experiments
 from odeinfer.errors import DataError, InputError
-from odeinfer.estimators.base import EstimationError, prepare
+from odeinfer.estimators.base import EstimationError, finite_values, prepare
 from odeinfer.model import History, Model
 from odeinfer.results import Estimate
 
@@ -21,7 +21,11 @@ __all__ = ["DDESetup", "build_setup"]
 
 
 def _as_dict(argument, values, names):
-    """name -> float from a mapping, an Estimate, or a sequence in ``names`` order."""
+    """name -> float from a mapping, an Estimate, or a sequence in ``names`` order (finite: :func:`finite_values`)."""
+    return finite_values(argument, _as_dict_raw(argument, values, names))
+
+
+def _as_dict_raw(argument, values, names):
     if values is None:
         return {}
     if isinstance(values, Estimate):
@@ -200,9 +204,7 @@ class DDESetup:
         self.row_t = np.concatenate(ti)
         self.row_state = np.concatenate(st)
         y_obs = np.concatenate(yv)
-        if self.noise == "log":
-            if np.any(y_obs <= 0):
-                raise DataError("data: the model's noise is 'log' but some observations are <= 0")
+        if self.noise == "log":  # positive: checked by prepare (check_log_noise_data)
             y_obs = np.log(y_obs)
         self.y_obs = y_obs
         self.n_obs = self.y_obs.size

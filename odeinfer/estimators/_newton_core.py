@@ -48,10 +48,12 @@ class Eval:
 class Accumulator:
     """Evaluate the normal equations of row blocks at free parameters ``theta``."""
 
-    def __init__(self, module, n_states, n_params, free_index, fixed_full):
-        self.module = module
-        self.kernel = module.gm_normal_eq
-        self.residual_kernel = module.gm_residuals
+    def __init__(self, compiled, n_states, n_params, free_index, fixed_full):
+        from odeinfer.solve.shared import TieredKernel
+
+        # the model's kernels, or the shared tier's while they compile (odeinfer.solve.shared)
+        self.kernel = TieredKernel(compiled, compiled.module.gm_normal_eq)
+        self.residual_kernel = TieredKernel(compiled, compiled.module.gm_residuals)
         self.n = n_states
         self.m = n_params
         self.free = np.asarray(free_index, dtype=np.int64)

@@ -163,12 +163,6 @@ class ShootingProblem:
             mask = np.asarray(d.mask)
             cols_arr = np.array(cols, np.int64)
             state_of_col = np.array([model.states.index(d.states[c]) for c in cols], np.int64)
-            if self.logobs:
-                vals = y[:, cols][np.asarray(d.mask)[:, cols]]
-                if np.any(vals <= 0):
-                    raise DataError(
-                        f"data: experiment {self.exp_names[e]!r} has observations <= 0, but the model's noise is "
-                        "'log' (log y = log x + e needs positive data); use additive noise or drop those values")
             nodes = self.nodes[e]
             m = nodes.size
             for j in range(m):

@@ -320,10 +320,7 @@ def _build(est, problem, model, states, n, noise, est0_names, x0s, smoother, sta
             if not m.any():
                 continue
             y = np.where(m, d.y[:, c], np.nan)
-            if noise == "log":
-                if np.any(y[m] <= 0):
-                    raise DataError(f"data: state {s!r} of experiment {name!r} has observations <= 0, but the "
-                                    "model's noise is 'log' (log y = log x + e); use noise='additive' or drop them")
+            if noise == "log":  # positive: checked by prepare (check_log_noise_data)
                 y = np.log(y)
             node = np.searchsorted(grid, d.t[m])
             ridx.append(offset + node * n + k)

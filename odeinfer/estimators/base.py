@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
@@ -22,12 +23,18 @@ from odeinfer.errors import DataError, InputError, ModelDefinitionError, Odeinfe
 from odeinfer.model import CompiledModel, Model
 from odeinfer.results import Estimate
 
-__all__ = ["Estimator", "Problem", "prepare", "make_estimate", "IdentifiabilityWarning", "EstimationError"]
+__all__ = ["Estimator", "Problem", "prepare", "make_estimate", "IdentifiabilityWarning", "OverflowWarning",
+           "EstimationError", "check_log_noise_data", "check_data_scale", "finite_values"]
 
 
 class IdentifiabilityWarning(OdeinferWarning):
     """The Jacobian of the estimating equations is (nearly) rank deficient: some parameters are
     not identifiable from these data; their standard errors are reported as NaN."""
+
+
+class OverflowWarning(OdeinferWarning):
+    """The objective, the estimate or its covariance overflowed float64 (not finite): the estimate
+    is reported as ``"failed"``; rescale the data or the parameters."""
 
 
 class EstimationError(ModelDefinitionError):
@@ -75,8 +82,46 @@ class Problem:
         return p
 
 
-def _values_by_name(argument, values, names, allowed):
-    """A dict name -> float from a mapping, an Estimate or a sequence in ``names`` order."""
+def _check_finite(argument, values: dict, allow_nan: bool, hint: str) -> dict:
+    """Refuse infinite values (and NaN unless ``allow_nan``: NaN then means "no value")."""
+    for k, v in values.items():
+        if math.isinf(v) or (math.isnan(v) and not allow_nan):
+            expected = "a finite number (or NaN for none)" if allow_nan else "a finite number"
+            raise InputError(f"{argument}[{k!r}]: expected {expected}, got {v!r}; {hint.format(name=k)}")
+    return values
+
+
+_FINITE_HINT = {
+    "fixed": "give a finite value, or leave {name!r} free (drop it from fixed=)",
+    "start": "give a finite starting value, or leave {name!r} out of start= where the estimator can do without",
+    "x0": "give a finite initial state, or leave {name!r} out of x0=",
+}
+
+
+def _values_by_name(argument, values, names, allowed, *, allow_nan=None):
+    """A dict name -> float from a mapping, an Estimate or a sequence in ``names`` order.
+
+    Infinite values are refused with an :class:`InputError`, and NaN too unless ``allow_nan``
+    (default: NaN means "no value" for ``start`` and ``x0``, never for ``fixed``).
+    """
+    return finite_values(argument, _values_by_name_raw(argument, values, names, allowed), allow_nan=allow_nan)
+
+
+def finite_values(argument, values: dict, *, allow_nan=None) -> dict:
+    """``values`` (name -> float) after refusing infinite values, and NaN unless ``allow_nan``
+    (default: NaN means "no value" for ``start`` and ``x0``, never for ``fixed``).
+
+    Raises
+    ------
+    InputError
+        ``"{argument}['name']: expected a finite number, got nan; ..."``.
+    """
+    if allow_nan is None:
+        allow_nan = argument != "fixed"
+    return _check_finite(argument, values, allow_nan, _FINITE_HINT.get(argument, "give a finite value"))
+
+
+def _values_by_name_raw(argument, values, names, allowed):
     if values is None:
         return {}
     if isinstance(values, Estimate):
@@ -140,6 +185,8 @@ def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observe
                 f"{estimator} needs every state observed, but {missing} are never observed in the data. "
                 "Use a trajectory estimator (oi.Embedding or oi.Simultaneous), which handles partial observation"
             )
+    check_log_noise_data(model, exps)
+    check_data_scale(exps)
     fixed_d = _values_by_name("fixed", fixed, model.params, model.params)
     free = tuple(n for n in model.params if n not in fixed_d)
     if not free:
@@ -150,10 +197,103 @@ def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observe
     return Problem(model, model.compile(), exps, free, fixed_d, start_arr, x0_d)
 
 
+def _named(experiments):
+    """``(name, Data)`` pairs; unnamed experiments are ``experiment_<i>``."""
+    names = experiments.names if isinstance(experiments, Experiments) else [d.name for d in experiments]
+    return [(n if n is not None else f"experiment_{e}", d) for e, (n, d) in enumerate(zip(names, experiments))]
+
+
+def _observed_columns(model, exps):
+    """``(experiment name, state, observed values)`` of the model's observed states, per experiment."""
+    for name, d in _named(exps):
+        for c, s in enumerate(d.states):
+            if s in model.observed:
+                yield name, s, np.asarray(d.y)[np.asarray(d.mask)[:, c], c]
+
+
+def check_log_noise_data(model, experiments) -> None:
+    """Refuse observations ``<= 0`` of a model declared with ``noise="log"`` (shared by every estimator).
+
+    Raises
+    ------
+    DataError
+        Naming the experiment, the state, how many values and the smallest one.
+    """
+    if model.observation.noise != "log":
+        return
+    for name, s, v in _observed_columns(model, experiments):
+        bad = v[v <= 0]
+        if bad.size:
+            raise DataError(
+                f"data: state {s!r} of experiment {name!r} has {bad.size} observations <= 0, but the model's noise "
+                f"is 'log' (log y = log x + e needs positive data; the smallest is {float(bad.min()):g}); "
+                "drop those values (set them to NaN) or declare the model with "
+                "model.with_observation(noise='additive')")
+
+
+#: Observations beyond this magnitude make sums of squares overflow float64 (``sqrt(max) / 1e4``).
+_MAX_DATA_SCALE = math.sqrt(np.finfo(float).max) / 1e4
+
+
+def check_data_scale(experiments) -> None:
+    """Refuse observations so large that least-squares sums overflow float64 (shared by every estimator).
+
+    Raises
+    ------
+    DataError
+        Naming the experiment, the state and the largest magnitude, suggesting a rescaling.
+    """
+    for name, d in _named(experiments):
+        y = np.abs(np.where(np.asarray(d.mask), np.asarray(d.y), 0.0))
+        if y.size and y.max() > _MAX_DATA_SCALE:
+            c = int(np.argmax(y.max(axis=0)))
+            big = float(y[:, c].max())
+            unit = 10.0 ** math.floor(math.log10(big))
+            raise DataError(
+                f"data: state {d.states[c]!r} of experiment {name!r} reaches |y| = {big:.3g}; squares of such values "
+                f"overflow float64 (largest {np.finfo(float).max:.3g}), so no objective, Jacobian or covariance could "
+                f"be computed (numerical overflow). Rescale the data (change units, e.g. divide by {unit:.0e}) so "
+                f"that |y| stays below {_MAX_DATA_SCALE:.3g}")
+
+
+def _clip_to_bounds(names, values, bounds):
+    """Values clipped to ``bounds`` (tuples ``(name, lower, upper)``; ``name`` or ``name@experiment``)."""
+    values = np.array(values, dtype=float)
+    for name, lo, hi in bounds or ():
+        for k, n in enumerate(names):
+            if (n == name or n.split("@")[0] == name) and np.isfinite(values[k]):
+                values[k] = min(max(values[k], lo), hi)
+    return values
+
+
+def _overflow(values, cov, cost) -> bool:
+    """Whether the estimate, its objective or its covariance is not finite in a way only overflow explains
+    (an infinite cost or covariance entry, or a non-finite value)."""
+    if not np.all(np.isfinite(values)) or (cost is not None and np.isinf(cost)):
+        return True
+    return cov is not None and bool(np.isinf(np.asarray(cov, float)).any())
+
+
 def make_estimate(estimator: "Estimator", problem: Problem, names, values, cov, status, *, t_start,
                   **kwargs) -> Estimate:
-    """Build the :class:`Estimate`, adding ``fixed`` and ``provenance``."""
+    """Build the :class:`Estimate`, adding ``fixed`` and ``provenance``.
+
+    The values are clipped to the estimator's ``bounds`` (a configuration field, when it has one):
+    an optimum on a bound can come back a rounding step outside it (``exp(log(1e-5)) < 1e-5``).
+    A "converged" estimate whose values, objective or covariance overflowed (not finite) becomes
+    "failed" with an :class:`OverflowWarning`.
+    """
     import odeinfer
+
+    if "bounds" in {f.name for f in fields(estimator)}:
+        values = _clip_to_bounds(names, values, estimator.bounds)
+    if status == "converged" and _overflow(values, cov, kwargs.get("cost")):
+        msg = (f"{type(estimator).__name__}: the estimate, its objective or its covariance is not finite (numerical "
+               "overflow); rescale the data (change units) or the parameters so that the values stay moderate")
+        warnings.warn(msg, OverflowWarning, stacklevel=3)
+        status = "failed"
+        kwargs["message"] = msg
+        kwargs["warnings"] = tuple(kwargs.get("warnings", ())) + (msg,)
 
     prov = {
         "odeinfer": odeinfer.__version__,

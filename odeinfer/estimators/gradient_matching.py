@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from odeinfer.errors import InputError
+from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._quadrature import gauss_grid, node_model, solve_whitened
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.smooth import SplineSmoother
@@ -53,6 +54,10 @@ class GradientMatching(Estimator):
     construction as the orthogonal conditions' ``V_e``. Free switching parameters (sharp steps
     with an unknown location) are not supported: the proxy's derivative cannot locate them
     (the paper's TS "fails" there); fix them or use :class:`OrthogonalConditions`.
+
+    Noise model: with ``noise="log"`` the proxy is ``exp`` of the spline of ``log y`` (positive;
+    coefficient covariance and the reported ``sigma`` on the log scale, see
+    :mod:`odeinfer.estimators._log_proxy`); observations ``<= 0`` are then refused.
 
     Examples
     --------
@@ -127,7 +132,7 @@ class GradientMatching(Estimator):
                 "oi.OrthogonalConditions")
         if proxy is None:
             cons = prob.x0 if (prob.x0 is not None and self.constrain_x0) else None
-            proxies = [self.smoother.fit(d, states=model.states, x0=cons) for d in prob.experiments]
+            proxies = fit_proxies(self.smoother, model, prob.experiments, cons)
         else:
             proxies = list(proxy) if isinstance(proxy, (list, tuple)) else [proxy]
         start_full = prob.full_params(prob.start)

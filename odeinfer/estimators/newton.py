@@ -167,7 +167,7 @@ def _problem_stream(est, model, start, fixed):
 
 def _accumulator(problem):
     full = problem.full_params(np.zeros(len(problem.free)))
-    return core.Accumulator(problem.compiled.module, problem.model.n_states, problem.model.n_params,
+    return core.Accumulator(problem.compiled, problem.model.n_states, problem.model.n_params,
                             problem.free_index, np.nan_to_num(full))
 
 
@@ -299,17 +299,29 @@ def _reject_delays(est, model):
             "oi.OrthogonalConditions (lagged states from the same spline proxy) or oi.AdjointDDE (trajectory fit)")
 
 
+def _reject_log_noise(est, model):
+    if model.observation.noise == "log":
+        raise EstimationError(
+            f"model: {model.name!r} declares noise='log', but {type(est).__name__} differences the raw observations "
+            "(additive errors) and does not honour log-normal noise. Use oi.OrthogonalConditions or "
+            "oi.GradientMatching (spline proxy on the log scale), oi.Embedding or oi.Simultaneous (log-scale "
+            "residuals), or fit model.with_observation(noise='additive') to match on the raw scale")
+
+
 def _fit(est, algorithm, model, data, start, fixed, rng=None):
     _reject_delays(est, model)
     t0 = time.perf_counter()
     problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
                       estimator=type(est).__name__)
+    _reject_log_noise(est, model)
     source = _rows_from_data(problem, _scheme(est))
     return _run(est, problem, source, algorithm, rng=rng, in_memory=True, t_start=t0)
 
 
 def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size, rng=None):
     _reject_delays(est, model)
+    if isinstance(model, Model):
+        _reject_log_noise(est, model)
     t0 = time.perf_counter()
     problem = _problem_stream(est, model, start, fixed)
     rows = as_row_source(source, _scheme(est), model.states, states, chunk_size)
@@ -324,7 +336,8 @@ _FIT_DOC = """
         Parameters
         ----------
         model : Model
-            Every state must be observed (equation-error methods need all of ``x``).
+            Every state must be observed (equation-error methods need all of ``x``); additive noise
+            (``noise="log"`` is refused with an EstimationError naming the estimators that honour it).
         data : Data or Experiments
             Strictly increasing times; missing values (NaN) drop the affected rows.
         start : dict, array-like (n_free,) or Estimate, optional

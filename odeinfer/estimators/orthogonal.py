@@ -18,6 +18,7 @@ import sympy as sp
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._conditions import Conditions, DelayConditions, dde_trajectory_sse, dde_window
+from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._quadrature import node_model, solve_whitened, whitener
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, make_estimate,
                                       prepare)
@@ -102,6 +103,11 @@ class OrthogonalConditions(Estimator):
     the regressors ``<x_hat, phi_l>``; it grows as ``sigma^2`` at fixed ``n`` and knots and
     makes the Wald intervals undercover at high noise: ``tests/reference/oc_tables.md``).
     Only fully observed systems are supported.
+
+    Noise model: with ``noise="log"`` (``model.with_observation(noise="log")``) every state's proxy is
+    ``exp`` of the regression spline of ``log y`` (positive; GCV, coefficient covariance and the
+    reported ``sigma`` on the log scale, see :mod:`odeinfer.estimators._log_proxy`), and the
+    ``L`` scan compares trajectories on the log scale. Observations ``<= 0`` are then refused.
 
     Models with delays (``@oi.model(..., delays=["tau"])``, paper §6.2, spec §1.8): the lagged
     states ``x(t - tau)`` come from the same proxy, so no history function is needed; the
@@ -194,7 +200,7 @@ class OrthogonalConditions(Estimator):
                                   f"{[s for s, v in zip(model.states, x0_arr) if np.isnan(v)]}")
         if proxies is None:
             cons = prob.x0 if (prob.x0 is not None and self.constrain_x0) else None
-            proxies = [self.smoother.fit(d, states=model.states, x0=cons) for d in prob.experiments]
+            proxies = fit_proxies(self.smoother, model, prob.experiments, cons)
         return t_start, prob, nm, x0_arr, proxies
 
     def _conditions(self, nm, prob, proxies, L, x0_arr, slope=True):

@@ -44,7 +44,6 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -59,21 +58,6 @@ __all__ = ["Simultaneous"]
 
 _SCHEMES = {"trapezoid": 0, "hermite-simpson": 1}
 _LOOSE_XTOL = 1e-5
-_MODULES: dict = {}
-
-
-def _collocation_module(model):
-    """The model's kernels plus the collocation kernels, generated and cached like the solver's."""
-    hit = _MODULES.get(model.fingerprint)
-    if hit is None:
-        from odeinfer.model.cache import build_module
-        from odeinfer.model.codegen import model_source
-
-        text = Path(__file__).with_name("_collocation.py").read_text(encoding="utf-8")
-        src = (model_source(model.derivatives) + "\n\n# ---- odeinfer/estimators/_collocation.py ----\n" + text)
-        hit = _MODULES[model.fingerprint] = build_module(src, title=f"model {model.name} + collocation")
-    return hit
-
 
 # --- configuration checks ------------------------------------------------------------------
 def _pos_int(name, v, hint, low=1):
@@ -238,7 +222,10 @@ class Simultaneous(Estimator):
             x0 = x0 or None
         problem = prepare(model, data, start=start, fixed=fixed, estimator="Simultaneous")
         prob = setup.build(self, problem, x0, start_states)
-        module = _collocation_module(model)
+        from odeinfer.solve.shared import TieredKernel
+
+        compiled = model.compile()
+        constraints = TieredKernel(compiled, compiled.module.coll_constraints)
         sigma, warns = prob.sigma, list(prob.warnings)
         hist_parts, out, passes = [], None, 0
         z = prob.z0
@@ -247,7 +234,7 @@ class Simultaneous(Estimator):
             # reweighting passes stop loosely; the last one (sigma settled to 1%) is tight
             prob.set_weights(sigma)
             tol = self.xtol if final else max(self.xtol, _LOOSE_XTOL)
-            out = _bock.iterate(prob, module, z, _SCHEMES[self.scheme], self.max_iter, tol, self.ctol)
+            out = _bock.iterate(prob, constraints, z, _SCHEMES[self.scheme], self.max_iter, tol, self.ctol)
             out.history["pass"] = np.full(len(out.history["cost"]), passes, float)
             hist_parts.append(out.history)
             z = out.z
@@ -260,7 +247,7 @@ class Simultaneous(Estimator):
         history = {k: np.concatenate([h[k] for h in hist_parts]) for k in hist_parts[0]}
         cov, extras_cov = None, {}
         if np.all(np.isfinite(z)):
-            cov, extras_cov, bad = _bock.covariance(prob, module, z, _SCHEMES[self.scheme], self.rcond)
+            cov, extras_cov, bad = _bock.covariance(prob, constraints, z, _SCHEMES[self.scheme], self.rcond)
             if bad:
                 msg = (f"the reduced Gauss-Newton matrix is rank deficient: {bad} are not identifiable from "
                        "these data; their standard errors are NaN. Fix them (fixed=... / estimate_x0) or add data")

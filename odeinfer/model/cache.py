@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["cache_dir", "build_module", "load_module", "kernel_sources"]
+__all__ = ["cache_dir", "build_module", "load_module", "kernel_sources", "module_header"]
 
 _LOCK = threading.Lock()
 _PREFIX = "odeinfer_generated_"  # module names: _PREFIX + file stem
@@ -33,6 +33,21 @@ import math
 import numpy as np
 from numba import njit
 '''
+
+
+def module_header(title: str) -> str:
+    """The generated module's header: a docstring that shows ``title`` (any text) and the imports.
+
+    The title is user text (a model's name), so it is escaped: backslashes, NUL bytes,
+    line breaks and non-ASCII characters become Python escapes and double quotes
+    become single ones. A plain ASCII title is shown unchanged.
+    """
+    from odeinfer import __version__
+
+    safe = str(title).replace("\\", "\\\\").replace('"', "'")
+    safe = "".join(c if c.isascii() and c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in safe)
+    return _HEADER.format(version=__version__, title=safe)
 
 
 def cache_dir() -> Path:
@@ -89,13 +104,10 @@ def build_module(model_source: str, title: str = "model", kernel_files=None):
     module
         The imported module: model kernels plus solver kernels.
     """
-    from odeinfer import __version__
-
     # the title is part of the text and so of the hash: two models with the same equations but
     # other names get two files, instead of rewriting one file (which makes numba's cached
     # machine code for it stale) each time the other is loaded
-    text = (_HEADER.format(version=__version__, title=title.replace('"', "'"))
-            + model_source + "\n" + kernel_sources(kernel_files))
+    text = (module_header(title) + model_source + "\n" + kernel_sources(kernel_files))
     digest = hashlib.sha256((_versions() + "\n" + text).encode("utf-8")).hexdigest()[:20]
     return load_module(f"{_PREFIX}m_{digest}", text)
 

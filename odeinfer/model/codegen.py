@@ -12,9 +12,10 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
+from odeinfer.errors import ModelDefinitionError
 from odeinfer.model.derivatives import Derivatives
 
-__all__ = ["model_source"]
+__all__ = ["model_source", "safe_symbols"]
 
 _DECOR = '@njit(cache=True, error_model="numpy")'
 
@@ -33,6 +34,30 @@ class _Printer(PythonCodePrinter):
         return "0.5"
 
 
+def safe_symbols(state_symbols, param_symbols, lag_symbols=None) -> dict:
+    """Plain symbols ``_y<k>``, ``_p<j>`` (and ``_l<i>_<k>`` for the lagged states) for a model's symbols.
+
+    Generated code and :meth:`~odeinfer.model.Model.lambdify` use these, so that a
+    user's name never reaches generated source nor shadows a function (a state ``exp``).
+    """
+    rename = {s: sp.Symbol(f"_y{k}", real=True) for k, s in enumerate(state_symbols)}
+    rename.update({s: sp.Symbol(f"_p{k}", real=True) for k, s in enumerate(param_symbols)})
+    if lag_symbols is not None:
+        for i in range(lag_symbols.rows):
+            for k in range(lag_symbols.cols):
+                rename[lag_symbols[i, k]] = sp.Symbol(f"_l{i}_{k}", real=True)
+    return rename
+
+
+def _check_symbols(kernel, exprs, known):
+    """Only the plain kernel names (and ``t``) may reach generated source, never a user's symbol name."""
+    unknown = sorted({s.name for e in exprs for s in e.free_symbols} - known - {"t"})
+    if unknown:
+        raise ModelDefinitionError(
+            f"{kernel}: the model's expressions use the symbols {unknown}, which are not its states, parameters "
+            "or t; declare them in states=[...] or params=[...] (oi.model and Model.from_equations do this)")
+
+
 def _kernel(name, args, outputs, rename, n_in, loads=()):
     """Source of one kernel writing ``outputs`` (list of (index_str, expr)).
 
@@ -41,6 +66,7 @@ def _kernel(name, args, outputs, rename, n_in, loads=()):
     """
     printer = _Printer()
     exprs = [e.xreplace(rename) for _, e in outputs]
+    _check_symbols(name, exprs, {s.name for s in rename.values()})
     nonzero = [(i, e) for i, e in enumerate(exprs) if e != 0]
     subs, reduced = sp.cse([e for _, e in nonzero], symbols=sp.numbered_symbols("_c"), optimizations="basic")
     lines = [_DECOR, f"def {name}({', '.join(args)}):"]
@@ -67,8 +93,7 @@ def model_source(deriv: Derivatives) -> str:
     """Python source of all kernels of a model (without the module header)."""
     n, m = deriv.n_states, deriv.n_params
     ys, ps, vs = deriv.state_symbols, deriv.param_symbols, sp.symbols(f"_v0:{max(n, 1)}", real=True)[:n]
-    rename = {s: sp.Symbol(f"_y{k}", real=True) for k, s in enumerate(ys)}
-    rename.update({s: sp.Symbol(f"_p{k}", real=True) for k, s in enumerate(ps)})
+    rename = safe_symbols(ys, ps)
     rename.update({v: sp.Symbol(f"_v{k}", real=True) for k, v in enumerate(vs)})
     f, jy, jp, ft = deriv.f, deriv.jac_y, deriv.jac_p, deriv.f_t
     jyt, jpt = deriv.jac_y_t, deriv.jac_p_t

@@ -16,9 +16,7 @@ the delays' positions in ``p``).
 
 from __future__ import annotations
 
-import sympy as sp
-
-from odeinfer.model.codegen import _kernel
+from odeinfer.model.codegen import _kernel, safe_symbols
 
 __all__ = ["dde_model_source"]
 
@@ -27,14 +25,8 @@ def dde_model_source(model) -> str:
     """Python source of the DDE kernels of ``model`` (without the module header)."""
     d = model.delay_derivatives
     n, m, nd = model.n_states, model.n_params, model.n_delays
-    rename = {s: sp.Symbol(f"_y{k}", real=True) for k, s in enumerate(d.state_symbols)}
-    rename.update({s: sp.Symbol(f"_p{k}", real=True) for k, s in enumerate(d.param_symbols)})
-    loads = []
-    for i in range(n):
-        for k in range(nd):
-            local = f"_l{i}_{k}"
-            rename[d.lag_symbols[i, k]] = sp.Symbol(local, real=True)
-            loads.append((local, f"ylag[{i}, {k}]"))
+    rename = safe_symbols(d.state_symbols, d.param_symbols, d.lag_symbols)
+    loads = [(f"_l{i}_{k}", f"ylag[{i}, {k}]") for i in range(n) for k in range(nd)]
     ins = [("y", n), ("p", m)]
     args = ["t", "y", "ylag", "p", "out"]
 

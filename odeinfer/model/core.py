@@ -11,6 +11,7 @@ import numpy as np
 import sympy as sp
 
 from odeinfer.errors import ModelDefinitionError
+from odeinfer.model.codegen import safe_symbols
 from odeinfer.model.derivatives import Derivatives
 from odeinfer.model.trace import T_SYMBOL, symbols_for, trace_function, validate_names
 
@@ -70,6 +71,9 @@ class Model:
     delays: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise ModelDefinitionError(
+                f"name: expected a string (the model's title), got {type(self.name).__name__}; e.g. name='decay'")
         if self.delays:
             _check_delays(self.delays, self.params)
         if self.observation.noise not in _NOISE:
@@ -84,6 +88,23 @@ class Model:
                 )
             if not self.observation.observed:
                 raise ModelDefinitionError("observed: at least one state must be observed")
+        self._check_exprs()
+
+    def _check_exprs(self):
+        """One finite sympy expression per state (names are checked by oi.model and from_equations)."""
+        if len(self.exprs) != self.n_states:
+            raise ModelDefinitionError(
+                f"exprs: model {self.name!r} has {self.n_states} states {list(self.states)} but "
+                f"{len(self.exprs)} derivatives; give one per state")
+        for s, e in zip(self.states, self.exprs):
+            if not isinstance(e, sp.Expr):
+                raise ModelDefinitionError(
+                    f"the derivative of state {s!r} is a {type(e).__name__}, not a sympy expression; build models "
+                    "with oi.model or Model.from_equations")
+            if e.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or any(not np.isfinite(float(f)) for f in e.atoms(sp.Float)):
+                raise ModelDefinitionError(
+                    f"the derivative of state {s!r} is not finite ({e}): it divides by zero or a number overflows; "
+                    "remove the division by zero (e.g. x/0) or use smaller numbers")
 
     # sizes and symbols ----------------------------------------------------
     @property
@@ -209,7 +230,9 @@ class Model:
             return self._lambdify_dde(what, modules)
         d = self.derivatives
         target = {"f": d.f, "jac_y": d.jac_y, "jac_p": d.jac_p}[what]
-        g = sp.lambdify((T_SYMBOL, self.state_symbols, self.param_symbols), target, modules=modules)
+        rename = safe_symbols(self.state_symbols, self.param_symbols)
+        g = sp.lambdify((T_SYMBOL, [rename[s] for s in self.state_symbols], [rename[s] for s in self.param_symbols]),
+                        target.xreplace(rename), modules=modules)
         if what == "f":
             return lambda t, y, p: np.asarray(g(t, y, p)).reshape(self.n_states)
         return lambda t, y, p: np.asarray(g(t, y, p))
@@ -220,9 +243,12 @@ class Model:
         if what not in targets:
             raise ModelDefinitionError(f"lambdify: what must be one of {list(targets)}, got {what!r}")
         n, nd = self.n_states, self.n_delays
-        flat_lag = [self.lag_symbols[i, k] for i in range(n) for k in range(nd)]
-        g = sp.lambdify((T_SYMBOL, self.state_symbols, flat_lag, self.param_symbols), targets[what],
-                        modules=modules)
+        rename = safe_symbols(self.state_symbols, self.param_symbols, self.lag_symbols)
+        flat_lag = [rename[self.lag_symbols[i, k]] for i in range(n) for k in range(nd)]
+        target = targets[what]
+        target = [m.xreplace(rename) for m in target] if isinstance(target, list) else target.xreplace(rename)
+        g = sp.lambdify((T_SYMBOL, [rename[s] for s in self.state_symbols], flat_lag,
+                         [rename[s] for s in self.param_symbols]), target, modules=modules)
 
         def call(t, y, ylag, p):
             out = np.asarray(g(t, y, np.asarray(ylag).reshape(-1), p))
@@ -232,8 +258,13 @@ class Model:
 
     # display ------------------------------------------------------------------
     def equations(self) -> dict[str, str]:
-        """The right-hand sides as text, ``{state: "expression"}``."""
-        return {s: str(e) for s, e in zip(self.states, self.exprs)}
+        """The right-hand sides as text, ``{state: "expression"}``, in the language of
+        :meth:`from_equations` (which rebuilds the same model from them)."""
+        from odeinfer.model.equations import format_expr
+
+        lags = {self.lag_symbols[i, k]: f"lag({s}, {d})"
+                for i, s in enumerate(self.states) for k, d in enumerate(self.delays)}
+        return {s: format_expr(e, lags) for s, e in zip(self.states, self.exprs)}
 
     def equations_latex(self) -> list[str]:
         """One LaTeX line per state, ``\\frac{d x}{dt} = ...``."""
@@ -287,7 +318,7 @@ class Model:
         params = validate_names("params", params)
         _check_overlap(states, params)
         delays_t = _delays_arg(delays, params)
-        exprs = parse_equations(equations, states, params, delays_t)
+        exprs = parse_equations(dict(zip(states, equations.values())), states, params, delays_t)
         obs = Observation(None if observed is None else validate_names("observed", observed), noise)
         return _finish(cls(name, states, params, exprs, obs, delays=delays_t))
 

@@ -7,6 +7,7 @@ import keyword
 import linecache
 import re
 import traceback
+import unicodedata
 from collections.abc import Mapping, Sequence
 
 import sympy as sp
@@ -26,7 +27,11 @@ def symbols_for(names):
 
 
 def validate_names(argument: str, names) -> tuple[str, ...]:
-    """Check a list of state/parameter names: identifiers, unique, not reserved."""
+    """Check a list of state/parameter names: identifiers, unique, not reserved.
+
+    Names are returned in Unicode NFKC form, the form Python itself gives identifiers
+    (it reads ``y.\ufb01sh`` as ``y.fish``), so that a name and its uses agree.
+    """
     if isinstance(names, str):
         raise ModelDefinitionError(
             f"{argument}: expected a list of names, got the single string {names!r}; "
@@ -36,7 +41,10 @@ def validate_names(argument: str, names) -> tuple[str, ...]:
         names = tuple(names)
     except TypeError:
         raise ModelDefinitionError(f"{argument}: expected a list of names, got {type(names).__name__}") from None
+    out = []
     for n in names:
+        if isinstance(n, str):
+            n = unicodedata.normalize("NFKC", n)
         if not isinstance(n, str) or not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_"):
             raise ModelDefinitionError(
                 f"{argument}: {n!r} is not a valid name; names must be Python identifiers that do not start "
@@ -44,10 +52,14 @@ def validate_names(argument: str, names) -> tuple[str, ...]:
             )
         if n in _RESERVED:
             raise ModelDefinitionError(f"{argument}: the name {n!r} is reserved for time; rename it (e.g. 't_r')")
-    dup = sorted({n for n in names if names.count(n) > 1})
+        out.append(n)
+    dup = sorted({n for n in out if out.count(n) > 1})
     if dup:
-        raise ModelDefinitionError(f"{argument}: duplicated names {dup}; every name must appear once")
-    return names
+        changed = [n for n in names if isinstance(n, str) and unicodedata.normalize("NFKC", n) != n]
+        how = (f" (after Unicode NFKC normalisation, which Python applies to identifiers: {changed} read as "
+               f"{[unicodedata.normalize('NFKC', n) for n in changed]})" if changed else "")
+        raise ModelDefinitionError(f"{argument}: duplicated names {dup}{how}; every name must appear once")
+    return tuple(out)
 
 
 class Namespace:

@@ -10,6 +10,7 @@ that names the fix (``odeinfer.math.exp``, ``odeinfer.math.where``).
 from __future__ import annotations
 
 import numbers
+import operator
 
 import sympy as sp
 
@@ -26,6 +27,8 @@ def to_expr(x):
         raise TracingError(f"a boolean ({x!r}) was used as a number in a traced expression; use 1.0 or 0.0")
     if isinstance(x, numbers.Integral):
         return sp.Integer(int(x))
+    if isinstance(x, numbers.Rational):  # e.g. fractions.Fraction: kept exact
+        return sp.Rational(int(x.numerator), int(x.denominator))
     if isinstance(x, numbers.Real):
         return sp.Float(float(x), 17)
     if isinstance(x, sp.Basic):
@@ -128,10 +131,24 @@ class Traced:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         name = getattr(ufunc, "__name__", str(ufunc))
-        hint = name if name in _MATH_NAMES else "the matching function"
+        arithmetic = _ARITHMETIC.get(name)
+        if (arithmetic is not None and method == "__call__" and not kwargs
+                and all(isinstance(x, (Traced, numbers.Real)) for x in inputs)):
+            # a numpy number (np.float64(2.0) * y.x) is a number like any other
+            return arithmetic(*(Traced(to_expr(x)) for x in inputs))
+        if arithmetic is not None:
+            hint = ("convert numpy arrays to numbers first (e.g. float(c[0]) * y.x); a model's right-hand side "
+                    "works on one number per state")
+            raise TracingError(f"numpy.{name} was applied to a traced value and a numpy array; {hint}")
+        if name in _OM_NAMES:
+            om_name = _OM_NAMES[name]
+            fix = f"Use odeinfer.math.{om_name} instead (from odeinfer import math as om; om.{om_name}(...))"
+        else:
+            from odeinfer import math as om
+
+            fix = f"odeinfer.math has no such function; it offers {[n for n in om.__all__ if n not in ('pi', 'e')]}"
         raise TracingError(
-            f"numpy.{name} was applied to a traced value; numpy functions cannot be traced. "
-            f"Use odeinfer.math.{hint} instead (from odeinfer import math as om; om.{hint}(...))"
+            f"numpy.{name} was applied to a traced value; numpy functions cannot be traced. {fix}"
         )
 
     def __array_function__(self, func, types, args, kwargs):
@@ -150,4 +167,11 @@ class Traced:
         return f"Traced({self.expr})"
 
 
-_MATH_NAMES = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "power", "absolute", "minimum", "maximum"}
+# numpy ufuncs and the odeinfer.math function that replaces them
+_OM_NAMES = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh",
+             "absolute": "abs", "fabs": "abs", "minimum": "min", "fmin": "min", "maximum": "max", "fmax": "max",
+             "heaviside": "heaviside"}
+# numpy ufuncs that are plain arithmetic: on numpy numbers (not arrays) they act as the operators
+_ARITHMETIC = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+               "true_divide": operator.truediv, "divide": operator.truediv, "power": operator.pow,
+               "float_power": operator.pow, "negative": operator.neg, "positive": operator.pos}

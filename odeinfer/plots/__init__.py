@@ -6,7 +6,7 @@ Matplotlib is imported on first use.
 
 - :func:`trajectories`: data with each estimate's trajectory, its delta-method band and the
   posterior predictive band;
-- :func:`residuals`: residuals of one estimate per observed state;
+- :func:`residuals`: residuals of one estimate per observed state (:func:`residual_lines`: the numbers);
 - :func:`regions`: Wald confidence ellipses against the posterior's highest-density region;
 - :func:`forest`: every estimator's interval next to the posterior's (from
   :func:`odeinfer.compare_intervals`);
@@ -18,6 +18,6 @@ from odeinfer.plots.export import to_png_base64
 from odeinfer.plots.forest import forest
 from odeinfer.plots.regions import ellipse, regions
 from odeinfer.plots.study import study
-from odeinfer.plots.trajectories import residuals, trajectories
+from odeinfer.plots.trajectories import residual_lines, residuals, trajectories
 
-__all__ = ["trajectories", "residuals", "regions", "forest", "study", "to_png_base64", "ellipse"]
+__all__ = ["trajectories", "residuals", "residual_lines", "regions", "forest", "study", "to_png_base64", "ellipse"]

@@ -10,7 +10,7 @@ from odeinfer.errors import InputError, OdeinferWarning, SolverError
 from odeinfer.plots._common import (COLORS, POSTERIOR_COLOR, axes_figure, check_alpha, data_t0, initial_state,
                                     new_figure, single_data)
 
-__all__ = ["trajectories", "residuals"]
+__all__ = ["trajectories", "residuals", "residual_lines"]
 
 
 def _check_states(estimates, data):
@@ -143,6 +143,49 @@ def _predict(est, t, data, x0, history, t0, alpha=0.05):
     return est.predict(t, x0=initial_state(est, data, x0), t0=t0, alpha=alpha)
 
 
+def residual_lines(est, data, *, x0=None, history=None) -> dict:
+    """The numbers the residual plot draws, per observed state: ``(residuals, guide)``.
+
+    ``residuals`` (n_times,) are ``y - y_hat(t)`` on the model's noise scale (``log y - log y_hat``
+    for ``noise="log"``; NaN where not observed or not positive there), ``guide`` is
+    ``2 sigma`` from ``est.sigma`` (estimated on the same scale by every estimator), or NaN
+    when the estimate has no sigma for that state.
+
+    Parameters
+    ----------
+    est : Estimate
+    data : Data
+    x0, history
+        As in :func:`residuals`.
+
+    Returns
+    -------
+    dict of str to (ndarray (n_times,), float)
+    """
+    from odeinfer.results import Estimate
+
+    if not isinstance(est, Estimate):
+        raise InputError(f"est: expected one Estimate, got {type(est).__name__}; for several estimates call "
+                         "residuals once per estimate")
+    data = single_data(data)
+    _check_states([est], data)
+    pred = _predict(est, data.t, data, x0, history, data_t0(data))
+    log = est.model.observation.noise == "log"
+    out = {}
+    for k, s in enumerate(data.states):
+        y = np.where(data.mask[:, k], data.y[:, k], np.nan)
+        yhat = pred.y[:, pred.states.index(s)]
+        if log:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = np.log(np.where(y > 0, y, np.nan)) - np.log(np.where(yhat > 0, yhat, np.nan))
+        else:
+            r = y - yhat
+        sd = est.sigma.get(s) if est.sigma else None
+        guide = 2.0 * float(sd) if sd is not None and np.isfinite(sd) else float("nan")
+        out[s] = (r, guide)
+    return out
+
+
 def residuals(est, data, *, x0=None, history=None):
     """Residuals ``y - y_hat(t)`` of one estimate per observed state (log scale for
     models with log-normal noise), against time.
@@ -160,33 +203,21 @@ def residuals(est, data, *, x0=None, history=None):
     -------
     matplotlib.figure.Figure
         One panel per observed state with the residuals (markers), a zero line and, when
-        ``est.sigma`` has the state, dashed lines at ``+-2 sigma``.
+        ``est.sigma`` has the state, dashed lines at ``+-2 sigma`` (the noise sd on the same
+        scale as the residuals: :func:`residual_lines` gives the numbers).
     """
-    from odeinfer.results import Estimate
-
-    if not isinstance(est, Estimate):
-        raise InputError(f"est: expected one Estimate, got {type(est).__name__}; for several estimates call "
-                         "residuals once per estimate")
+    lines = residual_lines(est, data, x0=x0, history=history)
     data = single_data(data)
-    _check_states([est], data)
-    t0 = data_t0(data)
-    pred = _predict(est, data.t, data, x0, history, t0)
     log = est.model.observation.noise == "log"
     fig, axes = new_figure(data.n_observed, 1, sharex=True)
     for k, s in enumerate(data.states):
         a = axes[k, 0]
-        y, yhat = data.y[:, k], pred.y[:, pred.states.index(s)]
-        if log:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r = np.log(y) - np.log(yhat)
-        else:
-            r = y - yhat
+        r, guide = lines[s]
         a.plot(data.t, r, linestyle="none", marker="o", ms=4, color=COLORS[0], label="residual")
         a.axhline(0.0, color="black", lw=0.8)
-        sd = est.sigma.get(s) if est.sigma else None
-        if sd is not None and np.isfinite(sd):
-            for sign in (-2, 2):
-                a.axhline(sign * float(sd), color="grey", lw=0.8, linestyle="--")
+        if np.isfinite(guide):
+            for sign in (-1, 1):
+                a.axhline(sign * guide, color="grey", lw=0.8, linestyle="--")
         a.set_ylabel(f"{'log ' if log else ''}residual {s}")
     axes[-1, 0].set_xlabel("t")
     fig.suptitle(f"{est.estimator} residuals ({est.model.name})")

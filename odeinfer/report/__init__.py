@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from odeinfer._io import check_target, write_atomic
 from odeinfer.errors import InputError
 from odeinfer.report._build import build_html
-from odeinfer.report._html import write_atomic
 from odeinfer.report._items import SUPPORTED
 
 __all__ = ["export_html", "render_html", "export_notebook_html", "SUPPORTED"]
@@ -61,7 +61,8 @@ def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=T
         label is the caption) and ``str`` (paragraphs of notes).
     path : str or os.PathLike
         Output file. Its directory must exist. The file is written to a temporary
-        file in that directory and renamed, so a failed export leaves nothing behind.
+        file in that directory and renamed, so a failed export leaves nothing behind
+        (an existing file keeps its content and its permission bits).
     title : str, default "odeinfer report"
     overwrite : bool, default True
         If False, an existing ``path`` is an error.
@@ -89,6 +90,7 @@ def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=T
     """
     if not isinstance(overwrite, bool):
         raise InputError(f"overwrite: expected True or False, got {overwrite!r}")
+    check_target(path, overwrite=overwrite)  # before the work of building the report
     text = build_html(items, title=title, plots=plots, alpha=alpha, dpi=dpi, subtitle=subtitle)
     return write_atomic(text, path, overwrite=overwrite)
 
@@ -132,6 +134,7 @@ def export_notebook_html(nb_path, out, *, execute=False, timeout=600, kernel_nam
     src = Path(os.fspath(nb_path))
     if not src.is_file():
         raise InputError(f"nb_path: the notebook {str(src)!r} does not exist")
+    check_target(out, overwrite=overwrite, argument="out")  # before running the notebook
     try:
         nb = nbformat.read(src, as_version=4)
     except Exception as err:
@@ -148,4 +151,4 @@ def export_notebook_html(nb_path, out, *, execute=False, timeout=600, kernel_nam
             kwargs["kernel_name"] = kernel_name
         NotebookClient(nb, **kwargs).execute()
     body, _ = nbconvert.HTMLExporter(template_name="lab").from_notebook_node(nb)
-    return write_atomic(body, out, overwrite=overwrite)
+    return write_atomic(body, out, overwrite=overwrite, argument="out")

@@ -1,22 +1,16 @@
-"""Page assembly and file writing for standalone HTML reports (no network, no scripts).
+"""Page assembly for standalone HTML reports (no network, no scripts).
 
 Everything here is pure formatting: :func:`esc` escapes every piece of user text,
-:func:`page` wraps rendered sections in one document with inline styles and a
-Content-Security-Policy that forbids scripts and remote resources, and
-:func:`write_atomic` writes through a temporary file in the target directory that
-is renamed over the target only when complete.
+and :func:`page` wraps rendered sections in one document with inline styles and a
+Content-Security-Policy that forbids scripts and remote resources (files are written
+by :func:`odeinfer._io.write_atomic`).
 """
 
 from __future__ import annotations
 
 import html
-import os
-import tempfile
-from pathlib import Path
 
-from odeinfer.errors import InputError
-
-__all__ = ["esc", "page", "section", "table_html", "badge", "unavailable", "write_atomic"]
+__all__ = ["esc", "page", "section", "table_html", "badge", "unavailable"]
 
 # No script may run and nothing may be fetched: images are data: URIs, styles are inline.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -80,51 +74,3 @@ def page(title: str, sections, *, subtitle: str = "") -> str:
         f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{esc(title)}</h1>\n{sub}\n{body}\n</body>\n</html>\n"
     )
-
-
-def write_atomic(text: str, path, *, overwrite: bool = True) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory.
-
-    The target appears only once the whole file is written (``os.replace``); on any
-    failure the temporary file is removed and nothing is left behind.
-
-    Raises
-    ------
-    InputError
-        The directory does not exist, is not writable, ``path`` is a directory, or
-        it exists and ``overwrite`` is False.
-    """
-    try:
-        target = Path(os.fspath(path)).expanduser()
-    except TypeError:
-        raise InputError(f"path: expected a file path (str or os.PathLike), got {type(path).__name__}") from None
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"path: the directory {str(parent)!r} of {str(target)!r} does not exist; "
-                         "create it first or choose another output path")
-    if target.is_dir():
-        raise InputError(f"path: {str(target)!r} is a directory; give a file name such as 'report.html'")
-    if target.exists() and not overwrite:
-        raise InputError(f"path: {str(target)!r} already exists; pass overwrite=True to replace it")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
-    except PermissionError as err:
-        raise InputError(f"path: no permission to write in the directory {str(parent)!r} ({err.strerror}); "
-                         "choose a writable location") from err
-    except OSError as err:
-        raise InputError(f"path: cannot create a file in {str(parent)!r} ({err.strerror or err})") from err
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, PermissionError):
-            raise InputError(f"path: no permission to write {str(target)!r} ({err.strerror}); "
-                             "choose a writable location") from err
-        raise
-    return target

@@ -223,10 +223,9 @@ def render_idata(idata) -> str:
 
 def _parameter_vars(idata):
     """Posterior variables that are parameters (see ``odeinfer.diagnostics._names``)."""
-    from odeinfer.diagnostics._names import _is_parameter_like
+    from odeinfer.diagnostics._names import parameter_vars
 
-    post = idata.posterior
-    return [v for v in post.data_vars if _is_parameter_like(post[v])]
+    return parameter_vars(idata.posterior)
 
 
 # figures and text ------------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from statistics import NormalDist
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +14,8 @@ from types import MappingProxyType
 import numpy as np
 from odeinfer._lazy import pandas as pd
 
+from odeinfer._io import write_atomic
+from odeinfer.errors import InputError, OdeinferError, ResultFileError
 from odeinfer.model import Model
 
 __all__ = ["Estimate", "STATUSES"]
@@ -210,7 +215,9 @@ class Estimate:
         -------
         Prediction
             ``y``, ``se``, ``lower``, ``upper`` of shape (n_times, n_states); the
-            bands propagate ``cov`` through the forward sensitivities (delta method).
+            bands propagate ``cov`` through the forward sensitivities (delta method), on the
+            model's noise scale (log-normal bands ``y exp(-+ z se / y)`` for the observed states
+            of a model with ``noise="log"``).
         """
         from odeinfer.results.prediction import predict
 
@@ -257,11 +264,12 @@ class Estimate:
             return None if a is None else np.asarray(a).tolist()
 
         return {
-            "format": "odeinfer.Estimate/1",
+            "format": _FORMAT,
             "estimator": self.estimator,
             "model": {"name": self.model.name, "states": list(self.model.states),
                       "params": list(self.model.params), "equations": self.model.equations(),
                       "observed": list(self.model.observed), "noise": self.model.observation.noise},
+            "fingerprint": self.model.fingerprint,
             "names": list(self.names), "values": arr(self.values), "cov": arr(self.cov),
             "status": self.status, "message": self.message, "n_iter": self.n_iter,
             "cost": self.cost, "nobs": self.nobs, "fixed": dict(self.fixed), "sigma": dict(self.sigma),
@@ -271,37 +279,191 @@ class Estimate:
         }
 
     def to_json(self, path=None, **kwargs) -> str:
-        """JSON text (written to ``path`` if given). NaN is written as ``NaN``."""
+        """JSON text (written to ``path`` if given). NaN is written as ``NaN``.
+
+        The file is written atomically (a temporary file in the same directory, flushed to
+        disk, then renamed): if the write fails, an existing file keeps its old content, and
+        an overwritten file keeps its permission bits.
+        """
         text = json.dumps(self.to_dict(), **kwargs)
         if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            write_atomic(text, path)
         return text
 
     @classmethod
     def from_json(cls, text_or_path, model: Model | None = None) -> "Estimate":
         """Read an estimate written by :meth:`to_json`.
 
-        The model is rebuilt from its stored equations (parsed safely), unless
-        ``model`` is given.
+        Parameters
+        ----------
+        text_or_path : str or os.PathLike
+            The JSON text (a str starting with ``{``) or the path of a file written by
+            :meth:`to_json`. Files larger than 64 MiB and JSON nested more than 64 levels
+            deep are refused before parsing.
+        model : Model, optional
+            The model the estimate was fitted with; default: rebuilt from the stored
+            equations (parsed safely, never evaluated). A model whose states, parameters
+            or equations (fingerprint) differ from the stored ones is refused.
+
+        Raises
+        ------
+        ResultFileError
+            The text or file is not a complete estimate written by :meth:`to_json` (not
+            JSON, no such file, truncated, missing or mistyped fields, too deep or too large).
+        InputError
+            ``model`` is not the estimate's model.
         """
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            with open(text_or_path, encoding="utf-8") as fh:
-                text = fh.read()
-        d = json.loads(text)
-        if d.get("format") != "odeinfer.Estimate/1":
-            raise ValueError(f"not an odeinfer Estimate JSON (format {d.get('format')!r})")
+        text, where = _read_source(text_or_path)
+        d = _parse(text, where)
+        stored = d["model"]
         if model is None:
-            m = d["model"]
-            model = Model.from_equations(m["equations"], m["params"], name=m["name"],
-                                         observed=m["observed"], noise=m["noise"])
-        return cls(d["estimator"], model, tuple(d["names"]), np.array(d["values"], float),
-                   None if d["cov"] is None else np.array(d["cov"], float), d["status"], d["message"],
-                   d["n_iter"], d["cost"], d["nobs"], d["fixed"], d["sigma"],
-                   None if d["residuals"] is None else np.array(d["residuals"], float),
-                   {k: np.array(v, float) for k, v in d["history"].items()}, d["extras"],
-                   tuple(d["warnings"]), d["provenance"])
+            try:
+                model = Model.from_equations(stored["equations"], stored["params"], name=stored["name"],
+                                             observed=stored["observed"], noise=stored["noise"])
+            except OdeinferError as exc:
+                raise ResultFileError(f"{where}: its model cannot be rebuilt from the stored equations "
+                                      f"({type(exc).__name__}: {_short(exc)})") from exc
+        else:
+            _check_model(model, stored, d.get("fingerprint"))
+
+        def array(key, ndim=None):
+            if d[key] is None and key in ("cov", "residuals"):
+                return None
+            try:
+                arr = np.array(d[key], dtype=float)
+            except (TypeError, ValueError):
+                arr = None
+            if arr is None or (ndim is not None and arr.ndim != ndim):
+                what = {1: "a list of numbers", 2: "a list of lists of numbers"}.get(ndim, "numbers")
+                raise ResultFileError(f"{where}: the field {key!r} must be {what}; the file holds something else. "
+                                      "Write the estimate again with Estimate.to_json")
+            return arr
+
+        values, cov, residuals = array("values", 1), array("cov", 2), array("residuals")
+        try:
+            return cls(str(d["estimator"]), model, tuple(d["names"]), values, cov,
+                       d["status"], str(d["message"]), int(d["n_iter"]), float(d["cost"]), int(d["nobs"]),
+                       dict(d["fixed"]), dict(d["sigma"]), residuals,
+                       {k: np.array(v, float) for k, v in dict(d["history"]).items()}, dict(d["extras"]),
+                       tuple(d["warnings"]), dict(d["provenance"]))
+        except (TypeError, ValueError) as exc:
+            raise ResultFileError(f"{where}: the stored fields do not fit together ({_short(exc)}); "
+                                  "write the estimate again with Estimate.to_json") from None
+
+
+#: Limits of :meth:`Estimate.from_json`: file (or text) size and nesting depth of the JSON.
+MAX_JSON_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 64
+_FORMAT = "odeinfer.Estimate/1"
+_KEYS = ("format", "estimator", "model", "names", "values", "cov", "status", "message", "n_iter", "cost", "nobs",
+         "fixed", "sigma", "residuals", "history", "extras", "warnings", "provenance")
+_MODEL_KEYS = ("name", "states", "params", "equations", "observed", "noise")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_HOW = "pass the text of Estimate.to_json() or the path of a file it wrote"
+
+
+def _short(exc, limit=200):
+    """An error's text cut to ``limit`` characters (it may quote a long field of the file)."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _read_source(text_or_path):
+    """(JSON text, how to name it in messages) from the text or a path, size-limited."""
+    if isinstance(text_or_path, str) and text_or_path.lstrip().startswith(("{", "[")):
+        if len(text_or_path) > MAX_JSON_BYTES:
+            raise ResultFileError(f"text_or_path: the JSON text is {len(text_or_path) / 2**20:.1f} MiB; an estimate "
+                                  f"file is at most {MAX_JSON_BYTES // 2**20} MiB")
+        return text_or_path, "text_or_path: the JSON text"
+    try:
+        path = os.fspath(text_or_path)
+    except TypeError:
+        raise ResultFileError(f"text_or_path: expected JSON text or a file path, got {type(text_or_path).__name__}; "
+                              f"{_HOW}") from None
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        if isinstance(text_or_path, str):
+            raise ResultFileError(f"text_or_path: {shown!r} is neither JSON text (an object starting with '{{') "
+                                  f"nor the path of an existing file; {_HOW}") from None
+        why = "no file" if isinstance(exc, FileNotFoundError) else f"cannot read ({getattr(exc, 'strerror', exc)})"
+        raise ResultFileError(f"text_or_path: {why} {shown!r}; {_HOW}") from None
+    where = f"text_or_path: {shown!r}"
+    if not stat.S_ISREG(info.st_mode):
+        raise ResultFileError(f"{where} is not a regular file; {_HOW}")
+    if info.st_size > MAX_JSON_BYTES:
+        raise ResultFileError(f"{where} is {info.st_size / 2**20:.1f} MiB; an estimate file is at most "
+                              f"{MAX_JSON_BYTES // 2**20} MiB")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)
+    except OSError as exc:
+        raise ResultFileError(f"{where}: cannot read ({exc.strerror}); {_HOW}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise ResultFileError(f"{where} is larger than {MAX_JSON_BYTES // 2**20} MiB, the limit of an estimate file")
+    try:
+        return raw.decode("utf-8"), where
+    except UnicodeDecodeError:
+        raise ResultFileError(f"{where} is not UTF-8 text; {_HOW}") from None
+
+
+def _json_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings, without recursion."""
+    skeleton = _JSON_STRING.sub("", text).encode("utf-8", "ignore")
+    codes = np.frombuffer(skeleton, dtype=np.uint8)
+    step = ((codes == ord("[")) | (codes == ord("{"))).astype(np.int64) - ((codes == ord("]")) | (codes == ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _parse(text, where):
+    """The checked dict of an estimate file (every key of :meth:`Estimate.to_dict` present)."""
+    depth = _json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ResultFileError(f"{where} is nested {depth} levels deep; an estimate file is at most "
+                              f"{MAX_JSON_DEPTH} deep. {_HOW[0].upper()}{_HOW[1:]}")
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = "; it may be truncated" if exc.pos >= len(text.rstrip()) else ""
+        raise ResultFileError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}){hint}; "
+                              f"{_HOW}") from None
+    except RecursionError:  # below MAX_JSON_DEPTH this cannot happen; kept as a guard
+        raise ResultFileError(f"{where} is nested too deep to read") from None
+    if not isinstance(d, dict):
+        raise ResultFileError(f"{where}: expected a JSON object written by Estimate.to_json, got a JSON "
+                              f"{type(d).__name__}")
+    if d.get("format") != _FORMAT:
+        raise ResultFileError(f"{where} is not an odeinfer Estimate JSON (format {str(d.get('format'))[:40]!r}, "
+                              f"expected {_FORMAT!r}); {_HOW}")
+    missing = [k for k in _KEYS if k not in d]
+    if missing:
+        raise ResultFileError(f"{where} lacks the key(s) {missing}; the file is incomplete. {_HOW[0].upper()}{_HOW[1:]}")
+    if not isinstance(d["model"], dict):
+        raise ResultFileError(f"{where}: the field 'model' must be an object; the file holds something else")
+    missing = [k for k in _MODEL_KEYS if k not in d["model"]]
+    if missing:
+        raise ResultFileError(f"{where} lacks the key(s) {missing} in 'model'; the file is incomplete")
+    return d
+
+
+def _check_model(model, stored, fingerprint):
+    """Refuse a ``model`` that is not the one the stored estimate was fitted with."""
+    if not isinstance(model, Model):
+        raise InputError(f"model: expected an odeinfer Model (or None to rebuild it from the file), "
+                         f"got {type(model).__name__}")
+    states = tuple(str(s) for s in stored["states"]) if isinstance(stored["states"], list) else ()
+    params = tuple(str(p) for p in stored["params"]) if isinstance(stored["params"], list) else ()
+    name = str(stored["name"])[:80]
+    if (states, params) != (tuple(model.states), tuple(model.params)):
+        raise InputError(f"model: the estimate was fitted with model {name!r} (states {list(states)}, parameters "
+                         f"{list(params)}), but the given model {model.name!r} has states {list(model.states)} and "
+                         f"parameters {list(model.params)}; pass the estimate's model, or model=None to rebuild "
+                         "it from the file")
+    if fingerprint is not None and fingerprint != model.fingerprint:
+        raise InputError(f"model: the given model {model.name!r} has the names of the estimate's model {name!r} but "
+                         f"other equations (fingerprint {model.fingerprint}, the estimate's {str(fingerprint)[:16]}); "
+                         "pass the estimate's model, or model=None to rebuild it from the file")
 
 
 def _jsonable(x):

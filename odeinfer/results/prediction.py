@@ -28,7 +28,9 @@ class Prediction:
         ``S`` the sensitivities with respect to the estimated quantities (NaN
         where the estimate has no covariance or a switching parameter is free).
     lower, upper : ndarray (n_times, n_states)
-        ``y -+ z_{1-alpha/2} se``.
+        On the model's noise scale: ``y -+ z_{1-alpha/2} se`` (additive noise); for the observed
+        states of a model with ``noise="log"`` the band of ``log y`` mapped back,
+        ``y exp(-+ z se / y)`` (log-normal: positive, asymmetric; NaN where ``y <= 0``).
     alpha : float
     """
 
@@ -148,10 +150,26 @@ def _delta_se(estimate, sens, sens_names):
     return np.sqrt(np.where(var >= 0, var, np.nan))
 
 
+def _band(model, y, se, z):
+    """``(lower, upper)`` on the noise scale: additive, or exp of the log-scale band ``log y -+ z se / y``
+    (delta method: ``se(log y) = se / y``) for the observed states of a log-noise model."""
+    lower, upper = y - z * se, y + z * se
+    if model.observation.noise == "log":
+        cols = [model.states.index(s) for s in model.observed]
+        yl = y[:, cols]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            half = np.exp(z * se[:, cols] / yl)
+            pos = yl > 0
+            lower[:, cols] = np.where(pos, yl / half, np.nan)
+            upper[:, cols] = np.where(pos, yl * half, np.nan)
+    return lower, upper
+
+
 def _prediction(model, t, y, se, alpha):
     z = NormalDist().inv_cdf(1 - alpha / 2)
-    y = np.asarray(y)
-    arrs = [np.array(a) for a in (t, y, se, y - z * se, y + z * se)]
+    y = np.asarray(y, dtype=float)
+    se = np.asarray(se, dtype=float)
+    arrs = [np.array(a) for a in (t, y, se, *_band(model, y, se, z))]
     for a in arrs:
         a.flags.writeable = False
     return Prediction(arrs[0], tuple(model.states), arrs[1], arrs[2], arrs[3], arrs[4], float(alpha))

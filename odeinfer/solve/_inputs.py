@@ -33,7 +33,6 @@ def _suggest(name, names):
 def named_values(arg, values, names, what):
     """``values`` (array-like in the order of ``names``, or a mapping name -> value)
     as a new finite float64 array of shape ``(len(names),)``."""
-    names = tuple(names)
     if isinstance(values, Mapping):
         unknown = [k for k in values if k not in names]
         if unknown:
@@ -60,10 +59,10 @@ def named_values(arg, values, names, what):
             f"{arg}: expected {len(names)} values in the order {list(names)}, got an array of shape "
             f"{arr.shape}; pass a 1-D sequence or a mapping name -> value"
         )
+    if np.isfinite(arr).all():
+        return arr
     bad = [n for n, v in zip(names, arr) if not math.isfinite(v)]
-    if bad:
-        raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
-    return arr
+    raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
 
 
 def output_times(t, t0):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from odeinfer.solve.status import INFO_SIZE
+
 __all__ = ["VJP"]
 
 
@@ -55,7 +57,7 @@ class VJP:
         self.grad = np.empty(n + m)
         self.rec = np.empty((self.max_steps, 3 + 5 * n))
         self.work = np.empty(module.dopri5_adjoint_work_size())
-        self.info = np.zeros(module.INFO_SIZE)
+        self.info = np.zeros(INFO_SIZE)
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""

@@ -14,11 +14,10 @@ import numpy as np
 from odeinfer.errors import SolverError, StiffnessError
 from odeinfer.solve import shared as _shared
 from odeinfer.solve.config import Dopri5
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import INFO_SIZE, Status
 
 __all__ = ["Solver"]
 
-_INFO_T_REACHED, _INFO_N_STEPS, _INFO_N_REJECTED, _INFO_N_RHS = 0, 1, 2, 3
 
 
 def _finite_time_derivative(cm, t_reached, y, y0, p):
@@ -105,20 +104,19 @@ class Solver:
         prefix = "dopri5" if method == "dopri5" else "rodas"
         self.kernel = getattr(module, f"{prefix}_solve_sens" if sensitivities else f"{prefix}_solve")
         self.work = np.empty(getattr(module, f"{prefix}_work_size")(sensitivities))
-        self.info = np.zeros(module.INFO_SIZE)
+        self.info = np.zeros(INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
-        # adaptive Dormand-Prince: the model kernel or, while it compiles, the shared one
-        adaptive = method == "dopri5" and not self.fixed_step
-        self._tiers = _shared.TieredKernel(compiled, self.kernel) if adaptive else None
+        # adaptive solves: the model kernel or, while it compiles, the shared one
+        self._tiers = None if self.fixed_step else _shared.TieredKernel(compiled, self.kernel)
         self._run = self._bind()
 
     @property
     def tier(self):
         """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the model-independent
-        ``ptr_dopri5_*`` kernel while :attr:`kernel` compiles in a background process; same
-        results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive ``dopri5``
+        ``ptr_dopri5_*`` / ``ptr_rodas_*`` kernel while :attr:`kernel` compiles in a background
+        process; same results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive
         solver before its first call, which decides)."""
         return "model" if self._tiers is None else self._tiers.tier
 

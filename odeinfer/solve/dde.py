@@ -17,11 +17,10 @@ from odeinfer.errors import DataError, InputError
 from odeinfer.model.history import History
 from odeinfer.solve import _inputs
 from odeinfer.solve.shared import TieredKernel
+from odeinfer.solve.status import DDE_INFO_SIZE, Info
 
 __all__ = ["DDESolver", "as_history", "history_for"]
 
-_INFO_T_REACHED, _INFO_N_STEPS, _INFO_N_REJECTED, _INFO_N_RHS = 0, 1, 2, 3
-_INFO_N_STORED, _INFO_BUF_FULL, _INFO_SIZE = 6, 7, 8
 
 
 # validation ------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class DDESolver:
         self.kernel = module.dde_solve
         self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while dde_solve compiles
         self.work = np.empty(module.dde_work_size(k, q))
-        self.info = np.zeros(_INFO_SIZE)
+        self.info = np.zeros(DDE_INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self.buf = np.empty((buffer_steps, 2 + 5 * n * (1 + k)))
         self._y = self.z[:, :n]
@@ -183,7 +182,7 @@ class DDESolver:
             status = self._tiers(self.t0, self.t, params, self._hkind, phi, self._hb, self._hc, self._k,
                                  self.sens_error_control, self.rtol, self.atol, self.first_step,
                                  self.max_steps, self.z, self.work, self.buf, self.info)
-            if status == 0 or self.info[_INFO_BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:
+            if status == 0 or self.info[Info.BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:
                 return self._y, self._sens, status
             self.buf = np.empty((min(4 * self.buf.shape[0], self.max_steps), self.buf.shape[1]))
 
@@ -196,7 +195,7 @@ class DDESolver:
 
     def dense_steps(self):
         """The accepted steps of the last solve: ``(t_start (n_steps,), h (n_steps,), coef (n_steps, 5, size))``."""
-        nst = int(self.info[_INFO_N_STORED])
+        nst = int(self.info[Info.N_STORED])
         size = (self.buf.shape[1] - 2) // 5
         rows = self.buf[:nst]
         return rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2:].reshape(nst, 5, size).copy()

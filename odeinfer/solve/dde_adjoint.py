@@ -24,7 +24,7 @@ from odeinfer.model.history import History
 from odeinfer.solve import _inputs
 from odeinfer.solve.config import Adjoint, as_gradient
 from odeinfer.solve.dde import _check_delays, _check_window, _with_history_params
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["AdjointGradient", "DDEVJP", "dde_loss_gradient", "dde_vjp"]
 
@@ -66,7 +66,7 @@ class DDEVJP:
             return self.grad, status
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
         status = self.compiled.module.dde_adjoint_vjp(self.t0, self.t, g, params, hkind, history_params, hb, hc,
-                                                      f.buf, int(f.info[6]), self.nsub, self.grad)
+                                                      f.buf, int(f.info[Info.N_STORED]), self.nsub, self.grad)
         return self.grad, status
 
 
@@ -166,7 +166,7 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
     _, _, status = solver(p, np.array(hist.values))
     if status != Status.SUCCESS:
         raise SolverError(f"dde_loss_gradient: the forward solve failed: {status_message(status)}", status=status)
-    nbuf = int(solver.info[6])
+    nbuf = int(solver.info[Info.N_STORED])
     hkind, phi, hb, hc = hist.kernel_arrays(t0)
     tau_min = min(p[j] for j in m.delay_indices)
     nnode = int(np.ceil((t_end - t0) / (tau_min / nsub) - 1e-9)) + 1

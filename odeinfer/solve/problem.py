@@ -26,11 +26,13 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
-from odeinfer.solve.config import Adjoint, Forward, Rodas, as_gradient, as_solver
+from odeinfer.solve.config import Adjoint, Rodas, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
-from odeinfer.solve.status import Status, status_message
+from odeinfer.solve.status import Info, Status, status_message
 
 __all__ = ["Problem", "solve", "bind"]
+
+_SUCCESS = status_message(Status.SUCCESS)
 
 
 def model_of(model):
@@ -74,11 +76,13 @@ class Problem:
     x0: np.ndarray | None = None
     history: object = None
     t0: float | None = None
+    _delays: bool = field(default=False, init=False, repr=False, compare=False)
     _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         m = model_of(self.model)
+        object.__setattr__(self, "_delays", bool(m.delays))
         if m.delays:
             from odeinfer.solve.dde import _times  # says that times before t0 belong to the history
 
@@ -107,7 +111,7 @@ class Problem:
     @property
     def delays(self) -> bool:
         """Whether the model has delays (then the problem is a delay problem)."""
-        return bool(model_of(self.model).delays)
+        return self._delays
 
     @property
     def states(self) -> tuple[str, ...]:
@@ -155,12 +159,20 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         on this path.
     """
     _check_problem(problem)
-    solver = as_solver(solver, delays=problem.delays, role=role)
-    gradient = as_gradient(gradient)
-    key = (solver, gradient)
-    bound = problem._bound.get(key)
+    given = (solver, gradient, role)
+    try:
+        bound = problem._bound.get(given)  # the arguments as given: the one-shot solve's fast path
+    except TypeError:  # unhashable: refused below
+        bound, given = None, None
     if bound is None:
-        bound = problem._bound[key] = _build(problem, solver, gradient)
+        solver = as_solver(solver, delays=problem.delays, role=role)
+        gradient = as_gradient(gradient)
+        key = (solver, gradient)
+        bound = problem._bound.get(key)
+        if bound is None:
+            bound = problem._bound[key] = _build(problem, solver, gradient)
+        if given is not None:
+            problem._bound[given] = bound
     return bound
 
 
@@ -244,17 +256,20 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
     if x0 is None:
         if problem.x0 is None:
             raise InputError("x0: the problem has no initial state; pass x0=... here or to oi.Problem(...)")
-        y0 = problem.x0
+        y0 = problem.x0.copy()  # writable: the kernels' compiled signature
     else:
         y0 = _inputs.named_values("x0", x0, cm.states, "state")
     with problem._lock:
         y, sens, status = bound(p, y0)
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
-    message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
-    if status != Status.SUCCESS:
+    t_reached = float(info[Info.T_REACHED])
+    if status == Status.SUCCESS:
+        message = _SUCCESS
+    else:
         from odeinfer.solve.api import _finite_time_derivative, _raise
+
+        message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
 
         if bound.method == "rodas" and not _finite_time_derivative(cm, t_reached, y, y0, p):
             message += (" The right-hand side's time derivative df/dt, which the Rosenbrock method uses, is not "
@@ -263,7 +278,8 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         if raise_on_failure:
             _raise(status, message, t_reached, bound.method)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method=bound.method,
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method=bound.method,
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
 
 
@@ -282,12 +298,13 @@ def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):
         y, sens, status = bound(p, np.array(hist.values))
         y, sens = y.copy(), None if sens is None else sens.copy()
         info = bound.info.copy()
-    t_reached = float(info[0])
+    t_reached = float(info[Info.T_REACHED])
     message = status_message(status, t_reached=t_reached, max_steps=bound.max_steps)
     if status != Status.SUCCESS and raise_on_failure:
         raise SolverError(f"solve (MethodOfSteps) failed with status {Status(status).name} at "
                           f"t_reached={t_reached!r}: {message}", status=int(status), t_reached=t_reached)
     return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[1]), n_rejected=int(info[2]), n_rhs=int(info[3]), method="dde-dopri5",
+                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                    n_rhs=int(info[Info.N_RHS]), method="dde-dopri5",
                     states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0, history=hist,
                     history_params=bound.history_params)

@@ -1,13 +1,14 @@
 """Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
 
-A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``; ``dde_solve`` for a model
-with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
+A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``rodas_solve``,
+``rodas_solve_sens``; ``dde_solve`` for a model with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
 10-35 s of numba compilation the first time a model is solved. The *shared* module
-(``pointer.py``, ``common.py``, ``dopri.py`` and ``dde.py``: the same source text) is compiled
-once per machine and calls the model through C callbacks (``cfuncs.py``, ``dde_cfuncs.py``)
-that compile in about a second.
+(``pointer.py``, ``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py`` and ``dde.py``: the
+same source text) is compiled once per machine and calls the model through C callbacks
+(``cfuncs.py``, plus ``cfuncs_rodas.py`` for Rodas; ``dde_cfuncs.py``) that compile in about a
+second.
 
-On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``dopri5``) or
+On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``Dopri5`` or ``Rodas``) or
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
 (neither in this process nor on disk), the solver answers with the shared kernel and starts
 one low-priority background process that compiles the model kernel into the disk cache. Once
@@ -71,18 +72,21 @@ def shared_module():
         return _SHARED[0]
 
 
-def model_handle(compiled) -> tuple:
+def model_handle(compiled, rodas: bool = False) -> tuple:
     """The model handle of ``compiled``'s model (layouts in ``odeinfer/solve/kernels/pointer.py``):
-    ``(n, m, f, jac_y, jac_p)``, or ``(n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)`` for a
-    model with delays; sizes, then C callback addresses."""
+    ``(n, m, f, jac_y, jac_p, f_t, jac_y_t, jac_p_t, jac_y_dir, jac_p_dir)`` (the last five 0
+    unless ``rodas``: those callbacks are built only for the shared Rodas kernels), or
+    ``(n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)`` for a model with delays; sizes, then C
+    callback addresses."""
     import numpy as np
 
     model = compiled.model
+    key = (model.fingerprint, bool(rodas) and not model.delays)
     with _LOCK:
-        hit = _HANDLES.get(model.fingerprint)
+        hit = _HANDLES.get(key)
         if hit is None:
             from odeinfer.model.cache import build_module
-            from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES
+            from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES, RODAS_CFUNC_FILES
 
             title = f"model {model.name} C callbacks"
             if model.delays:
@@ -95,10 +99,13 @@ def model_handle(compiled) -> tuple:
             else:
                 from odeinfer.model.codegen import model_source
 
-                mod = build_module(model_source(model.derivatives), title=title, kernel_files=MODEL_CFUNC_FILES)
+                files = RODAS_CFUNC_FILES if key[1] else MODEL_CFUNC_FILES
+                mod = build_module(model_source(model.derivatives), title=title, kernel_files=files)
+                extra = ((mod.model_f_t_c.address, mod.model_jac_y_t_c.address, mod.model_jac_p_t_c.address,
+                          mod.model_jac_y_dir_c.address, mod.model_jac_p_dir_c.address) if key[1] else (0,) * 5)
                 hit = (model.n_states, model.n_params, mod.model_f_c.address, mod.model_jac_y_c.address,
-                       mod.model_jac_p_c.address)
-            _HANDLES[model.fingerprint] = hit
+                       mod.model_jac_p_c.address, *extra)
+            _HANDLES[key] = hit
         return hit
 
 
@@ -144,7 +151,7 @@ class TieredKernel:
             self.tier = "model"
             return
         self._shared = getattr(shared_module(), "ptr_" + name)
-        self._mh = model_handle(self.compiled)
+        self._mh = model_handle(self.compiled, rodas=name.startswith("rodas"))
         self._spec = spec
         self.tier = "shared"
 

@@ -1,15 +1,17 @@
-"""Solver status codes: names and messages for the integers the kernels return.
+"""The kernels' calling convention on the Python side: status codes (:class:`Status`, with
+messages) and the layout of the ``info`` vector every solver kernel fills (:class:`Info`).
 
-The kernels (``odeinfer/solve/kernels/common.py``, constants ``ST_*``) cannot
-import this module, so the values are written twice; a test checks that every
-generated module agrees with :class:`Status`.
+The kernels (``odeinfer/solve/kernels/common.py``: ``ST_*``, ``INFO_*``; ``dde.py``:
+``DDE_INFO_*``) cannot import this module, so the values are written twice; a test checks that
+every generated module agrees with :class:`Status` and :class:`Info`. Python code reads
+``info`` and compares statuses through these names only.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["Status", "status_message"]
+__all__ = ["Status", "Info", "INFO_SIZE", "DDE_INFO_SIZE", "status_message"]
 
 
 class Status(enum.IntEnum):
@@ -22,6 +24,23 @@ class Status(enum.IntEnum):
     NON_FINITE = 4
     SINGULAR = 5
     BAD_INPUT = 6
+
+
+class Info(enum.IntEnum):
+    """Entries of the float64 ``info`` vector a solver kernel fills."""
+
+    T_REACHED = 0  # time of the last accepted step (t0 if none)
+    N_STEPS = 1  # attempted steps (accepted + rejected)
+    N_REJECTED = 2  # rejected steps (error test or non-finite stages)
+    N_RHS = 3  # evaluations of the (augmented) right-hand side
+    H_NEXT = 4  # step size proposed for the next step
+    N_LU = 5  # LU decompositions (Rosenbrock only)
+    N_STORED = 6  # delay solver: rows of the dense-output store used
+    BUF_FULL = 7  # delay solver: 1.0 when the dense-output store ran out
+
+
+#: Length of ``info`` for the ODE kernels and for the delay solver.
+INFO_SIZE, DDE_INFO_SIZE = 6, 8
 
 
 _MESSAGES = {

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from odeinfer.errors import InputError
+from odeinfer.solve.status import Info
 from odeinfer.widgets._common import check_data, check_model, message_html
 
 __all__ = ["TrajectorySimulator", "Explorer", "start_values"]
@@ -118,7 +119,7 @@ class TrajectorySimulator:
         return np.array(y), int(status)
 
     def t_reached(self) -> float:
-        return float(self.solver.info[0])
+        return float(self.solver.info[Info.T_REACHED])
 
 
 def _slider_range(v, se=None):

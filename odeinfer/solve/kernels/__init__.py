@@ -36,20 +36,25 @@ through which the shared kernels below call the model), ``common.py`` (status co
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
 (``rodas_solve``, ``rodas_solve_sens``, ``rodas_work_size``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
-estimators of :mod:`odeinfer.estimators.newton`). Names are shared with the model kernels in one module,
+estimators of :mod:`odeinfer.estimators.newton`), ``collocation.py`` (``coll_constraints``:
+the collocation constraints of :class:`odeinfer.estimators.Simultaneous`). Names are shared with the model kernels in one module,
 so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
 """
 
 KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
-                                 "residuals.py")
+                                 "residuals.py", "collocation.py")
 
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
-SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "dopri.py", "dde.py")
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "rodas.py",
+                                        "collocation.py", "residuals.py", "dde.py")
 
-#: Appended to a model's source alone: its C callbacks for the shared module.
+#: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
+
+#: The same, with the further callbacks the shared Rodas kernels need (built only for them).
+RODAS_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py", "cfuncs_rodas.py")
 
 #: The same for a model with delays.
 DDE_MODEL_CFUNC_FILES: tuple[str, ...] = ("dde_cfuncs.py",)

@@ -1,22 +1,29 @@
 """Solver entry points shared by every model: the model comes as C function pointers.
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
-``common.py``, ``dopri.py`` and ``dde.py``), compiled and cached once per machine, not once per
+``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py``, ``collocation.py``, ``residuals.py`` and
+``dde.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
 operation).
 
-Model handles (int64 entries): ODE ``mh = (n, m, f, jac_y, jac_p)``, the numbers of states and
-parameters and the addresses of ``void f(double t, double *y, double *p, double *out)`` and of
-the two Jacobians (``out`` row-major ``(n, n)`` and ``(n, m)``); models with delays
+Model handles (int64 entries): ODE ``mh = (n, m, f, jac_y, jac_p, f_t, jac_y_t, jac_p_t,
+jac_y_dir, jac_p_dir)``, the numbers of states and parameters and the addresses of
+``void f(double t, double *y, double *p, double *out)``, of the two Jacobians (``out``
+row-major ``(n, n)`` and ``(n, m)``) and, for Rodas (0 when a handle serves Dormand-Prince
+only), of ``f_t``, ``jac_y_t``, ``jac_p_t`` (same signature) and of ``jac_y_dir``,
+``jac_p_dir`` (``void(double t, double *y, double *p, double *v, double *out)``); models with delays
 ``mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)`` with ``delay_params`` an int64
 array (the delays' positions in ``p``) and callbacks ``void(double t, double *y, double *ylag,
 double *p, double *out)`` (``ylag`` (n, d); ``jac_ylag`` out (d, n, n)).
 
 Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)`` (``work`` has at least
-``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``) and
+``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_rodas_solve`` and
+``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
+(Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
+family's normal equations) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``).
 """
 from llvmlite import ir
@@ -77,6 +84,64 @@ def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_ste
     nc = mh[0] * (1 + k) if sens_err else mh[0]
     return _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
+
+
+@njit(cache=True, error_model="numpy")
+def mh_f_t(mh, t, y, p, out):
+    _ptr_call(mh[5], t, (y, p, out))
+
+
+@njit(cache=True, error_model="numpy")
+def mh_jac_y_t(mh, t, y, p, out):
+    _ptr_call(mh[6], t, (y, p, out))
+
+
+@njit(cache=True, error_model="numpy")
+def mh_jac_p_t(mh, t, y, p, out):
+    _ptr_call(mh[7], t, (y, p, out))
+
+
+@njit(cache=True, error_model="numpy")
+def mh_jac_y_dir(mh, t, y, p, v, out):
+    _ptr_call(mh[8], t, (y, p, v, out))
+
+
+@njit(cache=True, error_model="numpy")
+def mh_jac_p_dir(mh, t, y, p, v, out):
+    _ptr_call(mh[9], t, (y, p, v, out))
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_rodas_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
+    """``rodas_solve`` for the model behind ``mh``."""
+    return _rodas_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, max_steps, z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps,
+                         z_out, work, info):
+    """``rodas_solve_sens`` for the model behind ``mh``."""
+    k = mh[0] + mh[1]
+    nc = mh[0] * (1 + k) if sens_err else mh[0]
+    return _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
+    """``coll_constraints`` (``collocation.py``) for the model behind ``mh``."""
+    return _coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_gm_residuals(mh, t, X, D, p, E):
+    """``gm_residuals`` (``residuals.py``) for the model behind ``mh``."""
+    _gm_residuals(mh, t, X, D, p, E)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
+    """``gm_normal_eq`` (``residuals.py``) for the model behind ``mh``."""
+    _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)

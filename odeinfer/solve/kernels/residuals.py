@@ -1,7 +1,10 @@
 """Batched model evaluations for equation-error (gradient-matching) estimators.
 
 Appended to every generated model module (see ``odeinfer/solve/kernels/__init__.py``):
-``model_f``, ``model_jac_p``, ``N_STATES`` and ``N_PARAMS`` are globals there.
+``model_f``, ``model_jac_p``, ``N_STATES`` and ``N_PARAMS`` are globals there. The kernels the
+estimators call, ``gm_residuals`` and ``gm_normal_eq``, take the model through the handle
+(``_gm_*(mh, ...)``), so the shared module has them too (``ptr_gm_residuals``,
+``ptr_gm_normal_eq`` in ``pointer.py``): a new model's first fit needs no per-model compile.
 Used by :mod:`odeinfer.estimators.newton` (Syafiie, Subiantoro, Andasari & Tadeo,
 Newton-Raphson / gradient descent on ``E = f(t_d, x_d, a) - x'_d``).
 
@@ -47,20 +50,26 @@ def eval_jac_p_batch(t, Y, p, J):
 @njit(cache=True, error_model="numpy")
 def gm_residuals(t, X, D, p, E):
     """``E[i, k] = f_k(t[i], X[i], p) - D[i, k]`` (NaN where the row is skipped)."""
-    y = np.empty(N_STATES)
-    f = np.empty(N_STATES)
+    _gm_residuals(MODEL_HANDLE, t, X, D, p, E)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _gm_residuals(mh, t, X, D, p, E):
+    n = mh[0]
+    y = np.empty(n)
+    f = np.empty(n)
     for i in range(t.shape[0]):
         ok = True
-        for k in range(N_STATES):
+        for k in range(n):
             y[k] = X[i, k]
             if not math.isfinite(y[k]):
                 ok = False
         if not ok:
-            for k in range(N_STATES):
+            for k in range(n):
                 E[i, k] = np.nan
             continue
-        model_f(t[i], y, p, f)
-        for k in range(N_STATES):
+        mh_f(mh, t[i], y, p, f)
+        for k in range(n):
             E[i, k] = f[k] - D[i, k]
 
 
@@ -73,20 +82,27 @@ def gm_normal_eq(t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     ``acc[0]`` += sum w E_r^2, ``acc[1]`` += number of equations used,
     ``acc[2]`` += number of equations whose residual or Jacobian is not finite.
     """
-    y = np.empty(N_STATES)
-    f = np.empty(N_STATES)
-    jp = np.empty((N_STATES, N_PARAMS))
+    _gm_normal_eq(MODEL_HANDLE, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
+    n = mh[0]
+    m = mh[1]
+    y = np.empty(n)
+    f = np.empty(n)
+    jp = np.empty((n, m))
     for i in range(t.shape[0]):
         ok = True
-        for k in range(N_STATES):
+        for k in range(n):
             y[k] = X[i, k]
             if not math.isfinite(y[k]):
                 ok = False
         if not ok:
             continue
-        model_f(t[i], y, p, f)
-        model_jac_p(t[i], y, p, jp)
-        for k in range(N_STATES):
+        mh_f(mh, t[i], y, p, f)
+        mh_jac_p(mh, t[i], y, p, jp)
+        for k in range(n):
             wk = w[k]
             d = D[i, k]
             if wk == 0.0 or not math.isfinite(d):
@@ -96,14 +112,14 @@ def gm_normal_eq(t, X, D, p, w, want_meat, jtj, jte, meat, acc):
             if not math.isfinite(e):
                 acc[2] += 1.0
             acc[0] += wk * e * e
-            for a in range(N_PARAMS):
+            for a in range(m):
                 ja = jp[k, a]
                 if ja == 0.0:
                     continue
                 jte[a] += wk * ja * e
-                for b in range(a, N_PARAMS):
+                for b in range(a, m):
                     jtj[a, b] += wk * ja * jp[k, b]
                 if want_meat:
                     s = wk * wk * e * e * ja
-                    for b in range(a, N_PARAMS):
+                    for b in range(a, m):
                         meat[a, b] += s * jp[k, b]

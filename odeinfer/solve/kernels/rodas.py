@@ -95,24 +95,28 @@ _RO_MAX_SINGULAR = 5
 @njit(cache=True, error_model="numpy")
 def rodas_work_size(sens):
     """Length of the ``work`` buffer of :func:`rodas_solve`."""
-    n = N_STATES
-    size = n * (1 + n_sens_columns(sens))
-    return 13 * size + 2 * n + 5 * n * n + 3 * n * N_PARAMS
+    return _rodas_work_len(N_STATES, N_PARAMS, n_sens_columns(sens))
 
 
 @njit(cache=True, error_model="numpy")
-def _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx):
+def _rodas_work_len(n, m, k):
+    size = n * (1 + k)
+    return 13 * size + 2 * n + 5 * n * n + 3 * n * m
+
+
+@njit(cache=True, error_model="numpy")
+def _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx):
     """``fx = d/dt`` of the augmented right-hand side at fixed ``z``:
     ``[f_t; J_y,t S + [J_p,t | 0]]``."""
-    n = N_STATES
-    m = N_PARAMS
-    model_f_t(t, ystart, p, ft)
+    n = mh[0]
+    m = mh[1]
+    mh_f_t(mh, t, ystart, p, ft)
     for i in range(n):
         fx[i] = ft[i]
     if k == 0:
         return
-    model_jac_y_t(t, ystart, p, jyt)
-    model_jac_p_t(t, ystart, p, jpt)
+    mh_jac_y_t(mh, t, ystart, p, jyt)
+    mh_jac_p_t(mh, t, ystart, p, jpt)
     for i in range(n):
         for j in range(k):
             acc = jpt[i, j] if j < m else 0.0
@@ -122,14 +126,14 @@ def _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx):
 
 
 @njit(cache=True, error_model="numpy")
-def _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
+def _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
     """Solve ``(I/(h gamma) - J_aug) u = r`` by block forward substitution.
 
     ``J_aug`` is taken at the step start ``(t, ystart, S = z[n:])``; ``lu``
     holds the LU factors of ``I/(h gamma) - J_y``.
     """
-    n = N_STATES
-    m = N_PARAMS
+    n = mh[0]
+    m = mh[1]
     for i in range(n):
         col[i] = r[i]
     lu_solve(lu, piv, col)
@@ -138,8 +142,8 @@ def _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
     if k == 0:
         return
     uy = u[0:n]
-    model_jac_y_dir(t, ystart, p, uy, jyd)
-    model_jac_p_dir(t, ystart, p, uy, jpd)
+    mh_jac_y_dir(mh, t, ystart, p, uy, jyd)
+    mh_jac_p_dir(mh, t, ystart, p, uy, jpd)
     for j in range(k):
         for i in range(n):
             acc = r[n + i * k + j]
@@ -156,7 +160,7 @@ def _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u, col, jyd, jpd):
 @njit(cache=True, error_model="numpy")
 def rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Rodas4 for the states alone; see the module docstring."""
-    return _rodas_run(t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, max_steps,
+    return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, max_steps,
                       z_out, work, info)
 
 
@@ -166,23 +170,24 @@ def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_st
     """Adaptive Rodas4 for states and sensitivities; see the module docstring."""
     k = N_PARAMS + N_STATES
     nc = N_STATES * (1 + k) if sens_err else N_STATES
-    return _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps,
+    return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps,
                       z_out, work, info)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out,
+def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out,
                work, info):
-    mh = MODEL_HANDLE
-    n = N_STATES
-    m = N_PARAMS
+    # mh: the model handle, as in _dopri5_run (direct.py in a model's module, pointer.py in the
+    # shared one)
+    n = mh[0]
+    m = mh[1]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
     for q in range(info.shape[0]):
         info[q] = 0.0
     info[INFO_T_REACHED] = t0
     if (y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
-            or z_out.shape[1] != size or work.shape[0] < rodas_work_size(k > 0)):
+            or z_out.shape[1] != size or work.shape[0] < _rodas_work_len(n, m, k)):
         return ST_BAD_INPUT
     status = check_times(t0, t_eval)
     if status != ST_SUCCESS:
@@ -251,8 +256,8 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
     erracc = 1.0
     reject = False
     need_jac = False  # dy1 at t0 is already computed above
-    model_jac_y(t, ystart, p, jy0)
-    _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
+    mh_jac_y(mh, t, ystart, p, jy0)
+    _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx)
     while True:
         if n_steps >= max_steps:
             status = ST_MAX_STEPS
@@ -267,8 +272,8 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         if need_jac:
             aug_rhs(mh, t, z, ystart, p, k, jy, jp, dy1, dy1y)
             n_rhs += 1
-            model_jac_y(t, ystart, p, jy0)
-            _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
+            mh_jac_y(mh, t, ystart, p, jy0)
+            _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx)
             need_jac = False
         fac = 1.0 / (h * _RO_GAMMA)
         for i in range(n):
@@ -289,7 +294,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         hd1 = h * _RO_D1
         for q in range(size):
             r[q] = dy1[q] + hd1 * fx[q]
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u1, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u1, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A21 * u1[q]
@@ -297,7 +302,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         hd = h * _RO_D2
         for q in range(size):
             r[q] = dz[q] + (_RO_C21 * u1[q]) / h + hd * fx[q]
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u2, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u2, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A31 * u1[q] + _RO_A32 * u2[q]
@@ -305,7 +310,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         hd = h * _RO_D3
         for q in range(size):
             r[q] = dz[q] + (_RO_C31 * u1[q] + _RO_C32 * u2[q]) / h + hd * fx[q]
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u3, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u3, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A41 * u1[q] + _RO_A42 * u2[q] + _RO_A43 * u3[q]
@@ -314,7 +319,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         for q in range(size):
             r[q] = (dz[q] + (_RO_C41 * u1[q] + _RO_C42 * u2[q] + _RO_C43 * u3[q]) / h
                     + hd * fx[q])
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u4, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u4, col, jyd, jpd)
 
         t_new = t_end if last else t + h
         for q in range(size):
@@ -323,7 +328,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         for q in range(size):
             r[q] = dz[q] + (_RO_C51 * u1[q] + _RO_C52 * u2[q] + _RO_C53 * u3[q]
                             + _RO_C54 * u4[q]) / h
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u5, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u5, col, jyd, jpd)
 
         for q in range(size):
             zs[q] += u5[q]  # embedded solution
@@ -331,7 +336,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         for q in range(size):
             r[q] = dz[q] + (_RO_C61 * u1[q] + _RO_C62 * u2[q] + _RO_C63 * u3[q]
                             + _RO_C64 * u4[q] + _RO_C65 * u5[q]) / h
-        _rodas_stage_solve(t, ystart, p, k, z, lu, piv, r, u6, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, z, lu, piv, r, u6, col, jyd, jpd)
         for q in range(size):
             z1[q] = zs[q] + u6[q]
         n_rhs += 5

@@ -1,12 +1,10 @@
 """Numba kernels of :class:`odeinfer.estimators.Simultaneous`: collocation residuals and Jacobian blocks.
 
-This file is not imported as a module for its functions: its text is appended to a model's
-generated source (see ``_collocation_module`` in :mod:`odeinfer.estimators.simultaneous`),
-so that the kernels call the model's exact ``model_f``, ``model_jac_y``, ``model_jac_p``
-(and ``N_STATES``, ``N_PARAMS``) as globals, exactly like the solver kernels of
-:mod:`odeinfer.solve.kernels`, and numba caches their machine code on disk. Same rules:
-only ``math``/``numpy``/``numba`` imports, out-buffers, integer status codes; names carry
-the ``coll_`` / ``_coll_`` prefix (they share one module with the model and solver kernels).
+A kernel file like the solvers' (``kernels/__init__.py``): appended to every model's generated
+module (``coll_constraints``, the model inlined) and to the shared module (``ptr_coll_constraints``
+in ``pointer.py``, the model through C callbacks), so a new model's first Simultaneous fit does
+not wait for a per-model compile. The model comes as the handle ``mh`` (``mh_f``, ``mh_jac_y``,
+``mh_jac_p``). Names carry the ``coll_`` / ``_coll_`` prefix.
 
 Grid of one experiment: ``t`` (N,), states ``X`` (N, n). Interval ``j`` (0 <= j < N-1),
 ``h = t[j+1] - t[j]``, has ``n`` constraint equations
@@ -33,29 +31,29 @@ COLL_NONFINITE = 1
 
 
 @njit(cache=True, error_model="numpy")
-def coll_eval_nodes(t, X, p, pidx, F, JY, JP, want_jac):
+def _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac):
     """``F[j] = f(t_j, x_j)``; if ``want_jac``: ``JY[j] = df/dy``, ``JP[j] = df/dtheta[:, pidx]``.
 
     Returns ``COLL_NONFINITE`` if a value is not finite, else ``COLL_OK``.
     """
-    n = N_STATES
+    n = mh[0]
     q = pidx.shape[0]
     y = np.empty(n)
     f = np.empty(n)
     jy = np.empty((n, n))
-    jp = np.empty((n, N_PARAMS))
+    jp = np.empty((n, mh[1]))
     status = COLL_OK
     for j in range(t.shape[0]):
         for k in range(n):
             y[k] = X[j, k]
-        model_f(t[j], y, p, f)
+        mh_f(mh, t[j], y, p, f)
         for k in range(n):
             F[j, k] = f[k]
             if not math.isfinite(f[k]):
                 status = COLL_NONFINITE
         if want_jac:
-            model_jac_y(t[j], y, p, jy)
-            model_jac_p(t[j], y, p, jp)
+            mh_jac_y(mh, t[j], y, p, jy)
+            mh_jac_p(mh, t[j], y, p, jp)
             for k in range(n):
                 for l in range(n):
                     JY[j, k, l] = jy[k, l]
@@ -65,9 +63,9 @@ def coll_eval_nodes(t, X, p, pidx, F, JY, JP, want_jac):
 
 
 @njit(cache=True, error_model="numpy")
-def coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
+def _coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
     """Trapezoidal constraints ``c`` ((N-1) n,) and Jacobian values ``jdata`` from node values."""
-    n = N_STATES
+    n = X.shape[1]
     q = JP.shape[2]
     w = 2 * n + q
     for j in range(t.shape[0] - 1):
@@ -89,15 +87,15 @@ def coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
 
 
 @njit(cache=True, error_model="numpy")
-def coll_hermite_simpson(t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
+def _coll_hermite_simpson(mh, t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
     """Compressed Hermite-Simpson constraints and Jacobian values (the midpoint is eliminated)."""
-    n = N_STATES
+    n = mh[0]
     q = pidx.shape[0]
     w = 2 * n + q
     xm = np.empty(n)
     fm = np.empty(n)
     jm = np.empty((n, n))
-    jpm_full = np.empty((n, N_PARAMS))
+    jpm_full = np.empty((n, mh[1]))
     da = np.empty((n, n))   # dx_m/dx_j
     db = np.empty((n, n))   # dx_m/dx_{j+1}
     dp = np.empty((n, q))   # dx_m/dtheta
@@ -107,7 +105,7 @@ def coll_hermite_simpson(t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
         tm = t[j] + 0.5 * h
         for k in range(n):
             xm[k] = 0.5 * (X[j, k] + X[j + 1, k]) + 0.125 * h * (F[j, k] - F[j + 1, k])
-        model_f(tm, xm, p, fm)
+        mh_f(mh, tm, xm, p, fm)
         for i in range(n):
             row = j * n + i
             c[row] = X[j + 1, i] - X[j, i] - h / 6.0 * (F[j, i] + 4.0 * fm[i] + F[j + 1, i])
@@ -115,8 +113,8 @@ def coll_hermite_simpson(t, X, F, JY, JP, p, pidx, c, jdata, want_jac):
                 status = COLL_NONFINITE
         if not want_jac:
             continue
-        model_jac_y(tm, xm, p, jm)
-        model_jac_p(tm, xm, p, jpm_full)
+        mh_jac_y(mh, tm, xm, p, jm)
+        mh_jac_p(mh, tm, xm, p, jpm_full)
         for k in range(n):
             for l in range(n):
                 da[k, l] = 0.125 * h * JY[j, k, l]
@@ -153,13 +151,18 @@ def coll_constraints(scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
     ``F`` (N, n), ``JY`` (N, n, n), ``JP`` (N, n, q) are work buffers; ``c`` ((N-1) n,) and
     ``jdata`` ((N-1) n (2n + q),) are outputs (``jdata`` only if ``want_jac``).
     """
-    status = coll_eval_nodes(t, X, p, pidx, F, JY, JP, want_jac)
+    return _coll_constraints(MODEL_HANDLE, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _coll_constraints(mh, scheme, t, X, p, pidx, F, JY, JP, c, jdata, want_jac):
+    status = _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac)
     if status != COLL_OK:
         return status
     if scheme == 0:
-        coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac)
+        _coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac)
     else:
-        status = coll_hermite_simpson(t, X, F, JY, JP, p, pidx, c, jdata, want_jac)
+        status = _coll_hermite_simpson(mh, t, X, F, JY, JP, p, pidx, c, jdata, want_jac)
     for r in range(c.shape[0]):
         if not math.isfinite(c[r]):
             return COLL_NONFINITE
