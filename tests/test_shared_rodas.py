@@ -23,7 +23,7 @@ def _run_both(cm, entry, sens):
     out = []
     for kernel, lead in ((getattr(cm.module, "rodas_solve_sens" if sens else "rodas_solve"), ()),
                          (getattr(shared.shared_module(), "ptr_rodas_solve_sens" if sens else "ptr_rodas_solve"),
-                          (shared.model_handle(cm, rodas=True),))):
+                          (shared.model_handle(cm, full=True),))):
         z = np.empty((t.size, n * (1 + k)))
         work = np.empty(cm.module.rodas_work_size(sens))
         info = np.zeros(6)

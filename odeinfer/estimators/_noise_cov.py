@@ -25,8 +25,9 @@ the rows whose stencil window (``w`` samples) contains ``i``, so consecutive chu
 processed with a carry of the last ``w - 1`` samples and their partial ``G_i``; ``Q_j`` and the
 noise-variance sums (whose local cubic pseudo-residuals carry the last 4 finite samples per
 state) are accumulated in the same pass and combined at the end. The per-row model terms are a
-numba kernel appended to the model's generated module (like the solver kernels), so they call
-the exact ``model_f``, ``model_jac_y``, ``model_jac_p`` and ``model_jac_p_dir``.
+numba kernel, ``nc_obs_accumulate`` (``odeinfer/solve/kernels/noise_cov.py``), part of every model's
+generated module and of the shared one, so it calls the exact model derivatives and a new model's
+first fit does not wait for a per-model compile.
 """
 
 from __future__ import annotations
@@ -39,101 +40,6 @@ from numba import njit
 __all__ = ["noise_variance", "stencil_weights", "observation_meat", "ObservationMeat"]
 
 _HALF_WIDTH = 2  # local cubic pseudo-residuals (see noise_variance)
-
-# Appended to the model's generated source (see _obs_module): model kernels are globals there.
-_KERNEL_SOURCE = '''
-@njit(cache=True, error_model="numpy")
-def nc_obs_accumulate(t, X, D, p, free, a, c, Y, carry, Q):
-    """Add the rows' terms to ``G`` and ``Q``; returns the partial ``G`` of the last ``w - 1`` samples.
-
-    Rows ``r = 0..R-1`` (time ``t[r]``, state ``X[r]``, derivative ``D[r]``) cover the samples
-    ``r .. r + w - 1`` of a buffer ``Y`` (R + w - 1, n): ``G[r + l] += (J_r^T F_r + H_r) a[r, l] - J_r^T c[r, l]``
-    with ``J_r = df/dp[:, free]`` restricted to the used equations (finite ``D[r, q]``; rows with a
-    non-finite state are skipped, as in the fit) and ``H_r[m, j] = sum_q e_rq d2f_q/dp_m dx_j``.
-    ``carry`` (w - 1, k, n) holds the partial ``G`` of the first ``w - 1`` samples (from earlier rows).
-    Row ``r`` is the last to reach sample ``r``, which is then complete:
-    ``Q[j] += G[r, :, j] G[r, :, j]^T`` where ``Y[r, j]`` is finite. Only ``w`` samples of ``G`` are
-    held (a ring buffer).
-    """
-    n = N_STATES
-    k = free.shape[0]
-    w = a.shape[1]
-    R = t.shape[0]
-    y = np.empty(n)
-    f = np.empty(n)
-    e = np.empty(n)
-    unit = np.zeros(n)
-    used = np.empty(n, dtype=np.bool_)
-    jp = np.empty((n, N_PARAMS))
-    jy = np.empty((n, n))
-    d2 = np.empty((n, N_PARAMS))
-    JF = np.empty((k, n))
-    Jt = np.empty((k, n))
-    ring = np.zeros((w, k, n))
-    for i in range(w - 1):
-        ring[i] = carry[i]
-    for r in range(R):
-        ok = True
-        for j in range(n):
-            y[j] = X[r, j]
-            if not math.isfinite(y[j]):
-                ok = False
-        if ok:
-            model_f(t[r], y, p, f)
-            model_jac_p(t[r], y, p, jp)
-            model_jac_y(t[r], y, p, jy)
-            for q in range(n):
-                used[q] = math.isfinite(D[r, q])
-                e[q] = f[q] - D[r, q] if used[q] else 0.0
-            for j in range(n):
-                unit[j] = 1.0
-                model_jac_p_dir(t[r], y, p, unit, d2)
-                unit[j] = 0.0
-                for m in range(k):
-                    pm = free[m]
-                    s = 0.0
-                    for q in range(n):
-                        if used[q]:
-                            s += jp[q, pm] * jy[q, j] + e[q] * d2[q, pm]
-                    JF[m, j] = s
-                    Jt[m, j] = jp[j, pm] if used[j] else 0.0
-            for l in range(w):
-                al = a[r, l]
-                cl = c[r, l]
-                g = ring[(r + l) % w]
-                for m in range(k):
-                    for j in range(n):
-                        g[m, j] += JF[m, j] * al - Jt[m, j] * cl
-        g = ring[r % w]
-        for j in range(n):
-            if math.isfinite(Y[r, j]):
-                for m in range(k):
-                    gm = g[m, j]
-                    if gm != 0.0:
-                        for l in range(k):
-                            Q[j, m, l] += gm * g[l, j]
-        g[:, :] = 0.0
-    out = np.empty((w - 1, k, n))
-    for i in range(w - 1):
-        out[i] = ring[(R + i) % w]
-    return out
-'''
-
-_MODULES: dict = {}
-
-
-def _obs_module(model):
-    """The model's kernels plus ``nc_obs_accumulate``, generated and cached on disk like the solver's."""
-    hit = _MODULES.get(model.fingerprint)
-    if hit is None:
-        from odeinfer.model.cache import build_module
-        from odeinfer.model.codegen import model_source
-
-        src = model_source(model.derivatives) + "\n\n# ---- odeinfer/estimators/_noise_cov.py ----\n" + _KERNEL_SOURCE
-        hit = _MODULES[model.fingerprint] = build_module(src, title=f"model {model.name} + delta-method covariance",
-                                                         kernel_files=())
-    return hit
-
 
 # --- noise variance ---------------------------------------------------------------------------
 @njit(cache=True, error_model="numpy")
@@ -281,7 +187,10 @@ class ObservationMeat:
     """
 
     def __init__(self, model, free, p, scheme):
-        self.kernel = _obs_module(model).nc_obs_accumulate
+        from odeinfer.solve.shared import TieredKernel
+
+        compiled = model.compile()
+        self.kernel = TieredKernel(compiled, compiled.module.nc_obs_accumulate, full_handle=True)
         self.free = np.ascontiguousarray(free, dtype=np.int64)
         self.p = np.ascontiguousarray(p, dtype=float)
         self.scheme = scheme

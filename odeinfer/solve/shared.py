@@ -72,16 +72,17 @@ def shared_module():
         return _SHARED[0]
 
 
-def model_handle(compiled, rodas: bool = False) -> tuple:
+def model_handle(compiled, full: bool = False) -> tuple:
     """The model handle of ``compiled``'s model (layouts in ``odeinfer/solve/kernels/pointer.py``):
     ``(n, m, f, jac_y, jac_p, f_t, jac_y_t, jac_p_t, jac_y_dir, jac_p_dir)`` (the last five 0
-    unless ``rodas``: those callbacks are built only for the shared Rodas kernels), or
+    unless ``full``: those callbacks are built only for the shared kernels that need them, Rodas's
+    and ``nc_obs_accumulate``), or
     ``(n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)`` for a model with delays; sizes, then C
     callback addresses."""
     import numpy as np
 
     model = compiled.model
-    key = (model.fingerprint, bool(rodas) and not model.delays)
+    key = (model.fingerprint, bool(full) and not model.delays)
     with _LOCK:
         hit = _HANDLES.get(key)
         if hit is None:
@@ -120,10 +121,13 @@ class TieredKernel:
         ``"pending"`` before the first call, then ``"shared"`` or ``"model"``.
     """
 
-    __slots__ = ("_mh", "_shared", "_spec", "compiled", "kernel", "tier")
+    __slots__ = ("_full", "_mh", "_shared", "_spec", "compiled", "kernel", "tier")
 
-    def __init__(self, compiled, kernel):
+    def __init__(self, compiled, kernel, full_handle=None):
+        # full_handle: the shared kernel needs the model's time and second-order derivative
+        # callbacks (default: Rodas's kernels do)
         self.compiled, self.kernel = compiled, kernel
+        self._full = kernel.__name__.startswith("rodas") if full_handle is None else bool(full_handle)
         self.tier = "pending"
 
     def __call__(self, *args):
@@ -151,7 +155,7 @@ class TieredKernel:
             self.tier = "model"
             return
         self._shared = getattr(shared_module(), "ptr_" + name)
-        self._mh = model_handle(self.compiled, rodas=name.startswith("rodas"))
+        self._mh = model_handle(self.compiled, full=self._full)
         self._spec = spec
         self.tier = "shared"
 

@@ -37,18 +37,19 @@ through which the shared kernels below call the model), ``common.py`` (status co
 (``rodas_solve``, ``rodas_solve_sens``, ``rodas_work_size``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
 estimators of :mod:`odeinfer.estimators.newton`), ``collocation.py`` (``coll_constraints``:
-the collocation constraints of :class:`odeinfer.estimators.Simultaneous`). Names are shared with the model kernels in one module,
+the collocation constraints of :class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``
+(``nc_obs_accumulate``: the Newton family's delta-method covariance terms). Names are shared with the model kernels in one module,
 so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
 """
 
 KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
-                                 "residuals.py", "collocation.py")
+                                 "residuals.py", "collocation.py", "noise_cov.py")
 
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
 SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "rodas.py",
-                                        "collocation.py", "residuals.py", "dde.py")
+                                        "collocation.py", "residuals.py", "noise_cov.py", "dde.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)

@@ -1,8 +1,8 @@
 """Solver entry points shared by every model: the model comes as C function pointers.
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
-``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py``, ``collocation.py``, ``residuals.py`` and
-``dde.py``), compiled and cached once per machine, not once per
+``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py``, ``collocation.py``, ``residuals.py``,
+``noise_cov.py`` and ``dde.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
@@ -23,7 +23,7 @@ Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_rodas_solve`` and
 ``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
-family's normal equations) and
+family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``).
 """
 from llvmlite import ir
@@ -142,6 +142,12 @@ def ptr_gm_residuals(mh, t, X, D, p, E):
 def ptr_gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     """``gm_normal_eq`` (``residuals.py``) for the model behind ``mh``."""
     _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
+
+
+@njit(cache=True, error_model="numpy")
+def ptr_nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q):
+    """``nc_obs_accumulate`` (``noise_cov.py``) for the model behind ``mh`` (a handle with ``jac_p_dir``)."""
+    return _nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q)
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)
