@@ -9,10 +9,10 @@ chain with n = 5, 10, 20 states and m = 2 n parameters (x_0 = 10, the others 0, 
     dx_0/dt = -v_0 x_0 / (K_0 + x_0),
     dx_i/dt = v_{i-1} x_{i-1} / (K_{i-1} + x_{i-1}) - v_i x_i / (K_i + x_i).
 
-* sensitivities: ``make_solver(..., sensitivities=True, sens_error_control=False)`` (what the
+* sensitivities: ``oi.bind(problem, gradient=oi.Forward(error_control=False))`` (what the
   Bayesian Op uses by default: the n (1 + m + n) system on the states' steps) plus the
   contraction with g;
-* adjoint: ``make_vjp(...)`` (states-only forward solve recording its dense output, then the
+* adjoint: ``oi.bind(problem, gradient=oi.Adjoint())`` (states-only forward solve recording its dense output, then the
   backward solve of n + m components on the same steps).
 
 Both at rtol 1e-6, atol 1e-8; warm; best of 5 batches. Also the log density + gradient of a
@@ -54,14 +54,14 @@ def cases(quick):
 
 def bench_kernels(quick):
     import odeinfer as oi
-    from odeinfer.solve.adjoint import make_vjp
 
     number = 50 if quick else 300
     print(f"{'model':18s} {'n':>3s} {'m':>3s}  {'sensitivities':>14s}  {'adjoint':>10s}  {'ratio':>6s}  max rel. diff")
     for name, model, p, x0, t in cases(quick):
         g = np.random.default_rng(0).normal(size=(t.size, model.n_states))
-        sens = oi.solve.make_solver(model, t, sensitivities=True, sens_error_control=False, rtol=1e-6, atol=1e-8)
-        vjp = make_vjp(model, t, rtol=1e-6, atol=1e-8)
+        problem, solver = oi.Problem(model, t), oi.Dopri5(rtol=1e-6, atol=1e-8)
+        sens = oi.bind(problem, solver=solver, gradient=oi.Forward(error_control=False))
+        vjp = oi.bind(problem, solver=solver, gradient=oi.Adjoint())
 
         def by_sens():
             _, s, _ = sens(p, x0)
@@ -81,6 +81,7 @@ def bench_op(quick):
     import pytensor
     import pytensor.tensor as pt
 
+    import odeinfer as oi
     from odeinfer.bayes import ode_op
 
     number = 50 if quick else 300
@@ -88,8 +89,8 @@ def bench_op(quick):
     for name, model, p, x0, t in cases(quick):
         y_obs = np.random.default_rng(1).normal(size=(t.size, model.n_states))
         times = {}
-        for grad in ("sensitivities", "adjoint"):
-            op = ode_op(model, t, gradient=grad)
+        for grad, gradient in (("sensitivities", oi.Forward()), ("adjoint", oi.Adjoint())):
+            op = ode_op(model, t, gradient=gradient)
             th, xx = pt.dvector("theta"), pt.dvector("x0")
             y, _ = op(th, xx)
             logp = -0.5 * pt.sum((y - y_obs) ** 2)

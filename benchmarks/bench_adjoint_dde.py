@@ -27,7 +27,8 @@ SETUPS = {
 
 
 def _data(e, t, level, seed):
-    clean = oi.solve_dde(e.model, e.params, e.history, t, rtol=1e-11, atol=1e-13).y
+    clean = oi.solve(oi.Problem(e.model, t, history=e.history), e.params,
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13))).y
     rng = np.random.default_rng(seed)
     y = clean + level * np.std(clean, axis=0, ddof=1) * rng.standard_normal(clean.shape)
     return oi.Data(t, y, list(e.model.states))

@@ -58,7 +58,7 @@ def log_least_squares(model, data, start):
 
     from odeinfer.results import Estimate
 
-    solver = oi.make_solver(model, data.t, sensitivities=True, rtol=1e-8, atol=1e-10)
+    solver = oi.bind(oi.Problem(model, data.t), solver=oi.Dopri5(rtol=1e-8, atol=1e-10), gradient=oi.Forward())
     logy = np.log(np.asarray(data.y))
 
     def run(v):

@@ -7,7 +7,7 @@ Also measures the start-up of a new delay model (tiered first solves, odeinfer.s
 Case: the logistic delay model of the zoo (DDE-Find sec. 6.2: theta = (2, 1.5), tau = 1,
 periodic history), 100 output times on (0, 10]; rtol 1e-6, atol 1e-8.
 
-* ours, solve + sensitivities: one ``make_dde_solver(..., sensitivities=True)`` call
+* ours, solve + sensitivities: one call of ``oi.bind(problem, gradient=oi.Forward())``
   (states and d y / d (theta0, theta1, tau, A, omega, b)).
 * ours, loss + gradient: that call plus the least-squares loss sum (y - data)^2 and
   its exact gradient 2 sum r S (what an LM / gradient fit evaluates per iteration).
@@ -71,8 +71,8 @@ def main():
 
     entry = zoo.get("logistic_delay")
     t0c = time.perf_counter()
-    solver = oi.solve.make_dde_solver(entry.model, T_OUT, entry.history, t0=0.0, sensitivities=True,
-                                      rtol=1e-6, atol=1e-8)
+    solver = oi.bind(oi.Problem(entry.model, T_OUT, history=entry.history, t0=0.0),
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-6, atol=1e-8)), gradient=oi.Forward())
     solver(THETA, PHI)
     cold = time.perf_counter() - t0c
     shared = settle(solver, lambda: solver(THETA, PHI), 100 if args.quick else 500)
@@ -134,7 +134,7 @@ def bench_start_up():
             @oi.model(states=["x"], params=["a", "tau"], delays=["tau"])
             def m(t, y, p):
                 return {{"x": -p.a * om.lag(y.x, "tau") * (1.0 - y.x) + {c!r}}}
-            s = oi.solve.make_dde_solver(m, np.linspace(0.0, 10.0, 50), 0.5, sensitivities=True)
+            s = oi.bind(oi.Problem(m, np.linspace(0.0, 10.0, 50), history=0.5), gradient=oi.Forward())
             y, sens, status = s(np.array([1.4, 1.0]), np.array([0.5]))
             assert status == 0
             print(s.tier)

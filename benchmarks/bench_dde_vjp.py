@@ -38,11 +38,13 @@ def _case(name, t, repeat):
     e = oi.zoo.get(name)
     theta, phi = e.params_array(), e.history_params_array()
     g = np.random.default_rng(0).normal(size=(t.size, e.model.n_states))
-    ref = np.einsum("ti,tij->j", g, oi.solve_dde(e.model, theta, e.history, t, t0=e.t0, sensitivities=True,
-                                                 rtol=1e-12, atol=1e-14).sens)
+    ref = np.einsum("ti,tij->j", g, oi.solve(oi.Problem(e.model, t, history=e.history, t0=e.t0), theta,
+                                             solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)),
+                                             gradient=oi.Forward()).sens)
     scale = np.max(np.abs(ref))
     for rtol, atol in ((1e-6, 1e-8), (1e-10, 1e-12)):
-        pr = DDEProblem(e.model, t, e.history, e.t0, rtol=rtol, atol=atol)
+        pr = DDEProblem(e.model, t, e.history, e.t0,
+                        solver=oi.MethodOfSteps(oi.Dopri5(rtol=rtol, atol=atol, max_steps=20_000)))
 
         def fwd_py(pr=pr):
             _, s, _ = pr.python_solve(theta, phi, sens=True)

@@ -71,7 +71,7 @@ def bench_lotka_volterra(quick):
     ns = {}
     exec(compile(_LV_SOURCE, "<lv>", "exec"), ns)  # the same model text as the cold-start runs
     model = ns["lv"]
-    solver = oi.solve.make_solver(model, T21, sensitivities=True, rtol=1e-6, atol=1e-8)
+    solver = oi.bind(oi.Problem(model, T21), solver=oi.Dopri5(rtol=1e-6, atol=1e-8), gradient=oi.Forward())
     shared = settle(solver, lambda: solver(LV_PARAMS, LV_X0), 500 if not quick else 50)
     ours = best_of(lambda: solver(LV_PARAMS, LV_X0), 5, 2000 if not quick else 200)
 
@@ -106,10 +106,10 @@ def bench_robertson(quick):
         params=["k1", "k2", "k3"], name="robertson")
     p = np.array([0.04, 3e7, 1e4])
     t = np.concatenate([[0.0], np.logspace(-5, 5, 40)])
-    solver = oi.solve.make_solver(rob, t, method="rodas", sensitivities=False, rtol=1e-6, atol=1e-10)
+    solver = oi.bind(oi.Problem(rob, t), solver=oi.Rodas(rtol=1e-6, atol=1e-10))
     solver(p, np.array([1.0, 0.0, 0.0]))
     ours = best_of(lambda: solver(p, np.array([1.0, 0.0, 0.0])), 5, 50 if not quick else 5)
-    solver_s = oi.solve.make_solver(rob, t, method="rodas", sensitivities=True, rtol=1e-6, atol=1e-10)
+    solver_s = oi.bind(oi.Problem(rob, t), solver=oi.Rodas(rtol=1e-6, atol=1e-10), gradient=oi.Forward())
     solver_s(p, np.array([1.0, 0.0, 0.0]))
     ours_s = best_of(lambda: solver_s(p, np.array([1.0, 0.0, 0.0])), 5, 20 if not quick else 3)
 
@@ -152,7 +152,7 @@ def bench_start_up():
         src = _LV_SOURCE.replace("- p.gamma * y.pred}", f"- p.gamma * y.pred - {extra!r} * y.pred}}")
         return src + textwrap.dedent("""
             import numpy as np
-            s = oi.solve.make_solver(lv, np.arange(21.0), sensitivities=True)
+            s = oi.bind(oi.Problem(lv, np.arange(21.0)), gradient=oi.Forward())
             y, sens, status = s(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
             assert status == 0
             print(s.tier)

@@ -52,7 +52,8 @@ def generate(path, n, dt, sigma, seed=0, block=1_000_000):
     for s in range(0, n, block):  # solve block by block (restarting at the last state) to bound memory
         m = min(block, n - s)
         t = t0 + dt * np.arange(m + 1)
-        sol = oi.solve.solve_ode(z.model, z.params_array(), x0, t, rtol=1e-8, atol=1e-10, max_steps=10**8)
+        sol = oi.solve(oi.Problem(z.model, t, x0=x0), z.params_array(),
+                       solver=oi.Dopri5(rtol=1e-8, atol=1e-10, max_steps=10**8))
         out[s:s + m, 0] = (s + np.arange(m)) * dt
         out[s:s + m, 1:] = sol.y[:m] + sigma * rng.standard_normal((m, 3))
         x0, t0 = sol.y[m], t[m]

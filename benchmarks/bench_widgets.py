@@ -39,7 +39,7 @@ def bench_model(name, repeat):
     z = oi.zoo.get(name)
     data, _ = oi.simulate(z.model, z.params, z.x0, z.t, noise=z.sigma, rng=1)
     start = {**z.params, **{f"x0[{s}]": v for s, v in z.x0.items()}}
-    ex = oi.widgets.Explorer(z.model, data, start=start, method="rodas" if name == "alpha_pinene" else "dopri5")
+    ex = oi.widgets.Explorer(z.model, data, start=start, solver=oi.Rodas() if name == "alpha_pinene" else oi.Dopri5())
     p0 = dict(z.params)
     first = z.model.params[0]
     k = [0]

@@ -955,7 +955,8 @@ class Simulate:
     def __init__(self, zoo, n, sigma, t_end):
         self.zoo, self.sigma = zoo, float(sigma)
         self.t = np.linspace(0.0, t_end, n + 1)[1:]
-        self.y = oi.solve_ode(zoo.model, zoo.params, zoo.x0, self.t, t0=zoo.t0, rtol=1e-11, atol=1e-12).y
+        self.y = oi.solve(oi.Problem(zoo.model, self.t, x0=zoo.x0, t0=zoo.t0), zoo.params,
+                          solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y
 
     def __call__(self, rng):
         y = self.y + rng.normal(0.0, self.sigma, self.y.shape)
@@ -1172,7 +1173,7 @@ odeinfer offers both:
   term that comes from the history's own dependence on time.
 
 Data follow the paper's protocol: 101 samples on `[0, 10]`, noise sd `0.3 x sd(clean)`; the
-clean trajectory is solved here with `oi.solve_dde` at tight tolerances. The 20-data-set
+clean trajectory is solved here with `oi.solve` at tight tolerances. The 20-data-set
 comparison with the paper's Tables 5 and 6 is in `tests/reference/dde_find_tables.md`.
 """),
     code("""
@@ -1199,7 +1200,8 @@ print("fast setting" if FAST else "full setting", "- replicate data sets:", N_RE
 def noisy(name, level, seed):
     \"\"\"DDE-Find's protocol: the clean solution plus noise of sd ``level * sd(clean)`` per state.\"\"\"
     z = oi.zoo.get(name)
-    clean = oi.solve_dde(z.model, z.params, z.history, z.t, rtol=1e-11, atol=1e-13).y
+    clean = oi.solve(oi.Problem(z.model, z.t, history=z.history), z.params,
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13))).y
     sd = level * np.std(clean, axis=0, ddof=1)
     y = clean + sd * np.random.default_rng(seed).standard_normal(clean.shape)
     return oi.Data(z.t, y, list(z.model.states), name=f"{name}, noise {level}, seed {seed}")
@@ -1252,22 +1254,22 @@ finds another of several local optima of nearly equal cost. Only `tau`'s standar
 tiny: a delay leaves a sharp mark on the trajectory.
 
 `Estimate.predict` and `oi.plots.trajectories` solve ODEs only, so the fitted trajectories are
-drawn here with `oi.solve_dde` at each estimate (its history included):
+drawn here with `oi.solve` at each estimate (its history included):
 """),
     code("""
 def dde_curve(model, est, t, states=("x",)):
     names = est.names
     p = [est.params[n] if n in names else est.fixed[n] for n in model.params]
     hist = History.periodic(*[[est.params[f"{k}[{s}]"] for s in states] for k in ("A", "omega", "b")])
-    return oi.solve_dde(model, p, hist, t).y
+    return oi.solve(oi.Problem(model, t, history=hist), p).y
 
 
 t_fine = np.linspace(0, 10, 401)
 fig = Figure(figsize=(8, 3.8), layout="constrained")
 ax = fig.subplots()
 ax.plot(data.t, data.y[:, 0], "k.", ms=4, label="data")
-ax.plot(t_fine, oi.solve_dde(logistic.model, logistic.params, logistic.history, t_fine).y[:, 0], "k-",
-        lw=0.8, label="truth")
+ax.plot(t_fine, oi.solve(oi.Problem(logistic.model, t_fine, history=logistic.history), logistic.params).y[:, 0],
+        "k-", lw=0.8, label="truth")
 for label, est in fits.items():
     ax.plot(t_fine, dde_curve(logistic.model, est, t_fine)[:, 0], label=label)
 loss_ax = ax.inset_axes([0.62, 0.62, 0.35, 0.33])
@@ -1360,7 +1362,8 @@ model and 0.398 / 0.342 for ENSO.
     code("""
 def protocol(name):
     z = oi.zoo.get(name)
-    clean = oi.solve_dde(z.model, z.params, z.history, z.t, rtol=1e-11, atol=1e-13).y
+    clean = oi.solve(oi.Problem(z.model, z.t, history=z.history), z.params,
+                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13))).y
     sd = 0.3 * np.std(clean, axis=0, ddof=1)
 
     def simulate(rng):
@@ -1708,7 +1711,7 @@ Seed 001 (Brunel, Clairon & d'Alché-Buc), section 6: the Gurney-Blythe-Nisbet m
 fitted to Nicholson's blowfly counts (`bf1`, the first 180 rows) by orthogonal conditions. The
 lagged state `N(t - tau)` is read from the same spline proxy as `N(t)`, so no history function
 is needed; the conditions start at `t0 + tau`. Then `tau` itself is estimated through the
-proxy's derivative, and the delay model is re-simulated with `oi.solve_dde`.
+proxy's derivative, and the delay model is re-simulated with `oi.solve`.
 
 **The paper's Table 6.2 does not reproduce** (see `tests/reference/oc_tables.md`): the estimate
 depends strongly on the spline proxy, which the paper under-specifies. This notebook shows that
@@ -1790,7 +1793,7 @@ import matplotlib.pyplot as plt
 hist = oi.History.from_data(data.t[data.t <= 60.0], data.y[data.t <= 60.0, 0])
 p = at11.params.to_dict() | {"tau": 14.8}
 t = np.linspace(54.8, 220.0, 400)
-sol = oi.solve_dde(model, p, hist, t, t0=54.8)
+sol = oi.solve(oi.Problem(model, t, history=hist, t0=54.8), p)
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(data.t, data.y[:, 0], "k.", label="bf1")
 ax.plot(sol.t, sol.y[:, 0], label="OC (L = 11), re-simulated")

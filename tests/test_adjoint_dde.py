@@ -4,7 +4,7 @@ References (independent of the code under test):
 * data: the DDE zoo models solved by the scipy DOP853 method of steps at rtol 1e-12
   (tests/dde_reference.py, hand-written right-hand sides), true values from DDE-Find sec. 6;
 * covariance: sigma^2 (J^T J)^-1 with J from central finite differences of the residuals
-  (solve_dde at rtol 1e-11 per column);
+  (oi.solve at rtol 1e-11 per column);
 * gradients: central finite differences of the objective each mode minimises;
 * the HIV zero-sensitivity history parameters: DDE-Find sec. 7.4 (only V_I(t - tau) enters the
   right-hand side, so A and omega of T* and V_NI cannot change the trajectory).
@@ -22,7 +22,6 @@ from odeinfer.errors import DataError, InputError
 from odeinfer.estimators.adjoint_dde import AdjointDDE, DelayBoundWarning
 from odeinfer.estimators.base import EstimationError, IdentifiabilityWarning
 from odeinfer.model import History
-from odeinfer.solve import solve_dde
 
 
 def _load_reference():
@@ -78,7 +77,8 @@ def test_lm_covariance_matches_finite_difference_jacobian(logistic_fit):
     u = est.values.copy()
 
     def resid(v):
-        sol = solve_dde(e.model, v[:3], History.periodic(*v[3:]), e.t, rtol=1e-11, atol=1e-13)
+        sol = oi.solve(oi.Problem(e.model, e.t, history=History.periodic(*v[3:])), v[:3],
+                       solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)))
         return sol.y[:, 0] - data.y[:, 0]
 
     J = np.empty((e.t.size, u.size))
@@ -99,7 +99,7 @@ def test_lm_covariance_matches_finite_difference_jacobian(logistic_fit):
 
 def test_lm_objective_gradient_matches_central_differences(logistic_fit):
     e, data, _ = logistic_fit
-    est = AdjointDDE(rtol=1e-11, atol=1e-13)
+    est = AdjointDDE(solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)))
     v = np.array([1.8, 1.4, 1.1, -0.4, 3.2, 2.1])
     f, g, names = est.objective(e.model, data, v, history=LOGISTIC_H0)
     fd = np.empty(v.size)
@@ -115,11 +115,12 @@ def test_lm_objective_gradient_matches_central_differences(logistic_fit):
 
 def _integral_loss(e, data, v, n=20000):
     """Independent integral loss: composite Simpson of (x - s)^2 on [0, T], s = scipy's not-a-knot
-    cubic spline through the data, x from solve_dde at rtol 1e-12 (no adjoint code involved)."""
+    cubic spline through the data, x from oi.solve at rtol 1e-12 (no adjoint code involved)."""
     from scipy.interpolate import CubicSpline
 
     t = np.linspace(0.0, float(e.t[-1]), 2 * n + 1)
-    sol = solve_dde(e.model, v[:3], History.periodic(*v[3:]), t, rtol=1e-12, atol=1e-14)
+    sol = oi.solve(oi.Problem(e.model, t, history=History.periodic(*v[3:])), v[:3],
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-12, atol=1e-14)))
     r = sol.y[:, 0] - CubicSpline(data.t, data.y[:, 0])(t)
     w = np.ones(t.size)
     w[1:-1:2], w[2:-1:2] = 4.0, 2.0
@@ -133,7 +134,7 @@ def test_paper_mode_gradient_is_the_gradient_of_the_integral_loss():
     enough: its quadrature error, ~2e-9 here, moves with tau.)"""
     e, data, _ = _noisy("logistic_delay", 0.3, 1)
     v = np.array([1.0, 1.0, 0.5, -0.25, 6.0, 2.6])          # the paper's start
-    est = AdjointDDE(mode="paper", rtol=1e-11, atol=1e-13, nsub=128)
+    est = AdjointDDE(mode="paper", solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)), nsub=128)
     f, g, names = est.objective(e.model, data, v, history=LOGISTIC_H0)
     assert names == ("theta0", "theta1", "tau", "A[x]", "omega[x]", "b[x]")
     assert f == pytest.approx(_integral_loss(e, data, v), rel=1e-8)
@@ -145,8 +146,8 @@ def test_paper_mode_gradient_is_the_gradient_of_the_integral_loss():
         dn[j] -= h
         fd[j] = (_integral_loss(e, data, up) - _integral_loss(e, data, dn)) / (2 * h)
     np.testing.assert_allclose(g, fd, rtol=2e-6, atol=1e-6 * np.abs(fd).max())
-    g_paper = AdjointDDE(mode="paper", tau_gradient="paper", rtol=1e-11, atol=1e-13, nsub=128).objective(
-        e.model, data, v, history=LOGISTIC_H0)[1]
+    g_paper = AdjointDDE(mode="paper", tau_gradient="paper", solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-13)),
+                         nsub=128).objective(e.model, data, v, history=LOGISTIC_H0)[1]
     assert abs(g_paper[2] - fd[2]) > 1e-3 * abs(fd[2])        # eq. (5) misses the history term
     np.testing.assert_allclose(np.delete(g_paper, 2), np.delete(g, 2), rtol=1e-12)
 
@@ -272,9 +273,9 @@ def test_bad_input():
 
 
 def test_predict_delay_model_bands_match_finite_differences(logistic_fit):
-    """Estimate.predict on a delay model: the trajectory equals solve_dde at the estimate (the
+    """Estimate.predict on a delay model: the trajectory equals oi.solve at the estimate (the
     periodic history's parameters taken from the estimate), and the delta-method band equals the
-    one built from central differences of solve_dde (rtol 1e-10) in every estimated quantity."""
+    one built from central differences of oi.solve (rtol 1e-10) in every estimated quantity."""
     e, data, est = logistic_fit
     t = np.linspace(0.0, float(data.t[-1]), 41)
     pred = est.predict(t, history=LOGISTIC_H0, t0=0.0)
@@ -283,7 +284,8 @@ def test_predict_delay_model_bands_match_finite_differences(logistic_fit):
     hp = np.array([vals["A[x]"], vals["omega[x]"], vals["b[x]"]])
 
     def sol(p, h):
-        return np.asarray(solve_dde(e.model, p, LOGISTIC_H0, t, t0=0.0, history_params=h, rtol=1e-10, atol=1e-12).y)
+        return np.asarray(oi.solve(oi.Problem(e.model, t, history=LOGISTIC_H0, t0=0.0), p, history_params=h,
+                                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12))).y)
 
     np.testing.assert_allclose(pred.y, sol(params, hp), rtol=1e-6, atol=1e-8)
     cols = []

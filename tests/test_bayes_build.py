@@ -20,7 +20,8 @@ POINT = {"alpha": 0.55, "beta": 0.028, "gamma": 0.8, "delta": 0.024, "x0[hare]":
 @pytest.fixture(scope="module")
 def stan():
     lv, data, priors = lynx_hare_stan()
-    m = oi.bayes.build_model(lv, data, priors=priors, likelihood="lognormal", rtol=1e-10, atol=1e-12)
+    m = oi.bayes.build_model(lv, data, priors=priors, likelihood="lognormal",
+                             solver=oi.Dopri5(rtol=1e-10, atol=1e-12, max_steps=20_000))
     return lv, data, m
 
 

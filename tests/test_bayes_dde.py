@@ -1,4 +1,4 @@
-"""DDE likelihoods in the Bayesian stage: the Op over the DDE solver (values vs solve_dde and the
+"""DDE likelihoods in the Bayesian stage: the Op over the DDE solver (values vs oi.solve and the
 independent scipy method of steps, gradient vs central finite differences, NUMBA mode, NaN on bad
 delays), build_model with delays and history parameters (log density vs a hand-written
 scipy.stats computation, names), a short seeded NUTS run that recovers tau, and bad input."""
@@ -26,7 +26,7 @@ def _load_reference():
 
 
 ref = _load_reference()
-TIGHT = dict(rtol=1e-11, atol=1e-12)
+TIGHT = dict(solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-12, max_steps=20_000)))
 
 
 def _logdensity_fn(entry, y_obs, sigma, mode, **options):
@@ -71,15 +71,15 @@ def test_gradient_matches_central_differences(name):
 
 
 @pytest.mark.parametrize("name", ["logistic_delay", "delay_exponential_decay"])
-def test_values_match_solve_dde_and_reference(name):
-    """Op output = solve_dde with the same options (same kernel: to 1e-12), and both agree with the
+def test_values_match_solve_and_reference(name):
+    """Op output = oi.solve with the same options (same kernel: to 1e-12), and both agree with the
     independent scipy DOP853 method of steps (tests/dde_reference.py, rtol 1e-12) to 1e-8."""
     entry = oi.zoo.get(name)
     p, phi = entry.params_array(), entry.history_params_array()
     problem = DDEProblem(entry.model, entry.t, entry.history, entry.t0, **TIGHT)
     y, s, status = problem.python_solve(p, phi)
-    sol = oi.solve_dde(entry.model, p, entry.history, entry.t, t0=entry.t0, sensitivities=True,
-                       sens_error_control=False, **TIGHT)
+    sol = oi.solve(oi.Problem(entry.model, entry.t, history=entry.history, t0=entry.t0), p,
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-12)), gradient=oi.Forward(error_control=False))
     assert status == 0
     np.testing.assert_allclose(y, sol.y, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(s, sol.sens, rtol=1e-12, atol=1e-14)
@@ -95,7 +95,8 @@ def test_numba_mode_matches_python_and_bad_delays_give_nan():
     y_obs = _noisy(entry)
     outs = []
     for mode in ("FAST_COMPILE", "NUMBA"):
-        f = _logdensity_fn(entry, y_obs, 0.5, mode, rtol=1e-8, atol=1e-10)
+        f = _logdensity_fn(entry, y_obs, 0.5, mode, solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10,
+                                                                                      max_steps=20_000)))
         outs.append(np.concatenate([np.atleast_1d(v) for v in f(p * 1.02, phi)]))
         bad = p.copy()
         bad[entry.model.params.index("tau")] = -0.5

@@ -42,9 +42,10 @@ def test_gradient_matches_central_differences(name):
     entry = oi.zoo.get(name)
     p = np.array(list(entry.params.values()))
     x0 = np.array(list(entry.x0.values()))
-    truth = oi.solve_ode(entry.model, p, x0, entry.t, t0=entry.t0, rtol=1e-12, atol=1e-12).y
+    truth = oi.solve(oi.Problem(entry.model, entry.t, x0=x0, t0=entry.t0), p,
+                     solver=oi.Dopri5(rtol=1e-12, atol=1e-12)).y
     y_obs = truth + 0.3 * np.random.default_rng(0).standard_normal(truth.shape) * np.abs(truth).mean()
-    f = _logdensity_fn(entry, y_obs, 0.5, "FAST_COMPILE", rtol=1e-11, atol=1e-12)
+    f = _logdensity_fn(entry, y_obs, 0.5, "FAST_COMPILE", solver=oi.Dopri5(rtol=1e-11, atol=1e-12, max_steps=20_000))
     # a point away from the truth, so that the gradient is not ~0
     pv, xv = p * 1.03, x0 * 0.98
     _, g_theta, g_x0 = f(pv, xv)
@@ -65,10 +66,10 @@ def test_values_match_scipy_and_numba_matches_python():
     y_obs = ref * 1.1
     outs = []
     for mode in ("FAST_COMPILE", "NUMBA"):
-        f = _logdensity_fn(entry, y_obs, 0.5, mode, rtol=1e-10, atol=1e-12)
+        f = _logdensity_fn(entry, y_obs, 0.5, mode, solver=oi.Dopri5(rtol=1e-10, atol=1e-12, max_steps=20_000))
         outs.append(np.concatenate([np.atleast_1d(v) for v in f(p, x0)]))
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12)
-    op = ode_op(entry.model, entry.t, rtol=1e-10, atol=1e-12)
+    op = ode_op(entry.model, entry.t, solver=oi.Dopri5(rtol=1e-10, atol=1e-12, max_steps=20_000))
     theta, xx = pt.dvector(), pt.dvector()
     y = op(theta, xx)[0].eval({theta: p, xx: x0}, mode="NUMBA")
     np.testing.assert_allclose(y, ref, rtol=1e-7)
@@ -130,7 +131,7 @@ def test_op_pickles_and_compares_by_problem():
     a = ode_op(entry.model, entry.t)
     b = pickle.loads(pickle.dumps(a))
     assert a == b and hash(a) == hash(b)
-    assert a != ode_op(entry.model, entry.t, rtol=1e-8)
+    assert a != ode_op(entry.model, entry.t, solver=oi.Dopri5(rtol=1e-8, max_steps=20_000))
     p = np.array(list(entry.params.values()))
     x0 = np.array(list(entry.x0.values()))
     np.testing.assert_array_equal(b.problem.python_solve(p, x0)[0], a.problem.python_solve(p, x0)[0])

@@ -20,7 +20,8 @@ def gn_estimate(model, data, params, x0):
     """Independent frequentist estimate: scipy least_squares over the solver (Jacobian from the
     sensitivities), cov = s^2 (J^T J)^-1, sigma = RMS residual per state."""
     m, n = model.n_params, model.n_states
-    solver = oi.make_solver(model, data.t, t0=data.t0, sensitivities=True, rtol=1e-10, atol=1e-12)
+    solver = oi.bind(oi.Problem(model, data.t, t0=data.t0), solver=oi.Dopri5(rtol=1e-10, atol=1e-12),
+                     gradient=oi.Forward())
     cols = [model.states.index(s) for s in data.states]
     y = np.asarray(data.y)
 

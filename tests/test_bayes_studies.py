@@ -21,7 +21,8 @@ def least_squares_estimate(model, data, start, log=False):
     """Independent frequentist estimate: scipy least_squares over the solver (natural or log
     scale), Jacobian from the sensitivities, cov = s^2 (J^T J)^-1, sigma = RMS residual per state."""
     m, n = model.n_params, model.n_states
-    solver = oi.make_solver(model, data.t, t0=data.t0, sensitivities=True, rtol=1e-10, atol=1e-12)
+    solver = oi.bind(oi.Problem(model, data.t, t0=data.t0), solver=oi.Dopri5(rtol=1e-10, atol=1e-12),
+                     gradient=oi.Forward())
     y = np.log(np.asarray(data.y)) if log else np.asarray(data.y)
 
     def run(v):

@@ -43,22 +43,28 @@ def ded():
     return e, t, y, S
 
 
+def _setup_at(e, t, y, rtol, atol):
+    """The fixture's setup with the DDE solver at ``rtol``, ``atol``."""
+    est = AdjointDDE(mode="paper", solver=oi.MethodOfSteps(oi.Dopri5(rtol=rtol, atol=atol)))
+    return build_setup(est, e.model, oi.Data(t, y, ["x"]), History.affine(1.5, 4.0), None, None, None)
+
+
 def test_l1_loss_matches_quad_of_reference_solution(ded):
-    e, t, y, S = ded
+    e, t, y, _S = ded
     u = np.array([-2.0, -2.0, 1.0, 1.5, 4.0])          # the truth: x is the reference solution
     ev = _ref().method_of_steps(lambda tt, x, lags: _ref().ded(tt, x, lags, dict(e.params)),
                                 _ref().hand_history(e), [1.0], 0.0, 4.0)
     spl = CubicSpline(t, y[:, 0])
     ref = sum(quad(lambda s: abs(ev(s)[0, 0] - spl(s)), a, b, limit=200, epsabs=1e-12)[0]
               for a, b in itertools.pairwise(t))
-    loss, g = L1IntegralLoss(S, n_sub=200, rtol=1e-10, atol=1e-12)(u)
+    loss, g = L1IntegralLoss(_setup_at(e, t, y, 1e-10, 1e-12), n_sub=200)(u)
     assert loss == pytest.approx(ref, rel=1e-4)
     assert g.shape == (5,) and np.all(np.isfinite(g))
 
 
 def test_l1_gradient_matches_central_differences(ded):
-    _e, _t, _y, S = ded
-    f = L1IntegralLoss(S, n_sub=10, rtol=1e-11, atol=1e-13)
+    e, t, y, _S = ded
+    f = L1IntegralLoss(_setup_at(e, t, y, 1e-11, 1e-13), n_sub=10)
     u = np.array([-1.7, -2.3, 1.1, 1.2, 3.6])
     _, g = f(u)
     h = 1e-6

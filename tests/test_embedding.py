@@ -278,11 +278,16 @@ def test_experiment_without_observations():
     (dict(n_jobs=0), r"n_jobs: expected a positive int or -1"),
     (dict(bounds={"alpha": (1.0, 0.5)}), r"bounds\['alpha'\]: expected lower < upper"),
     (dict(continuity_weight=0), r"continuity_weight: expected a positive number"),
-    (dict(rtol=-1.0), r"rtol: expected a positive number"),
+    (dict(solver="rodas"), r"solver: expected a solver value such as oi.Rodas\(\), got the string 'rodas'"),
 ])
 def test_config_validation(kwargs, match):
     with pytest.raises(InputError, match=match):
         oi.Embedding(**kwargs)
+
+
+def test_solver_option_validation():
+    with pytest.raises(InputError, match=r"Dopri5\(rtol=\.\.\.\): expected a number in \(0, 1\), got -1.0"):
+        oi.Embedding(solver=oi.Dopri5(rtol=-1.0))
 
 
 def test_fit_input_errors(lv_data):

@@ -2,7 +2,7 @@
 Riccati model with its change time held fixed.
 
 * Riccati (zoo ``riccati``, sharp step at ``T_r``): fits with ``T_r`` fixed now that the solver
-  takes ``sens_exclude``; reference: scipy ``least_squares`` over a DOP853 solve split at ``T_r``
+  takes ``oi.Forward(exclude=...)``; reference: scipy ``least_squares`` over a DOP853 solve split at ``T_r``
   (rtol 1e-12), an independent computation.
 * Seed 000 (Syafiie et al.): on its three examples a converged Embedding fit has a smaller
   trajectory RMSE than the paper's printed NR estimates, our NR on the same data and the
@@ -104,8 +104,8 @@ SEED000 = {
 
 def _trajectory_rmse(z, t, a, ref):
     """Per-state RMSE of x(t; a) solved from the known x0 (rtol 1e-10) against ``ref``."""
-    sol = oi.solve_ode(z.model, np.asarray(a, float), z.x0, t, t0=z.t0, rtol=1e-10, atol=1e-12,
-                       raise_on_failure=False)
+    sol = oi.solve(oi.Problem(z.model, t, x0=z.x0, t0=z.t0), np.asarray(a, float),
+                   solver=oi.Dopri5(rtol=1e-10, atol=1e-12), raise_on_failure=False)
     return np.sqrt(np.mean((np.asarray(sol.y) - ref) ** 2, axis=0))
 
 
@@ -169,8 +169,8 @@ class SimulatePinene:
     def __init__(self, n, sigma):
         self.sigma = float(sigma)
         self.t = np.linspace(0.0, 100.0, n + 1)[1:]
-        self.y = np.asarray(oi.solve_ode(PINENE.model, PINENE.params, PINENE.x0, self.t, t0=0.0,
-                                         rtol=1e-11, atol=1e-12).y)
+        self.y = np.asarray(oi.solve(oi.Problem(PINENE.model, self.t, x0=PINENE.x0, t0=0.0), PINENE.params,
+                                     solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y)
 
     def __call__(self, rng):
         y = self.y + rng.normal(0.0, self.sigma, self.y.shape)

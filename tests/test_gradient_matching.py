@@ -21,7 +21,8 @@ T = np.linspace(0, 100, 401)[1:]
 
 
 def _exact(z, t):
-    return np.asarray(oi.solve_ode(z.model, z.params, z.x0, t, t0=z.t0, rtol=1e-11, atol=1e-12).y)
+    return np.asarray(oi.solve(oi.Problem(z.model, t, x0=z.x0, t0=z.t0), z.params,
+                               solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y)
 
 
 def _data(z, t, sigma, seed):

@@ -66,8 +66,8 @@ class Simulate:
     def __init__(self, zoo, n, sigma, t_end):
         self.zoo, self.sigma = zoo, float(sigma)
         self.t = np.linspace(0.0, t_end, n + 1)[1:]
-        self.y = np.asarray(oi.solve_ode(zoo.model, zoo.params, zoo.x0, self.t, t0=zoo.t0,
-                                         rtol=1e-11, atol=1e-12).y)
+        self.y = np.asarray(oi.solve(oi.Problem(zoo.model, self.t, x0=zoo.x0, t0=zoo.t0), zoo.params,
+                                     solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y)
 
     def __call__(self, rng):
         y = self.y + rng.normal(0.0, self.sigma, self.y.shape)

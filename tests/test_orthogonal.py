@@ -26,7 +26,8 @@ T_RICCATI = np.linspace(0, 14, 201)[1:]
 
 
 def _exact(z, t, params=None):
-    sol = oi.solve_ode(z.model, params or z.params, z.x0, t, t0=z.t0, rtol=1e-11, atol=1e-12)
+    sol = oi.solve(oi.Problem(z.model, t, x0=z.x0, t0=z.t0), params or z.params,
+                   solver=oi.Dopri5(rtol=1e-11, atol=1e-12))
     return np.asarray(sol.y)
 
 
@@ -128,7 +129,7 @@ def test_L_scan_reported_and_argmin_of_trajectory_sse():
     L = est.extras["L"]
     p = dict(scan[L]["params"], T_r=5.0)
     x0 = est.extras["proxy"][0]([0.0])[0]
-    y = np.asarray(oi.solve_ode(RICCATI.model, p, x0, data.t, t0=0.0).y)
+    y = np.asarray(oi.solve(oi.Problem(RICCATI.model, data.t, x0=x0, t0=0.0), p).y)
     assert scan[L]["sse"] == pytest.approx(np.sum((data.y - y) ** 2), rel=1e-4)
     assert L == min(scan, key=lambda k: scan[k]["sse"])
 

@@ -4,7 +4,7 @@ spec seed-001 §1.8 and §4.4): lagged states from the same spline proxy, no his
 Independent references: central finite differences (Jacobian in every parameter including the
 delays; ``D_k`` in the proxy coefficients); the paper's weak form after its change of variable
 ``u = t - tau``, integrated by adaptive ``scipy.integrate.quad``; noise-free data from
-``oi.solve_dde`` at rtol 1e-11 (true parameters known); a Monte Carlo variance; the paper's
+``oi.solve`` at rtol 1e-11 (true parameters known); a Monte Carlo variance; the paper's
 Table 6.2 and Wood's (2010) ABC posterior means for the real blowfly series.
 """
 
@@ -52,7 +52,8 @@ def _fd_jac(fun, p, idx, h=1e-6):
 
 def _simulated(t_end=260.0, step=1.0):
     t = np.arange(55.0, t_end + step / 2, step)
-    sol = oi.solve_dde(BLOWFLY.model, BLOWFLY.params, BLOWFLY.history, t, t0=BLOWFLY.t0, rtol=1e-11, atol=1e-9)
+    sol = oi.solve(oi.Problem(BLOWFLY.model, t, history=BLOWFLY.history, t0=BLOWFLY.t0), BLOWFLY.params,
+                   solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-11, atol=1e-9)))
     return t, np.asarray(sol.y)[:, 0]
 
 
@@ -115,7 +116,7 @@ def test_blowfly_conditions_equal_the_papers_weak_form_by_adaptive_quadrature():
 # estimation ----------------------------------------------------------------------------------
 
 def test_recovers_blowfly_parameters_from_noise_free_dde_solution():
-    """Data from solve_dde (rtol 1e-11) with the zoo history; tau fixed at its true value."""
+    """Data from oi.solve (rtol 1e-11) with the zoo history; tau fixed at its true value."""
     t, y = _simulated()
     est = OrthogonalConditions(L=11, smoother=SplineSmoother(n_basis=120)).fit(
         BLOWFLY.model, oi.Data(t, y, "N"), fixed={"tau": 14.8}, start={"N0": 500.0})

@@ -275,7 +275,7 @@ def test_estimate_json_round_trip_and_provenance(lv):
 
 def test_start_states_trajectory_and_start_estimate(lv):
     z, data, w, _ = lv
-    sol = oi.solve_ode(z.model, z.params_array() * 1.1, z.x0_array(), np.linspace(-1, 21, 200), t0=-1.0)
+    sol = oi.solve(oi.Problem(z.model, np.linspace(-1, 21, 200), x0=z.x0_array(), t0=-1.0), z.params_array() * 1.1)
     est = Simultaneous(dt=0.25, sigma=LV_SIGMA).fit(z.model, data, start=z.params_array() * 1.1,
                                                     start_states=(sol.t, sol.y))
     ref = _fit(z, data, dt=0.25, sigma=LV_SIGMA)

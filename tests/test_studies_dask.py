@@ -176,7 +176,7 @@ def test_closures_and_lambdas_are_sent_by_value(client):
 def test_captured_solver_is_rebuilt_on_workers(client):
     """A closure capturing a Solver (numba kernels in a generated module, which a fresh worker cannot
     import by name) works: the module travels as source and is imported from the worker's cache dir."""
-    solver = oi.solve.make_solver(DECAY.model, DECAY.t)
+    solver = oi.bind(oi.Problem(DECAY.model, DECAY.t))
     p = np.array([DECAY.params[k] for k in DECAY.model.params])
     x0 = np.array([DECAY.x0[k] for k in DECAY.model.states])
 
