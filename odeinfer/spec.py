@@ -156,16 +156,23 @@ def parse_spec(raw: dict, *, base_dir=".", source="<dict>") -> Spec:
                 _bayes(_table(raw, "bayes", source), model, source), source)
 
 
+#: Longest prior text parse_prior reads (bounds the parser's work on hostile input).
+_PRIOR_MAX_CHARS = 200
+
+
 def parse_prior(text: str, *, where="prior"):
     """``"Normal(mu=1, sigma=0.5)"`` -> ``("Normal", (), {"mu": 1.0, "sigma": 0.5})``, without eval.
 
     Only :data:`PRIOR_DISTRIBUTIONS` and numeric arguments (with unary minus) are accepted.
     """
     if not isinstance(text, str):
-        raise InputError(f"{where}: expected a string such as 'Normal(mu=0, sigma=1)', got {text!r}")
+        raise InputError(f"{where}: expected a string such as 'Normal(mu=0, sigma=1)', got {type(text).__name__}")
+    if len(text) > _PRIOR_MAX_CHARS:
+        raise InputError(f"{where}: a prior of {len(text)} characters; at most {_PRIOR_MAX_CHARS} are allowed "
+                         "(a distribution name and a few numbers, e.g. 'Normal(mu=0, sigma=1)')")
     try:
         node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # ValueError: an integer literal too long
         raise InputError(f"{where}: {text!r} is not a distribution call such as 'Normal(mu=0, sigma=1)'") from None
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
         raise InputError(f"{where}: {text!r} is not a distribution call such as 'Normal(mu=0, sigma=1)'")
@@ -186,12 +193,18 @@ def _number_node(node, text, where):
         sign = -sign if isinstance(node.op, ast.USub) else sign
         node = node.operand
     if isinstance(node, ast.Constant) and _is_number(node.value):
-        return sign * float(node.value)
+        try:
+            return sign * float(node.value)
+        except OverflowError:
+            raise InputError(f"{where}: {text!r}: an integer of {len(str(node.value))} digits is too large for a "
+                             "float64; write it as a float (e.g. 1e300)") from None
     raise InputError(f"{where}: {text!r}: arguments must be plain numbers (got {ast.unparse(node)!r})")
 
 
 def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, int) or math.isfinite(v)  # a huge int: refused by float() with its own message
 
 
 def _keys(table, allowed, where, source):

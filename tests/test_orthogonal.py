@@ -431,3 +431,13 @@ def test_log_noise_is_honoured_sigma_on_the_log_scale():
     assert not np.allclose(est.values, add.values, rtol=1e-3)
     np.testing.assert_allclose(est.values, LV.params_array(), rtol=0.15)
     assert np.all(np.isfinite(est.bse))
+
+
+def test_a_state_named_like_a_numpy_function_is_fitted():
+    """A state ``exp`` (and a parameter ``sqrt``) must not shadow numpy's functions in the matching
+    estimators' vectorised model; reference: the decay rate that simulated the data."""
+    m = oi.Model.from_equations({"exp": "-sqrt*exp"}, params=["sqrt"])
+    data, _ = oi.simulate(m, [0.5], [2.0], np.linspace(0.0, 6.0, 61), noise=0.005, rng=4)
+    est = oi.OrthogonalConditions().fit(m, data)
+    assert est.converged
+    assert abs(est.params["sqrt"] - 0.5) < 5 * est.bse["sqrt"] + 0.01

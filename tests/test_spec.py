@@ -63,6 +63,11 @@ def test_documented_spec_parses(tmp_path):
     assert s.bayes.priors["alpha"] == ("TruncatedNormal", (), {"mu": 1.0, "sigma": 0.5, "lower": 0.0})
 
 
+def test_parse_prior_reads_long_integer_literals_as_floats():
+    dist, _, kwargs = parse_prior("Normal(mu=" + "9" * 120 + ", sigma=1)")
+    assert kwargs["mu"] == float("9" * 120)
+
+
 def test_parse_prior_negative_and_positional():
     assert parse_prior("Normal(-1, 2.5)") == ("Normal", (-1.0, 2.5), {})
 
@@ -75,8 +80,16 @@ def test_parse_prior_negative_and_positional():
     ("Normal(**{'mu': 1})", r"'\*\*' are not allowed"),
     ("Normal(mu=1", "distribution call"),
     (3, "expected a string"),
+    # hostile input is bounded: a deep unary chain, a huge literal, an overlong text
+    ("Normal(mu=" + "-" * 150 + "1, sigma=1)", None),
+    ("Normal(mu=" + "9" * 400 + ", sigma=1)", "at most 200 are allowed"),
+    ("Normal(mu=" + "-" * 9990 + "1)", "at most 200 are allowed"),
 ])
 def test_bad_priors(text, match):
+    if match is None:  # within the limits: parsed, never a crash
+        dist, _, kwargs = parse_prior(text)
+        assert dist == "Normal" and kwargs["mu"] == 1.0  # 150 minus signs: +1
+        return
     with pytest.raises(InputError, match=match):
         parse_prior(text)
 

@@ -29,6 +29,7 @@ from numba import njit
 from scipy.optimize import least_squares
 
 from odeinfer.estimators.base import EstimationError
+from odeinfer.model.codegen import safe_symbols
 from odeinfer.smooth._blas import single_threaded_blas
 
 __all__ = ["single_threaded_blas", "gauss_grid", "NodeModel", "DelayNodeModel", "node_model", "Step", "Solved",
@@ -109,7 +110,11 @@ class NodeModel:
         self.model = model
         self.n, self.m = model.n_states, model.n_params
         d = model.derivatives
-        self._args = (model.t_symbol, tuple(model.state_symbols), tuple(model.param_symbols))
+        # plain symbol names (codegen.safe_symbols): a state named like a numpy function (``exp``)
+        # must not shadow it inside the lambdified code
+        self._rename = safe_symbols(model.state_symbols, model.param_symbols)
+        r = self._rename
+        self._args = (model.t_symbol, tuple(r[s] for s in model.state_symbols), tuple(r[s] for s in model.param_symbols))
         self._f = self._make(list(d.f))
         self._jy = self._make(list(d.jac_y))
         self._jp = self._make(list(d.jac_p))
@@ -118,7 +123,7 @@ class NodeModel:
         self._lock = threading.Lock()
 
     def _make(self, exprs):
-        return sp.lambdify(self._args, exprs, modules="numpy", cse=True)
+        return sp.lambdify(self._args, [sp.sympify(e).xreplace(self._rename) for e in exprs], modules="numpy", cse=True)
 
     def _eval(self, fn, T, X, p, shape):
         vals = fn(T, tuple(X.T), tuple(p))
@@ -192,8 +197,9 @@ class NodeModel:
             jumps = [sign * (e.xreplace({nd: sp.Integer(1)}) - e.xreplace({nd: sp.Integer(0)}))
                      for e in self.model.exprs]
             ps = self.model.param_symbols
-            loc_fn = sp.lambdify((ps,), loc, modules="numpy")
-            dloc_fn = sp.lambdify((ps,), [sp.diff(loc, s) for s in ps], modules="numpy")
+            rps = [self._rename[s] for s in ps]
+            loc_fn = sp.lambdify((rps,), loc.xreplace(self._rename), modules="numpy")
+            dloc_fn = sp.lambdify((rps,), [sp.diff(loc, s).xreplace(self._rename) for s in ps], modules="numpy")
             jump_fn = self._make(jumps)
             names = tuple(n for n, s in zip(self.model.params, ps) if s in loc.free_symbols)
             out.append(Step(lambda p, f=loc_fn: float(f(tuple(p))),
@@ -256,15 +262,17 @@ class DelayNodeModel:
         self.delay_index = tuple(model.delay_indices)
         d = model.delay_derivatives
         n, nd = self.n, self.nd
-        lag_flat = tuple(model.lag_symbols[i, k] for i in range(n) for k in range(nd))
-        self._args = (model.t_symbol, tuple(model.state_symbols), lag_flat, tuple(model.param_symbols))
+        self._rename = r = safe_symbols(model.state_symbols, model.param_symbols, model.lag_symbols)
+        lag_flat = tuple(r[model.lag_symbols[i, k]] for i in range(n) for k in range(nd))
+        self._args = (model.t_symbol, tuple(r[s] for s in model.state_symbols), lag_flat,
+                      tuple(r[s] for s in model.param_symbols))
         self._f = self._make(list(d.f))
         self._jy = self._make(list(d.jac_y))
         self._jl = self._make([d.jac_ylag[k][i, l] for i in range(n) for l in range(n) for k in range(nd)])
         self._jp = self._make(list(d.jac_p))
 
     def _make(self, exprs):
-        return sp.lambdify(self._args, exprs, modules="numpy", cse=True)
+        return sp.lambdify(self._args, [sp.sympify(e).xreplace(self._rename) for e in exprs], modules="numpy", cse=True)
 
     def _eval(self, fn, T, X, XL, p, shape):
         Q = T.size
