@@ -144,3 +144,22 @@ def test_nutpie_samples_numba_op(lv):
         assert group in idata.groups(), group
     for name, value, se in zip(est.names, est.values, est.bse):
         assert abs(float(idata.posterior[name].mean()) - value) < 3 * se, name
+
+
+def test_an_estimate_on_its_priors_bound_seeds_without_warning(lv):
+    """A fit clipped onto its bound (= the Uniform prior's edge, where the log-odds transform is
+    infinite) still seeds the sampler, from a hair inside; a value beyond the support warns."""
+    import warnings
+
+    model, data, est = lv
+    priors = {"alpha": pm.Uniform.dist(0.3, est.values[0]), "beta": pm.HalfNormal.dist(1.0),
+              "gamma": pm.HalfNormal.dist(1.0), "delta": pm.HalfNormal.dist(1.0)}
+    m = oi.bayes.build_model(model, data, init=est, priors=priors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeedingWarning)
+        seed = seed_from_estimate(m, est)
+    assert "alpha" in seed.rv_names and np.isfinite(seed.mean).all()
+    beyond = Estimate(est.estimator, model, est.names, np.r_[est.values[0] * 1.01, est.values[1:]], est.cov,
+                      "converged", sigma=est.sigma)
+    with pytest.warns(SeedingWarning, match="outside the support"):
+        seed_from_estimate(m, beyond)

@@ -154,6 +154,18 @@ def seed_from_estimate(pm_model, est, nobs_per_state=None):
             x_vals.append(x_ip[value_vars.index(v)])
     res = fwd(*x_vals, *ip_values)
     u_vals, j_vals = res[:n_v], res[n_v:]
+    # an estimate on the edge of its prior's support (a fit clipped to its bounds, which are the
+    # prior's: log(0) in the transform) seeds from a point a hair inside, toward the prior's
+    # initial point, instead of being dropped
+    edge = [i for i, rv in enumerate(rvs) if rv.name in seeded
+            and not (np.all(np.isfinite(np.asarray(u_vals[i], dtype=float)))
+                     and np.all(np.isfinite(np.asarray(j_vals[i], dtype=float))))]
+    if edge:
+        for i in edge:
+            x, inside = np.asarray(x_vals[i], dtype=float), np.asarray(x_ip[i], dtype=float)
+            x_vals[i] = x + 1e-9 * (inside - x)
+        res = fwd(*x_vals, *ip_values)
+        u_vals, j_vals = res[:n_v], res[n_v:]
     sizes = [int(np.size(ip[v.name])) for v in value_vars]
     mean, var_default, jac = [], [], []
     for rv, v, u, j in zip(rvs, value_vars, u_vals, j_vals):
