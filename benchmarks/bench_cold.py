@@ -1,0 +1,94 @@
+"""Cold start of a NEW model, whole process: python start, import odeinfer, model definition,
+simulated data, then the first solve (Dopri5, Rodas, the delay solver, with sensitivities) or
+the first fit of each estimator. The shared kernels (compiled once per machine) are warmed
+first with a throwaway model; every timed process then uses a model no cache has seen, so it
+measures what a user waits for after editing a model.
+
+    python benchmarks/bench_cold.py            # 3 runs per case, prints min / median / max
+    python benchmarks/bench_cold.py --runs 1
+
+Targets (issue "one solver core", item 4): first solve <= 1.5 s, first fit <= 3 s. Compare
+with diffrax's first jit(jacfwd) call when it is installed (it is not on this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = {
+    "solve dopri5 + sens": ("ode", "oi.solve(oi.Problem(m, t, x0=[34.0, 5.9]), P, gradient=oi.Forward())"),
+    "solve rodas + sens": ("ode", "oi.solve(oi.Problem(m, t, x0=[34.0, 5.9]), P, solver=oi.Rodas(), "
+                                  "gradient=oi.Forward())"),
+    "solve DDE + sens": ("dde", "oi.solve(oi.Problem(m, t, history=[0.5]), P, gradient=oi.Forward())"),
+    "fit OrthogonalConditions": ("ode", "oi.OrthogonalConditions().fit(m, data)"),
+    "fit GradientMatching": ("ode", "oi.GradientMatching().fit(m, data)"),
+    "fit NewtonRaphson": ("ode", "oi.NewtonRaphson().fit(m, data)"),
+    "fit Embedding": ("ode", "oi.Embedding().fit(m, data, start=P)"),
+    "fit Simultaneous": ("ode", "oi.Simultaneous().fit(m, data, start=P)"),
+    "fit AdjointDDE": ("dde", "oi.AdjointDDE().fit(m, data, history=[0.5], start=P)"),
+}
+
+PRELUDE = {
+    "ode": """
+m = oi.Model.from_equations({{"x": "a*x - b*x*y + {c!r}", "y": "d*x*y - g*y"}}, params=["a", "b", "g", "d"])
+P = [0.55, 0.028, 0.8, 0.024]
+t = np.linspace(0.0, 20.0, 41)
+data = oi.simulate(m, P, [34.0, 5.9], t, noise=0.5, rng=1).data
+""",
+    "dde": """
+from odeinfer import math as om
+m = oi.Model.from_equations({{"x": "r*x*(1 - lag(x, tau)) + {c!r}"}}, params=["r", "tau"], delays=["tau"])
+P = [1.2, 1.0]
+t = np.linspace(0.0, 15.0, 61)
+sol = oi.solve(oi.Problem(m, t, history=[0.5]), P)
+data = oi.Data(t, sol.y + 0.01 * np.random.default_rng(1).standard_normal(sol.y.shape), ["x"])
+""",
+}
+
+
+def script(kind, call, c, fit_only):
+    body = PRELUDE[kind].format(c=c)
+    if fit_only:
+        return ("import time\nimport numpy as np, odeinfer as oi\n" + body
+                + f"s = time.perf_counter()\n{call}\nprint(time.perf_counter() - s)\n")
+    return "import numpy as np, odeinfer as oi\n" + body + call + "\n"
+
+
+def run(code):
+    env = dict(os.environ)
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return wall, out.stdout.strip()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, ODEINFER_TIERED="
+          f"{os.environ.get('ODEINFER_TIERED', '1')}, load average {os.getloadavg()[0]:.1f}")
+    for name, (kind, call) in CASES.items():  # warm the shared kernels with throwaway models
+        run(script(kind, call, 0.5 + time.time_ns() % 10**6 * 1e-13, False))
+    print(f"{'case':28s} {'whole process (s)':>24s} {'the call itself (s)':>24s}")
+    for name, (kind, call) in CASES.items():
+        walls, inner = [], []
+        for _ in range(args.runs):
+            c = 1.0 + time.time_ns() % 10**9 * 1e-15  # a model no cache has seen
+            w, _ = run(script(kind, call, c, False))
+            walls.append(w)
+            _, out = run(script(kind, call, c + 1e-16 * (1 + len(walls)), True))
+            inner.append(float(out.splitlines()[-1]))
+        fmt = lambda v: f"{min(v):6.2f} {statistics.median(v):6.2f} {max(v):6.2f}"  # noqa: E731
+        print(f"{name:28s} {fmt(walls):>24s} {fmt(inner):>24s}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
