@@ -380,7 +380,7 @@ def _read_source(text_or_path):
     except TypeError:
         raise ResultFileError(f"text_or_path: expected JSON text or a file path, got {type(text_or_path).__name__}; "
                               f"{_HOW}") from None
-    shown = path if len(path) <= 80 else path[:77] + "..."
+    shown = path if len(path) <= 80 else "..." + path[-77:]  # keep the file name
     try:
         info = os.stat(path)
     except (OSError, ValueError) as exc:
