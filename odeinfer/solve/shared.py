@@ -3,7 +3,7 @@
 A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``; ``dde_solve`` for a model
 with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
 10-35 s of numba compilation the first time a model is solved. The *shared* module
-(``pointer.py``, ``common.py``, ``dopri.py`` and ``dde.py``: the same source text) is compiled
+(``pointer.py``, ``common.py``, ``rk.py``, ``dopri.py`` and ``dde.py``: the same source text) is compiled
 once per machine and calls the model through C callbacks (``cfuncs.py``, ``dde_cfuncs.py``)
 that compile in about a second.
 
