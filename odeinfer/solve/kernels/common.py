@@ -164,14 +164,12 @@ def check_times(t0, t_eval):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def start_solve(info, t0, t_eval, sizes_ok):
-    """Clear ``info`` (time reached: ``t0``); ``ST_BAD_INPUT`` unless ``sizes_ok`` and the
-    output times pass :func:`check_times`, else ``ST_SUCCESS``."""
+def start_solve(info, t0, t_eval):
+    """Clear ``info`` (time reached: ``t0``) and check the output times (:func:`check_times`);
+    the solver checks its array sizes after this (``ST_BAD_INPUT`` either way)."""
     for q in range(info.shape[0]):
         info[q] = 0.0
     info[INFO_T_REACHED] = t0
-    if not sizes_ok:
-        return ST_BAD_INPUT
     return check_times(t0, t_eval)
 
 

@@ -328,14 +328,13 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
     q = phi.shape[0]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
-    status = start_solve(info, t0, t_eval, not (
-        p.shape[0] != m or z_out.shape[0] != n_out or z_out.shape[1] != size
-        or (k != 0 and k != m + q) or work.shape[0] < _dde_work_size(mh, k, q)
-        or buf.shape[1] != 2 + 5 * size or buf.shape[0] < 1 or hkind < 0 or hkind > 3
-        or (hkind == 0 and q != n) or (hkind == 1 and q != 2 * n) or (hkind == 2 and q != 3 * n)
-        or (hkind == 3 and (q != 0 or hc.shape[2] != n or hb.shape[0] != hc.shape[1] + 1))))
-    if status != ST_SUCCESS:
-        return status
+    status = start_solve(info, t0, t_eval)
+    if (status != ST_SUCCESS or p.shape[0] != m or z_out.shape[0] != n_out or z_out.shape[1] != size
+            or (k != 0 and k != m + q) or work.shape[0] < _dde_work_size(mh, k, q)
+            or buf.shape[1] != 2 + 5 * size or buf.shape[0] < 1 or hkind < 0 or hkind > 3
+            or (hkind == 0 and q != n) or (hkind == 1 and q != 2 * n) or (hkind == 2 and q != 3 * n)
+            or (hkind == 3 and (q != 0 or hc.shape[2] != n or hb.shape[0] != hc.shape[1] + 1))):
+        return ST_BAD_INPUT
     tau_min = np.inf
     for kk in range(d):
         tau = p[mh[3][kk]]
@@ -450,13 +449,20 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         _dde_rhs(mh, t_new, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
         n_rhs += 6
         err2 = rk_err2(nc, z, z1, h, k1, k3, k4, k5, k6, k7, rtol, atol)
-        accepted, h, hnew, lfacold, n_bad, n_rej, status = rk_control(h, err2, z1, k7, size, lfacold, n_bad,
-                                                                      n_rej, False)
-        if not accepted:
+        if not (math.isfinite(err2) and all_finite(z1, size) and all_finite(k7, size)):
+            h, n_bad, n_rej, status = rk_nonfinite(h, n_bad, n_rej, False)
             reject = True
             if status != ST_SUCCESS:
                 break
             continue
+        n_bad = 0
+        lerr = rk_log_err(err2)
+        if err2 > 1.0:
+            h = rk_reject(h, lerr)
+            reject = True
+            n_rej += 1
+            continue
+        hnew, lfacold = rk_accept(h, lerr, lfacold)
         rk_store_dense(buf, nbuf, 2, size, t, h, z, z1, k1, k3, k4, k5, k6, k7)  # the step's dense output
         nbuf += 1
         i_out = rk_emit(t_eval, i_out, last, size, t, h, t_new, z, z1, k1, k3, k4, k5, k6, k7, z_out)

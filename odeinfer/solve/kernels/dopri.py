@@ -87,10 +87,10 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     m = mh[1]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
-    status = start_solve(info, t0, t_eval, y0.shape[0] == n and p.shape[0] == m and z_out.shape[0] == n_out
-                         and z_out.shape[1] == size and work.shape[0] >= 10 * size + n * n + n * m)
-    if status != ST_SUCCESS:
-        return status
+    status = start_solve(info, t0, t_eval)
+    if (status != ST_SUCCESS or y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
+            or z_out.shape[1] != size or work.shape[0] < 10 * size + n * n + n * m):
+        return ST_BAD_INPUT
     (k1, k2, k3, k4, k5, k6, k7, z, z1, zs), (k1y, k2y, k3y, k4y, k5y, k6y, k7y, zy, z1y, zsy) = \
         rk_vectors(work, size, n)
     off = 10 * size
@@ -137,15 +137,22 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
         aug_rhs(mh, t_new, z1, z1y, p, k, jy, jp, k7, k7y)
         n_rhs += 6
 
-        # mean square of the scaled error (err = sqrt(err2)), error test and step-size control
+        # mean square of the scaled error (err = sqrt(err2)); a non-finite trial step is retried shorter
         err2 = 0.0 if fixed else rk_err2(nc, z, z1, h, k1, k3, k4, k5, k6, k7, rtol, atol)
-        accepted, h, hnew, lfacold, n_bad, n_rej, status = rk_control(h, err2, z1, k7, size, lfacold, n_bad,
-                                                                      n_rej, fixed)
-        if not accepted:
+        if not (math.isfinite(err2) and all_finite(z1, size) and all_finite(k7, size)):
+            h, n_bad, n_rej, status = rk_nonfinite(h, n_bad, n_rej, fixed)
             reject = True
             if status != ST_SUCCESS:
                 break
             continue
+        n_bad = 0
+        lerr = rk_log_err(err2)
+        if err2 > 1.0:
+            h = rk_reject(h, lerr)
+            reject = True
+            n_rej += 1
+            continue
+        hnew, lfacold = rk_accept(h, lerr, lfacold)
         n_acc += 1
         if not fixed and (n_acc % RK_NSTIFF == 0 or iasti > 0):
             hlamb, iasti, nonsti, stiff = rk_stiffness(n, h, z1, zs, k6, k7, hlamb, iasti, nonsti)

@@ -179,10 +179,10 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
     m = N_PARAMS
     size = n * (1 + k)
     n_out = t_eval.shape[0]
-    status = start_solve(info, t0, t_eval, y0.shape[0] == n and p.shape[0] == m and z_out.shape[0] == n_out
-                         and z_out.shape[1] == size and work.shape[0] >= rodas_work_size(k > 0))
-    if status != ST_SUCCESS:
-        return status
+    status = start_solve(info, t0, t_eval)
+    if (status != ST_SUCCESS or y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
+            or z_out.shape[1] != size or work.shape[0] < rodas_work_size(k > 0)):
+        return ST_BAD_INPUT
     z = work[0:size]
     z1 = work[size:2 * size]
     zs = work[2 * size:3 * size]
@@ -322,16 +322,20 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
         for q in range(nc):
             err += rk_scaled(u6[q], z[q], z1[q], rtol, atol) ** 2
         err = math.sqrt(err / nc)
-        bad = not (math.isfinite(err) and all_finite(z1, size))
-        fac = max(_RO_FAC2, min(_RO_FAC1, err ** 0.25 / _RO_SAFE))
-        hnew = h / fac
-        if bad or err > 1.0:
-            h, n_bad, n_rej, status = rk_retry(h, hnew, bad, n_bad, n_rej, False)
+        if not (math.isfinite(err) and all_finite(z1, size)):
+            h, n_bad, n_rej, status = rk_nonfinite(h, n_bad, n_rej, False)
             reject = True
             if status != ST_SUCCESS:
                 break
             continue
         n_bad = 0
+        fac = max(_RO_FAC2, min(_RO_FAC1, err ** 0.25 / _RO_SAFE))
+        hnew = h / fac
+        if err > 1.0:
+            h = hnew
+            reject = True
+            n_rej += 1
+            continue
         n_acc += 1
         if n_acc > 1:
             # predictive controller of Gustafsson
