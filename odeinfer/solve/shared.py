@@ -65,8 +65,12 @@ def shared_module():
             from odeinfer.model.cache import build_module, kernel_sources
             from odeinfer.solve.kernels import SHARED_KERNEL_FILES
             # numba's IR inlining is what makes a model kernel slow to compile; here the sizes
-            # are not constants anyway, so the shared module leaves inlining to LLVM
-            text = kernel_sources(SHARED_KERNEL_FILES).replace('inline="always"', 'inline="never"')
+            # are not constants anyway, so the shared module leaves inlining to LLVM, except for
+            # the small Runge-Kutta helpers of rk.py that run several times a step (numba does
+            # not let LLVM inline across its functions: as calls they cost ~60% on small models)
+            text = "".join(kernel_sources((name,)) if name == "rk.py"
+                           else kernel_sources((name,)).replace('inline="always"', 'inline="never"')
+                           for name in SHARED_KERNEL_FILES)
             _SHARED.append(build_module(text, title="shared solver kernels", kernel_files=()))
         return _SHARED[0]
 

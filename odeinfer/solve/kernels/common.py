@@ -1,7 +1,7 @@
 """Shared solver kernels: status codes, the info vector, the augmented
 (forward-sensitivity) right-hand side, Hairer's initial step heuristic and the
-start, step guard and end of every one-step solver (``start_solve``,
-``ode_start``, ``step_allowed``, ``write_info``).
+start and end of every one-step solver (``start_solve``, ``ode_start``,
+``write_info``).
 
 This text is appended to every generated model module (see
 ``odeinfer/solve/kernels/__init__.py``) and to the shared module of
@@ -171,17 +171,6 @@ def start_solve(info, t0, t_eval):
         info[q] = 0.0
     info[INFO_T_REACHED] = t0
     return check_times(t0, t_eval)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def step_allowed(n_steps, max_steps, h, t):
-    """Before a step: ``ST_MAX_STEPS`` after ``max_steps`` attempts, ``ST_STEP_TOO_SMALL`` when
-    ``h`` no longer moves ``t`` (``0.1 h <= |t| * UROUND``), else ``ST_SUCCESS``."""
-    if n_steps >= max_steps:
-        return ST_MAX_STEPS
-    if not (0.1 * h > abs(t) * UROUND):
-        return ST_STEP_TOO_SMALL
-    return ST_SUCCESS
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -408,7 +408,7 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
     n_steps = n_rej = n_bad = 0  # attempted and rejected steps, consecutive non-finite trials
     reject = False  # the last trial step was rejected
     while True:
-        status = step_allowed(n_steps, max_steps, h, t)
+        status = rk_step_allowed(n_steps, max_steps, h, t)
         if status != ST_SUCCESS:
             break
         if nbuf >= buf.shape[0]:

@@ -113,7 +113,7 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     n_steps = n_rej = n_bad = 0  # attempted and rejected steps, consecutive non-finite trials
     reject = False  # the last trial step was rejected
     while True:
-        status = step_allowed(n_steps, max_steps, h, t)
+        status = rk_step_allowed(n_steps, max_steps, h, t)
         if status != ST_SUCCESS:
             break
         last = False

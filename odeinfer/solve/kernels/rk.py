@@ -5,7 +5,8 @@ step-size controller, the continuous extension, the stiffness test and the outpu
 an overflow.
 
 Appended (after ``common.py``) to every generated module that holds an adaptive solver; see
-``kernels/__init__.py``. The helpers are ``inline="always"``: each kernel keeps its own loop (the
+``kernels/__init__.py``. The shared module keeps numba's inlining for this file alone (see
+:func:`odeinfer.solve.shared.shared_module`): its helpers run several times a step. The helpers are ``inline="always"``: each kernel keeps its own loop (the
 right-hand side differs: ``aug_rhs`` for ODEs, ``_dde_rhs`` for the method of steps), and the
 arithmetic is written once, so both kernels run the same operations in the same order (a delay
 model whose delays have no effect gives the ODE solver's bits; ``tests/test_rk_core.py``).
@@ -95,6 +96,17 @@ def rk_vectors(work, size, n):
     zs = work[9 * size:10 * size]
     return ((k1, k2, k3, k4, k5, k6, k7, z, z1, zs),
             (k1[0:n], k2[0:n], k3[0:n], k4[0:n], k5[0:n], k6[0:n], k7[0:n], z[0:n], z1[0:n], zs[0:n]))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def rk_step_allowed(n_steps, max_steps, h, t):
+    """Before a step: ``ST_MAX_STEPS`` after ``max_steps`` attempts, ``ST_STEP_TOO_SMALL`` when
+    ``h`` no longer moves ``t`` (``0.1 h <= |t| * UROUND``), else ``ST_SUCCESS``."""
+    if n_steps >= max_steps:
+        return ST_MAX_STEPS
+    if not (0.1 * h > abs(t) * UROUND):
+        return ST_STEP_TOO_SMALL
+    return ST_SUCCESS
 
 
 @njit(cache=True, error_model="numpy", inline="always")

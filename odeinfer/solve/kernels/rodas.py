@@ -239,7 +239,7 @@ def _rodas_run(t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_ou
     model_jac_y(t, ystart, p, jy0)
     _rodas_time_derivative(t, ystart, p, k, z, ft, jyt, jpt, fx)
     while True:
-        status = step_allowed(n_steps, max_steps, h, t)
+        status = rk_step_allowed(n_steps, max_steps, h, t)
         if status != ST_SUCCESS:
             break
         last = False
