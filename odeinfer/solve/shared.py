@@ -3,10 +3,11 @@
 A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``rodas_solve``,
 ``rodas_solve_sens``; ``dde_solve`` for a model with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
 10-35 s of numba compilation the first time a model is solved. The *shared* module
-(``pointer.py``, ``common.py``, ``linalg.py``, ``dopri.py``, ``rodas.py`` and ``dde.py``: the
-same source text) is compiled once per machine and calls the model through C callbacks
-(``cfuncs.py``, plus ``cfuncs_rodas.py`` for Rodas; ``dde_cfuncs.py``) that compile in about a
-second.
+(``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py`` and
+``dde.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
+text) is compiled once per machine and calls the model through C callbacks (``cfuncs.py``, plus
+``cfuncs_rodas.py`` for the kernels that need time and second derivatives; ``dde_cfuncs.py``)
+that compile in about a second.
 
 On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``Dopri5`` or ``Rodas``) or
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
@@ -76,8 +77,12 @@ def shared_module():
             from odeinfer.model.cache import build_module, kernel_sources
             from odeinfer.solve.kernels import SHARED_KERNEL_FILES
             # numba's IR inlining is what makes a model kernel slow to compile; here the sizes
-            # are not constants anyway, so the shared module leaves inlining to LLVM
-            text = kernel_sources(SHARED_KERNEL_FILES).replace('inline="always"', 'inline="never"')
+            # are not constants anyway, so the shared module leaves inlining to LLVM, except for
+            # the small Runge-Kutta helpers of rk.py that run several times a step (numba does
+            # not let LLVM inline across its functions: as calls they cost ~60% on small models)
+            text = "".join(kernel_sources((name,)) if name == "rk.py"
+                           else kernel_sources((name,)).replace('inline="always"', 'inline="never"')
+                           for name in SHARED_KERNEL_FILES)
             _SHARED.append(build_module(text, title="shared solver kernels", kernel_files=()))
         return _SHARED[0]
 

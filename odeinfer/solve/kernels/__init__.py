@@ -35,6 +35,9 @@ the machine code on disk. Rules for these files:
 Solver kernels defined by these files (documented in each file):
 ``direct.py`` (the model handle ``MODEL_HANDLE`` and ``mh_f``, ``mh_jac_y``, ``mh_jac_p``,
 through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
+``rk.py`` (the Runge-Kutta core of the ODE and delay solvers: the Dormand-Prince tableau
+``RK_*``, stages ``rk_stage``, error norm ``rk_err2``, controller ``rk_accept`` / ``rk_reject`` /
+``rk_next_step``, continuous extension ``rk_dense``, stiffness test ``rk_stiffness``),
 ``linalg.py`` (``lu_factor``, ``lu_solve``), ``dopri.py`` (``dopri5_solve``,
 ``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``adjoint.py``
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
@@ -42,18 +45,19 @@ through which the shared kernels below call the model), ``common.py`` (status co
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
 estimators of :mod:`odeinfer.estimators.newton`), ``collocation.py`` (``coll_constraints``:
 the collocation constraints of :class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``
-(``nc_obs_accumulate``: the Newton family's delta-method covariance terms). Names are shared with the model kernels in one module,
-so private names carry a file prefix (``_DP_``/``_dopri5_``, ``_RO_``/``_rodas_``).
+(``nc_obs_accumulate``: the Newton family's delta-method covariance terms). Names are shared with
+the model kernels in one module, so private names carry a file prefix (``_RK_``/``_dopri5_``/``_dde_``,
+``_RO_``/``_rodas_``).
 """
 
-KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
-                                 "residuals.py", "collocation.py", "noise_cov.py")
+KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "rk.py", "linalg.py", "dopri.py", "adjoint.py",
+                                 "rodas.py", "residuals.py", "collocation.py", "noise_cov.py")
 
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
 #: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
-SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "linalg.py", "dopri.py", "adjoint.py", "rodas.py",
-                                        "collocation.py", "residuals.py", "noise_cov.py", "dde.py")
+SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "rk.py", "linalg.py", "dopri.py", "adjoint.py",
+                                        "rodas.py", "collocation.py", "residuals.py", "noise_cov.py", "dde.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)
@@ -66,4 +70,4 @@ DDE_MODEL_CFUNC_FILES: tuple[str, ...] = ("dde_cfuncs.py",)
 
 #: Kernel files of models with delays (their model kernels take the lagged
 #: states: see :mod:`odeinfer.model.codegen_dde` and ``dde.py``).
-DDE_KERNEL_FILES: tuple[str, ...] = ("dde_direct.py", "common.py", "dde.py", "dde_adjoint.py")
+DDE_KERNEL_FILES: tuple[str, ...] = ("dde_direct.py", "common.py", "rk.py", "dde.py", "dde_adjoint.py")

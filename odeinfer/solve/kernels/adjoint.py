@@ -20,7 +20,7 @@ Discretisation (an interpolating adjoint on the forward mesh, as in CVODES's
 checkpointed adjoint with Hermite interpolation replaced by the solver's own
 dense output): the forward Dormand-Prince solve records every accepted step's
 4th-order continuous extension (``rec`` rows: ``t, h, t + h`` then 5 blocks of
-``n`` coefficients, see ``_dopri5_dense``); the adjoint is integrated backward over
+``n`` coefficients, see ``rk_store_dense`` in ``rk.py``); the adjoint is integrated backward over
 the same steps, each split at the output times inside it and into ``nsub``
 equal substeps, by the Dormand-Prince 5th-order formula (fixed step), with
 ``x(t)`` from the recorded extension. The forward steps are chosen for the states'
@@ -57,10 +57,9 @@ def _adj_state_at(s, r, rec, x):
     """``x(s)`` from the continuous extension recorded in row ``r`` of ``rec``."""
     n = x.shape[0]
     th = (s - rec[r, 0]) / rec[r, 1]
-    th1 = 1.0 - th
     for q in range(n):
-        x[q] = rec[r, 3 + q] + th * (rec[r, 3 + n + q] + th1 * (
-            rec[r, 3 + 2 * n + q] + th * (rec[r, 3 + 3 * n + q] + th1 * rec[r, 3 + 4 * n + q])))
+        x[q] = rk_dense_value(th, rec[r, 3 + q], rec[r, 3 + n + q], rec[r, 3 + 2 * n + q],
+                              rec[r, 3 + 3 * n + q], rec[r, 3 + 4 * n + q])
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
@@ -87,13 +86,13 @@ def _adj_rhs(mh, s, r, rec, p, w, x, jy, jp, out):
 # 5th-order weights, so that one step has a single (inlined) call site of _adj_rhs
 _ADJ_TAB = np.array([
     [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-    [_DP_C2, _DP_A21, 0.0, 0.0, 0.0, 0.0],
-    [_DP_C3, _DP_A31, _DP_A32, 0.0, 0.0, 0.0],
-    [_DP_C4, _DP_A41, _DP_A42, _DP_A43, 0.0, 0.0],
-    [_DP_C5, _DP_A51, _DP_A52, _DP_A53, _DP_A54, 0.0],
-    [1.0, _DP_A61, _DP_A62, _DP_A63, _DP_A64, _DP_A65],
+    [RK_C2, RK_A21, 0.0, 0.0, 0.0, 0.0],
+    [RK_C3, RK_A31, RK_A32, 0.0, 0.0, 0.0],
+    [RK_C4, RK_A41, RK_A42, RK_A43, 0.0, 0.0],
+    [RK_C5, RK_A51, RK_A52, RK_A53, RK_A54, 0.0],
+    [1.0, RK_A61, RK_A62, RK_A63, RK_A64, RK_A65],
 ])
-_ADJ_B = np.array([_DP_A71, 0.0, _DP_A73, _DP_A74, _DP_A75, _DP_A76])
+_ADJ_B = np.array([RK_A71, 0.0, RK_A73, RK_A74, RK_A75, RK_A76])
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)

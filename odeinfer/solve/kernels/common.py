@@ -1,5 +1,7 @@
 """Shared solver kernels: status codes, the info vector, the augmented
-(forward-sensitivity) right-hand side and Hairer's initial step heuristic.
+(forward-sensitivity) right-hand side, Hairer's initial step heuristic and the
+start and end of every one-step solver (``start_solve``, ``ode_start``,
+``write_info``).
 
 This text is appended to every generated model module (see
 ``odeinfer/solve/kernels/__init__.py``) and to the shared module of
@@ -161,19 +163,66 @@ def check_times(t0, t_eval):
     return ST_SUCCESS
 
 
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def start_solve(info, t0, t_eval):
+    """Clear ``info`` (time reached: ``t0``) and check the output times (:func:`check_times`);
+    the solver checks its array sizes after this (``ST_BAD_INPUT`` either way)."""
+    for q in range(info.shape[0]):
+        info[q] = 0.0
+    info[INFO_T_REACHED] = t0
+    return check_times(t0, t_eval)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def ode_start(mh, t0, t_eval, y0, p, k, nc, order, first_step, rtol, atol, z, zy, f0, f0y,
+              z1, z1y, f1, f1y, jy, jp, z_out, info):
+    """The start of a one-step ODE solver: ``z = [y0, 0 | I]`` (:func:`init_aug_state`), the
+    outputs at ``t0``, ``f0`` = the right-hand side at ``(t0, z)`` and the first step
+    (``first_step`` if ``> 0``, else :func:`initial_step` of the given ``order``; at most
+    ``t_eval[-1] - t0``). Returns ``(status, i_out, h, n_rhs)``: nothing is left to do unless
+    ``status == ST_SUCCESS`` and ``i_out < n_out`` (``info[INFO_N_RHS]`` is set on a non-finite
+    start)."""
+    n_out = t_eval.shape[0]
+    init_aug_state(mh, y0, k, z)
+    i_out = emit_initial_outputs(t0, t_eval, z, z_out)
+    if i_out == n_out:
+        return ST_SUCCESS, i_out, 0.0, 0
+    aug_rhs(mh, t0, z, zy, p, k, jy, jp, f0, f0y)
+    if not (all_finite(z, z.shape[0]) and all_finite(f0, z.shape[0])):
+        info[INFO_N_RHS] = 1
+        return ST_NON_FINITE, i_out, 0.0, 1
+    hmax = t_eval[n_out - 1] - t0
+    if first_step > 0.0:
+        return ST_SUCCESS, i_out, min(first_step, hmax), 1
+    h = initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol, z1, z1y, f1, f1y, jy, jp)
+    return ST_SUCCESS, i_out, h, 2
+
+
 @njit(cache=True, error_model="numpy", fastmath=False)
 def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
                  z1, z1y, f1, f1y, jy, jp):
     """Hairer's initial step heuristic (HINIT of dopri5.f / Hairer, Norsett,
-    Wanner, Solving ODE I, 2nd ed., Sec. II.4).
+    Wanner, Solving ODE I, 2nd ed., Sec. II.4) for an ODE (``aug_rhs``).
 
     ``h = 0.01 ||z|| / ||f0||`` guards an explicit Euler step that estimates
     the second derivative; then ``h**order * max(||f0||, ||z''||) = 0.01``,
     capped by ``100 h`` and ``hmax``. Norms are weighted by
     ``atol + rtol |z0|`` over the first ``nc`` components. Uses one
     right-hand side evaluation (scratch ``z1``, ``f1`` and their state views
-    ``z1y``, ``f1y``).
+    ``z1y``, ``f1y``). The two halves around that evaluation,
+    :func:`initial_step_euler` and :func:`initial_step_finish`, serve every
+    right-hand side (the method of steps calls them around its own).
     """
+    h, dnf = initial_step_euler(z, f0, nc, hmax, rtol, atol, z1)
+    aug_rhs(mh, t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
+    return initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def initial_step_euler(z, f0, nc, hmax, rtol, atol, z1):
+    """First half of :func:`initial_step`: the guess ``h`` and the explicit Euler step
+    ``z1 = z + h f0`` (evaluate the right-hand side at ``(t0 + h, z1)`` next); returns
+    ``(h, ||f0||**2)``."""
     dnf = 0.0
     dny = 0.0
     for q in range(nc):
@@ -187,7 +236,13 @@ def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
     h = min(h, hmax)
     for q in range(z.shape[0]):
         z1[q] = z[q] + h * f0[q]
-    aug_rhs(mh, t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
+    return h, dnf
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol):
+    """Second half of :func:`initial_step`, from ``f1`` = the right-hand side at the Euler
+    step: the initial step."""
     der2 = 0.0
     for q in range(nc):
         sk = atol + rtol * abs(z[q])
@@ -201,3 +256,13 @@ def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
     else:
         h1 = (0.01 / der12) ** (1.0 / order)
     return min(100.0 * h, h1, hmax)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def write_info(info, t, n_steps, n_rejected, n_rhs, h):
+    """Fill the counters of ``info`` common to every solver at its end (``INFO_*``)."""
+    info[INFO_T_REACHED] = t
+    info[INFO_N_STEPS] = n_steps
+    info[INFO_N_REJECTED] = n_rejected
+    info[INFO_N_RHS] = n_rhs
+    info[INFO_H_NEXT] = h

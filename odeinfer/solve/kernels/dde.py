@@ -2,8 +2,8 @@
 dense-output interpolation of lagged values, breakpoint tracking and forward
 sensitivities w.r.t. parameters, delays and history parameters.
 
-Appended (after ``common.py``) to the generated module of every model with
-delays; the model kernels have the DDE contract of
+Appended (after ``common.py`` and ``rk.py``, whose Runge-Kutta core it shares with the ODE
+solver of ``dopri.py``) to the generated module of every model with delays; the model kernels have the DDE contract of
 ``odeinfer/model/codegen_dde.py`` (``model_f(t, y, ylag, p, out)``,
 ``model_jac_y``, ``model_jac_ylag``, ``model_jac_p``, ``N_DELAYS``,
 ``DELAY_PARAMS``).
@@ -70,49 +70,6 @@ DDE_INFO_N_STORED = 6
 DDE_INFO_BUF_FULL = 7
 DDE_INFO_SIZE = 8
 _DDE_BP_ORDER = 5  # breakpoints sum_k n_k tau_k with sum n_k <= 5
-
-_DDE_C2 = 1.0 / 5.0
-_DDE_C3 = 3.0 / 10.0
-_DDE_C4 = 4.0 / 5.0
-_DDE_C5 = 8.0 / 9.0
-_DDE_A21 = 1.0 / 5.0
-_DDE_A31 = 3.0 / 40.0
-_DDE_A32 = 9.0 / 40.0
-_DDE_A41 = 44.0 / 45.0
-_DDE_A42 = -56.0 / 15.0
-_DDE_A43 = 32.0 / 9.0
-_DDE_A51 = 19372.0 / 6561.0
-_DDE_A52 = -25360.0 / 2187.0
-_DDE_A53 = 64448.0 / 6561.0
-_DDE_A54 = -212.0 / 729.0
-_DDE_A61 = 9017.0 / 3168.0
-_DDE_A62 = -355.0 / 33.0
-_DDE_A63 = 46732.0 / 5247.0
-_DDE_A64 = 49.0 / 176.0
-_DDE_A65 = -5103.0 / 18656.0
-_DDE_A71 = 35.0 / 384.0
-_DDE_A73 = 500.0 / 1113.0
-_DDE_A74 = 125.0 / 192.0
-_DDE_A75 = -2187.0 / 6784.0
-_DDE_A76 = 11.0 / 84.0
-_DDE_E1 = 71.0 / 57600.0
-_DDE_E3 = -71.0 / 16695.0
-_DDE_E4 = 71.0 / 1920.0
-_DDE_E5 = -17253.0 / 339200.0
-_DDE_E6 = 22.0 / 525.0
-_DDE_E7 = -1.0 / 40.0
-_DDE_D1 = -12715105075.0 / 11282082432.0
-_DDE_D3 = 87487479700.0 / 32700410799.0
-_DDE_D4 = -10690763975.0 / 1880347072.0
-_DDE_D5 = 701980252875.0 / 199316789632.0
-_DDE_D6 = -1453857185.0 / 822651844.0
-_DDE_D7 = 69997945.0 / 29380423.0
-_DDE_SAFE = 0.9
-_DDE_BETA = 0.04
-_DDE_EXPO1 = 0.2 - 0.04 * 0.75
-_DDE_FACC1 = 5.0
-_DDE_FACC2 = 0.1
-_DDE_LOG_FACOLD_MIN = math.log(1.0e-4)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -240,11 +197,10 @@ def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out
     h = buf[r, 1]
     size = n * (1 + k)
     th = (s - ts) / h
-    th1 = 1.0 - th
     for c in range(ncomp):
         base = 2 + c
-        out[c] = buf[r, base] + th * (buf[r, base + size] + th1 * (buf[r, base + 2 * size] + th * (
-            buf[r, base + 3 * size] + th1 * buf[r, base + 4 * size])))
+        out[c] = rk_dense_value(th, buf[r, base], buf[r, base + size], buf[r, base + 2 * size],
+                                buf[r, base + 3 * size], buf[r, base + 4 * size])
     return 0
 
 
@@ -372,10 +328,8 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
     q = phi.shape[0]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
-    for a in range(info.shape[0]):
-        info[a] = 0.0
-    info[INFO_T_REACHED] = t0
-    if (p.shape[0] != m or z_out.shape[0] != n_out or z_out.shape[1] != size
+    status = start_solve(info, t0, t_eval)
+    if (status != ST_SUCCESS or p.shape[0] != m or z_out.shape[0] != n_out or z_out.shape[1] != size
             or (k != 0 and k != m + q) or work.shape[0] < _dde_work_size(mh, k, q)
             or buf.shape[1] != 2 + 5 * size or buf.shape[0] < 1 or hkind < 0 or hkind > 3
             or (hkind == 0 and q != n) or (hkind == 1 and q != 2 * n) or (hkind == 2 and q != 3 * n)
@@ -387,24 +341,13 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         if not (tau > 0.0 and math.isfinite(tau)):
             return ST_BAD_INPUT
         tau_min = min(tau_min, tau)
-    status = check_times(t0, t_eval)
-    if status != ST_SUCCESS:
-        return status
     if n_out == 0:
         return ST_SUCCESS
     t_end = t_eval[n_out - 1]
     eps = 64.0 * UROUND * max(abs(t0), abs(t_end), 1.0)
     # work layout
-    k1 = work[0:size]
-    k2 = work[size:2 * size]
-    k3 = work[2 * size:3 * size]
-    k4 = work[3 * size:4 * size]
-    k5 = work[4 * size:5 * size]
-    k6 = work[5 * size:6 * size]
-    k7 = work[6 * size:7 * size]
-    z = work[7 * size:8 * size]
-    z1 = work[8 * size:9 * size]
-    zs = work[9 * size:10 * size]
+    (k1, k2, k3, k4, k5, k6, k7, z, z1, zs), (k1y, k2y, k3y, k4y, k5y, k6y, k7y, zy, z1y, zsy) = \
+        rk_vectors(work, size, n)
     off = 10 * size
     jy = work[off:off + n * n].reshape((n, n))
     off += n * n
@@ -429,16 +372,6 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
     off += n * max(q, 1)
     bps = work[off:off + _dde_bp_capacity(mh)]
     w = (jy, jl, jp, ylag, lz, yd, ylag2, ys, fd, hx, hdx, hg)
-    k1y = k1[0:n]
-    k2y = k2[0:n]
-    k3y = k3[0:n]
-    k4y = k4[0:n]
-    k5y = k5[0:n]
-    k6y = k6[0:n]
-    k7y = k7[0:n]
-    zy = z[0:n]
-    z1y = z1[0:n]
-    zsy = zs[0:n]
     nc = size if (sens_err and k > 0) else n
 
     # initial augmented state from the history at u = 0
@@ -464,43 +397,19 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
     hmax = min(t_end - t0, tau_min)
     if first_step > 0.0:
         h = min(first_step, hmax)
-    else:  # Hairer's heuristic (HINIT) on the states (and sensitivities)
-        dnf = 0.0
-        dny = 0.0
-        for a in range(nc):
-            sk = atol + rtol * abs(z[a])
-            dnf += (k1[a] / sk) ** 2
-            dny += (z[a] / sk) ** 2
-        h = 1.0e-6 if (dnf <= 1e-10 or dny <= 1e-10) else math.sqrt(dny / dnf) * 0.01
-        h = min(h, hmax)
-        for a in range(size):
-            z1[a] = z[a] + h * k1[a]
+    else:  # Hairer's heuristic (initial_step of common.py) around the delay right-hand side
+        h, dnf = initial_step_euler(z, k1, nc, hmax, rtol, atol, z1)
         _dde_rhs(mh, t0 + h, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         n_rhs += 1
-        der2 = 0.0
-        for a in range(nc):
-            sk = atol + rtol * abs(z[a])
-            der2 += ((k2[a] - k1[a]) / sk) ** 2
-        der2 = math.sqrt(der2) / h
-        der12 = max(abs(der2), math.sqrt(dnf))
-        if not math.isfinite(der12):
-            h = min(h, 1.0e-6 * max(1.0, hmax))
-        else:
-            h1 = max(1.0e-6, h * 1.0e-3) if der12 <= 1e-15 else (0.01 / der12) ** 0.2
-            h = min(100.0 * h, h1, hmax)
+        h = initial_step_finish(h, dnf, z, k1, k2, nc, RK_ORDER, hmax, rtol, atol)
 
     t = t0
-    lfacold = _DDE_LOG_FACOLD_MIN
-    n_steps = 0
-    n_rej = 0
-    n_bad = 0
-    reject = False
+    lfacold = RK_LOG_FACOLD_MIN  # log(facold), facold = max(err, 1e-4)
+    n_steps = n_rej = n_bad = 0  # attempted and rejected steps, consecutive non-finite trials
+    reject = False  # the last trial step was rejected
     while True:
-        if n_steps >= max_steps:
-            status = ST_MAX_STEPS
-            break
-        if not (0.1 * h > abs(t) * UROUND):
-            status = ST_STEP_TOO_SMALL
+        status = rk_step_allowed(n_steps, max_steps, h, t)
+        if status != ST_SUCCESS:
             break
         if nbuf >= buf.shape[0]:
             info[DDE_INFO_BUF_FULL] = 1.0
@@ -520,21 +429,15 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
             at_bp = True
             last = False
         n_steps += 1
-        for a in range(size):
-            zs[a] = z[a] + h * _DDE_A21 * k1[a]
-        _dde_rhs(mh, t + _DDE_C2 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
-        for a in range(size):
-            zs[a] = z[a] + h * (_DDE_A31 * k1[a] + _DDE_A32 * k2[a])
-        _dde_rhs(mh, t + _DDE_C3 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
-        for a in range(size):
-            zs[a] = z[a] + h * (_DDE_A41 * k1[a] + _DDE_A42 * k2[a] + _DDE_A43 * k3[a])
-        _dde_rhs(mh, t + _DDE_C4 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
-        for a in range(size):
-            zs[a] = z[a] + h * (_DDE_A51 * k1[a] + _DDE_A52 * k2[a] + _DDE_A53 * k3[a] + _DDE_A54 * k4[a])
-        _dde_rhs(mh, t + _DDE_C5 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
-        for a in range(size):
-            zs[a] = z[a] + h * (_DDE_A61 * k1[a] + _DDE_A62 * k2[a] + _DDE_A63 * k3[a]
-                                + _DDE_A64 * k4[a] + _DDE_A65 * k5[a])
+        rk_stage(2, size, z, h, k1, k2, k3, k4, k5, k6, zs)
+        _dde_rhs(mh, t + RK_C2 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
+        rk_stage(3, size, z, h, k1, k2, k3, k4, k5, k6, zs)
+        _dde_rhs(mh, t + RK_C3 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
+        rk_stage(4, size, z, h, k1, k2, k3, k4, k5, k6, zs)
+        _dde_rhs(mh, t + RK_C4 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
+        rk_stage(5, size, z, h, k1, k2, k3, k4, k5, k6, zs)
+        _dde_rhs(mh, t + RK_C5 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
+        rk_stage(6, size, z, h, k1, k2, k3, k4, k5, k6, zs)
         if last:
             t_new = t_end
         elif at_bp:
@@ -542,90 +445,40 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         else:
             t_new = t + h
         _dde_rhs(mh, t_new, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k6, k6y)
-        for a in range(size):
-            z1[a] = z[a] + h * (_DDE_A71 * k1[a] + _DDE_A73 * k3[a] + _DDE_A74 * k4[a]
-                                + _DDE_A75 * k5[a] + _DDE_A76 * k6[a])
+        rk_stage(7, size, z, h, k1, k2, k3, k4, k5, k6, z1)
         _dde_rhs(mh, t_new, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
         n_rhs += 6
-        err2 = 0.0
-        for a in range(nc):
-            sk = atol + rtol * max(abs(z[a]), abs(z1[a]))
-            e = h * (_DDE_E1 * k1[a] + _DDE_E3 * k3[a] + _DDE_E4 * k4[a]
-                     + _DDE_E5 * k5[a] + _DDE_E6 * k6[a] + _DDE_E7 * k7[a])
-            err2 += (e / sk) * (e / sk)
-        err2 = err2 / nc
+        err2 = rk_err2(nc, z, z1, h, k1, k3, k4, k5, k6, k7, rtol, atol)
         if not (math.isfinite(err2) and all_finite(z1, size) and all_finite(k7, size)):
-            n_rej += 1
-            n_bad += 1
-            if n_bad >= MAX_NONFINITE_REJECTS:
-                status = ST_NON_FINITE
-                break
-            h *= 0.2
+            h, n_bad, n_rej, status = rk_nonfinite(h, n_bad, n_rej, False)
             reject = True
+            if status != ST_SUCCESS:
+                break
             continue
         n_bad = 0
-        lerr = 0.5 * math.log(err2) if err2 > 0.0 else -745.0
-        if err2 <= 1.0:
-            fac = math.exp(_DDE_EXPO1 * lerr - _DDE_BETA * lfacold) / _DDE_SAFE
-            fac = max(_DDE_FACC2, min(_DDE_FACC1, fac))
-            hnew = h / fac
-            lfacold = max(lerr, _DDE_LOG_FACOLD_MIN)
-            # store the dense output of the step
-            buf[nbuf, 0] = t
-            buf[nbuf, 1] = h
-            for a in range(size):
-                ydiff = z1[a] - z[a]
-                bspl = h * k1[a] - ydiff
-                buf[nbuf, 2 + a] = z[a]
-                buf[nbuf, 2 + size + a] = ydiff
-                buf[nbuf, 2 + 2 * size + a] = bspl
-                buf[nbuf, 2 + 3 * size + a] = ydiff - h * k7[a] - bspl
-                buf[nbuf, 2 + 4 * size + a] = h * (_DDE_D1 * k1[a] + _DDE_D3 * k3[a] + _DDE_D4 * k4[a]
-                                                   + _DDE_D5 * k5[a] + _DDE_D6 * k6[a] + _DDE_D7 * k7[a])
-            nbuf += 1
-            j_end = i_out
-            while j_end < n_out and (last or t_eval[j_end] <= t_new):
-                j_end += 1
-            if j_end > i_out:
-                r = nbuf - 1
-                for a in range(size):
-                    c0 = buf[r, 2 + a]
-                    c1 = buf[r, 2 + size + a]
-                    c2 = buf[r, 2 + 2 * size + a]
-                    c3 = buf[r, 2 + 3 * size + a]
-                    c4 = buf[r, 2 + 4 * size + a]
-                    for jj in range(i_out, j_end):
-                        if t_eval[jj] >= t_new:
-                            z_out[jj, a] = z1[a]
-                        else:
-                            th = (t_eval[jj] - t) / h
-                            th1 = 1.0 - th
-                            z_out[jj, a] = c0 + th * (c1 + th1 * (c2 + th * (c3 + th1 * c4)))
-                i_out = j_end
-            for a in range(size):
-                z[a] = z1[a]
-            t = t_new
-            if last:
-                break
-            if at_bp:  # the right limit at a breakpoint: no FSAL
-                _dde_rhs(mh, t, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
-                n_rhs += 1
-            else:
-                for a in range(size):
-                    k1[a] = k7[a]
-            hnew = min(hnew, hmax)
-            if reject:
-                hnew = min(hnew, h)
-            reject = False
-            h = hnew
-        else:
-            h = h / min(_DDE_FACC1, math.exp(_DDE_EXPO1 * lerr) / _DDE_SAFE)
+        lerr = rk_log_err(err2)
+        if err2 > 1.0:
+            h = rk_reject(h, lerr)
             reject = True
             n_rej += 1
-    info[INFO_T_REACHED] = t
-    info[INFO_N_STEPS] = n_steps
-    info[INFO_N_REJECTED] = n_rej
-    info[INFO_N_RHS] = n_rhs
-    info[INFO_H_NEXT] = h
+            continue
+        hnew, lfacold = rk_accept(h, lerr, lfacold)
+        rk_store_dense(buf, nbuf, 2, size, t, h, z, z1, k1, k3, k4, k5, k6, k7)  # the step's dense output
+        nbuf += 1
+        i_out = rk_emit(t_eval, i_out, last, size, t, h, t_new, z, z1, k1, k3, k4, k5, k6, k7, z_out)
+        for a in range(size):
+            z[a] = z1[a]
+        t = t_new
+        if last:
+            break
+        if at_bp:  # the right limit at a breakpoint: no FSAL
+            _dde_rhs(mh, t, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
+            n_rhs += 1
+        else:
+            for a in range(size):
+                k1[a] = k7[a]
+        h = rk_next_step(hnew, h, hmax, reject)
+        reject = False
+    write_info(info, t, n_steps, n_rej, n_rhs, h)
     info[DDE_INFO_N_STORED] = nbuf
     return status

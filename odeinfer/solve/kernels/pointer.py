@@ -1,12 +1,12 @@
 """Solver entry points shared by every model: the model comes as C function pointers.
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
-``common.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``, ``collocation.py``,
+``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``, ``collocation.py``,
 ``residuals.py``, ``noise_cov.py`` and ``dde.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
-operation).
+operation, and the same Runge-Kutta core ``rk.py``).
 
 Model handles (int64 entries): ODE ``mh = (n, m, f, jac_y, jac_p, f_t, jac_y_t, jac_p_t,
 jac_y_dir, jac_p_dir)``, the numbers of states and parameters and the addresses of

@@ -1,8 +1,9 @@
 """Rodas4: stiffly accurate Rosenbrock method of order 4(3) with dense output
 (order 3) and forward sensitivities through the exact augmented Jacobian.
 
-Appended to every generated model module; see ``kernels/__init__.py`` and the
-augmented-state layout in ``kernels/common.py``.
+Appended to every generated model module (after ``rk.py``, whose error scale, output
+window and step-size limits it shares); see ``kernels/__init__.py`` and the augmented-state
+layout in ``kernels/common.py``.
 
 Method: E. Hairer and G. Wanner, Solving Ordinary Differential Equations II,
 2nd ed. (1996), Sec. IV.7 (method RODAS, p. 452 of the book, in the transformed
@@ -183,15 +184,10 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, 
     m = mh[1]
     size = n * (1 + k)
     n_out = t_eval.shape[0]
-    for q in range(info.shape[0]):
-        info[q] = 0.0
-    info[INFO_T_REACHED] = t0
-    if (y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
+    status = start_solve(info, t0, t_eval)
+    if (status != ST_SUCCESS or y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
             or z_out.shape[1] != size or work.shape[0] < _rodas_work_len(n, m, k)):
         return ST_BAD_INPUT
-    status = check_times(t0, t_eval)
-    if status != ST_SUCCESS:
-        return status
     z = work[0:size]
     z1 = work[size:2 * size]
     zs = work[2 * size:3 * size]
@@ -227,23 +223,12 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, 
     dzy = dz[0:n]
     dy1y = dy1[0:n]
 
-    init_aug_state(mh, y0, k, z)
-    i_out = emit_initial_outputs(t0, t_eval, z, z_out)
-    if i_out == n_out:
-        return ST_SUCCESS
+    status, i_out, h, n_rhs = ode_start(mh, t0, t_eval, y0, p, k, nc, 4.0, first_step, rtol, atol,
+                                        z, ystart, dy1, dy1y, z1, z1y, dz, dzy, jy, jp, z_out, info)
+    if status != ST_SUCCESS or i_out == n_out:
+        return status
     t_end = t_eval[n_out - 1]
-    aug_rhs(mh, t0, z, ystart, p, k, jy, jp, dy1, dy1y)
-    n_rhs = 1
-    if not (all_finite(z, size) and all_finite(dy1, size)):
-        info[INFO_N_RHS] = n_rhs
-        return ST_NON_FINITE
     hmax = t_end - t0
-    if first_step > 0.0:
-        h = min(first_step, hmax)
-    else:
-        h = initial_step(mh, t0, z, dy1, p, k, nc, 4.0, hmax, rtol, atol,
-                         z1, z1y, dz, dzy, jy, jp)
-        n_rhs += 1
 
     t = t0
     n_steps = 0
@@ -259,11 +244,8 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, 
     mh_jac_y(mh, t, ystart, p, jy0)
     _rodas_time_derivative(mh, t, ystart, p, k, z, ft, jyt, jpt, fx)
     while True:
-        if n_steps >= max_steps:
-            status = ST_MAX_STEPS
-            break
-        if not (0.1 * h > abs(t) * UROUND):
-            status = ST_STEP_TOO_SMALL
+        status = rk_step_allowed(n_steps, max_steps, h, t)
+        if status != ST_SUCCESS:
             break
         last = False
         if t + 1.0001 * h - t_end >= 0.0:
@@ -343,69 +325,55 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, 
 
         err = 0.0
         for q in range(nc):
-            sk = atol + rtol * max(abs(z[q]), abs(z1[q]))
-            err += (u6[q] / sk) ** 2
+            err += rk_scaled(u6[q], z[q], z1[q], rtol, atol) ** 2
         err = math.sqrt(err / nc)
         if not (math.isfinite(err) and all_finite(z1, size)):
-            n_rej += 1
-            n_bad += 1
-            if n_bad >= MAX_NONFINITE_REJECTS:
-                status = ST_NON_FINITE
-                break
-            h *= 0.2
+            h, n_bad, n_rej, status = rk_nonfinite(h, n_bad, n_rej, False)
             reject = True
+            if status != ST_SUCCESS:
+                break
             continue
         n_bad = 0
         fac = max(_RO_FAC2, min(_RO_FAC1, err ** 0.25 / _RO_SAFE))
         hnew = h / fac
-        if err <= 1.0:
-            n_acc += 1
-            if n_acc > 1:
-                # predictive controller of Gustafsson
-                facgus = (hacc / h) * (err * err / erracc) ** 0.25 / _RO_SAFE
-                facgus = max(_RO_FAC2, min(_RO_FAC1, facgus))
-                fac = max(fac, facgus)
-                hnew = h / fac
-            hacc = h
-            erracc = max(1.0e-2, err)
-            j_end = i_out
-            while j_end < n_out and (last or t_eval[j_end] <= t_new):
-                j_end += 1
-            if j_end > i_out:
-                for q in range(size):
-                    w2 = (_RO_W21 * u1[q] + _RO_W22 * u2[q] + _RO_W23 * u3[q]
-                          + _RO_W24 * u4[q] + _RO_W25 * u5[q])
-                    w3 = (_RO_W31 * u1[q] + _RO_W32 * u2[q] + _RO_W33 * u3[q]
-                          + _RO_W34 * u4[q] + _RO_W35 * u5[q])
-                    for j in range(i_out, j_end):
-                        if t_eval[j] >= t_new:
-                            z_out[j, q] = z1[q]
-                        else:
-                            s = (t_eval[j] - t) / h
-                            s1 = 1.0 - s
-                            z_out[j, q] = s1 * z[q] + s * (z1[q] + s1 * (w2 + s * w3))
-                i_out = j_end
-            for q in range(size):
-                z[q] = z1[q]
-            t = t_new
-            need_jac = True
-            n_sing = 0
-            if last:
-                break
-            if hnew > hmax:
-                hnew = hmax
-            if reject:
-                hnew = min(hnew, h)
-            reject = False
-            h = hnew
-        else:
+        if err > 1.0:
             h = hnew
             reject = True
             n_rej += 1
-    info[INFO_T_REACHED] = t
-    info[INFO_N_STEPS] = n_steps
-    info[INFO_N_REJECTED] = n_rej
-    info[INFO_N_RHS] = n_rhs
-    info[INFO_H_NEXT] = h
+            continue
+        n_acc += 1
+        if n_acc > 1:
+            # predictive controller of Gustafsson
+            facgus = (hacc / h) * (err * err / erracc) ** 0.25 / _RO_SAFE
+            facgus = max(_RO_FAC2, min(_RO_FAC1, facgus))
+            fac = max(fac, facgus)
+            hnew = h / fac
+        hacc = h
+        erracc = max(1.0e-2, err)
+        j_end = rk_outputs_due(t_eval, i_out, last, t_new)
+        if j_end > i_out:
+            for q in range(size):
+                w2 = (_RO_W21 * u1[q] + _RO_W22 * u2[q] + _RO_W23 * u3[q]
+                      + _RO_W24 * u4[q] + _RO_W25 * u5[q])
+                w3 = (_RO_W31 * u1[q] + _RO_W32 * u2[q] + _RO_W33 * u3[q]
+                      + _RO_W34 * u4[q] + _RO_W35 * u5[q])
+                for j in range(i_out, j_end):
+                    if t_eval[j] >= t_new:
+                        z_out[j, q] = z1[q]
+                    else:
+                        s = (t_eval[j] - t) / h
+                        s1 = 1.0 - s
+                        z_out[j, q] = s1 * z[q] + s * (z1[q] + s1 * (w2 + s * w3))
+            i_out = j_end
+        for q in range(size):
+            z[q] = z1[q]
+        t = t_new
+        need_jac = True
+        n_sing = 0
+        if last:
+            break
+        h = rk_next_step(hnew, h, hmax, reject)
+        reject = False
+    write_info(info, t, n_steps, n_rej, n_rhs, h)
     info[INFO_N_LU] = n_lu
     return status
