@@ -157,7 +157,7 @@ def test_to_json_into_a_missing_directory_is_an_input_error(tmp_path):
 
 
 # -- from_json: one typed error for every broken file, explicit size and depth limits ---------------------
-def _broken(text_or_path, match):
+def assert_broken(text_or_path, match):
     with pytest.raises(ResultFileError, match=match) as info:
         Estimate.from_json(text_or_path)
     assert isinstance(info.value, oi.errors.OdeinferError) and isinstance(info.value, ValueError)
@@ -165,48 +165,48 @@ def _broken(text_or_path, match):
 
 
 def test_from_json_text_that_is_neither_json_nor_a_file():
-    _broken("not json", r"text_or_path: 'not json' is neither JSON text .* nor the path of an existing file")
+    assert_broken("not json", r"text_or_path: 'not json' is neither JSON text .* nor the path of an existing file")
 
 
 def test_from_json_missing_file_and_directory(tmp_path):
-    _broken(tmp_path / "absent.json", r"text_or_path: no file '.*absent.json'")
-    _broken(tmp_path, r"text_or_path: '.*' is not a regular file")
+    assert_broken(tmp_path / "absent.json", r"text_or_path: no file '.*absent.json'")
+    assert_broken(tmp_path, r"text_or_path: '.*' is not a regular file")
 
 
 def test_from_json_missing_keys():
     d = make().to_dict()
     del d["cov"], d["status"]
-    _broken(json.dumps(d), r"the JSON text lacks the key\(s\) \['cov', 'status'\]")
+    assert_broken(json.dumps(d), r"the JSON text lacks the key\(s\) \['cov', 'status'\]")
     d = make().to_dict()
     del d["model"]["equations"]
-    _broken(json.dumps(d), r"lacks the key\(s\) \['equations'\] in 'model'")
+    assert_broken(json.dumps(d), r"lacks the key\(s\) \['equations'\] in 'model'")
 
 
 def test_from_json_truncated_and_wrong_types(tmp_path):
     text = make().to_json()
     path = tmp_path / "e.json"
     path.write_text(text[: len(text) // 2])
-    _broken(path, r"text_or_path: '.*e.json' is not valid JSON \(.* at line 1, column \d+\); it may be truncated")
-    _broken("[1, 2]", "expected a JSON object written by Estimate.to_json")
+    assert_broken(path, r"text_or_path: '.*e.json' is not valid JSON \(.* at line 1, column \d+\); it may be truncated")
+    assert_broken("[1, 2]", "expected a JSON object written by Estimate.to_json")
     d = make().to_dict()
     d["values"] = ["a", "b", "c"]
-    msg = _broken(json.dumps(d), r"the JSON text: the field 'values' must be a list of numbers; the file holds")
+    msg = assert_broken(json.dumps(d), r"the JSON text: the field 'values' must be a list of numbers; the file holds")
     assert "'a'" not in msg and "do not fit together" not in msg
     d = make().to_dict()
     d["history"] = {"cost": "abc" * 10_000}
-    assert len(_broken(json.dumps(d), r"the stored fields do not fit together")) < 500
+    assert len(assert_broken(json.dumps(d), r"the stored fields do not fit together")) < 500
     d = make().to_dict()
     d["values"] = [1.0]
-    _broken(json.dumps(d), r"the stored fields do not fit together \(values: expected shape \(3,\)")
+    assert_broken(json.dumps(d), r"the stored fields do not fit together \(values: expected shape \(3,\)")
     d = make().to_dict()
     d["model"]["equations"] = {"x": "__import__('os')"}
-    _broken(json.dumps(d), r"its model cannot be rebuilt from the stored equations")
+    assert_broken(json.dumps(d), r"its model cannot be rebuilt from the stored equations")
 
 
 def test_from_json_deep_nesting_is_refused_before_parsing(tmp_path):
     deep = '{"format": "odeinfer.Estimate/1", "extras": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001
-    _broken(deep, r"the JSON text is nested 100001 levels deep; an estimate file is at most 64")
-    _broken("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep")
+    assert_broken(deep, r"the JSON text is nested 100001 levels deep; an estimate file is at most 64")
+    assert_broken("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep")
     # brackets inside strings do not count
     d = make(extras={"s": "[[[[" * 100, "q": 'x\\"{{{' * 100})
     back = Estimate.from_json(json.dumps(d.to_dict()))
@@ -217,8 +217,8 @@ def test_from_json_oversize_file_is_refused_before_reading(tmp_path):
     path = tmp_path / "huge.json"
     with open(path, "wb") as fh:
         fh.truncate(65 * 2**20)  # sparse: 65 MiB without writing them
-    _broken(path, r"'.*huge.json' is 65.0 MiB; an estimate file is at most 64 MiB")
-    _broken("{" + " " * (64 * 2**20) + "}", r"the JSON text is 64.0 MiB; an estimate file is at most 64 MiB")
+    assert_broken(path, r"'.*huge.json' is 65.0 MiB; an estimate file is at most 64 MiB")
+    assert_broken("{" + " " * (64 * 2**20) + "}", r"the JSON text is 64.0 MiB; an estimate file is at most 64 MiB")
 
 
 def test_from_json_with_another_model_is_refused():
