@@ -64,9 +64,9 @@ class DDEVJP:
         _, _, status = f(params, history_params)
         if status != Status.SUCCESS:
             return self.grad, status
-        hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
-        status = self.compiled.module.dde_adjoint_vjp(self.t0, self.t, g, params, hkind, history_params, hb, hc,
-                                                      f.buf, int(f.info[Info.N_STORED]), self.nsub, self.grad)
+        # the history's kernel arrays as the forward solver prepared them once
+        status = self.compiled.module.dde_adjoint_vjp(self.t0, self.t, g, params, f._hkind, history_params, f._hb,
+                                                      f._hc, f.buf, int(f.info[Info.N_STORED]), self.nsub, self.grad)
         return self.grad, status
 
 
