@@ -7,8 +7,8 @@
 __version__ = "0.1.0"
 
 from odeinfer import datasets, errors, math, solve, studies, zoo  # noqa: E402
-from odeinfer.data import Data, Experiments  # noqa: E402
-from odeinfer.model import CompiledModel, History, Model, Observation, model  # noqa: E402
+from odeinfer.data import Condition, Data, Dose, Experiments, Input  # noqa: E402
+from odeinfer.model import CompiledModel, History, Laplace, Model, Normal, Observation, model  # noqa: E402
 from odeinfer.results import Estimate  # noqa: E402
 from odeinfer.simulate import Simulation, simulate  # noqa: E402
 from odeinfer.solve import Adjoint, Dopri5, Forward, MethodOfSteps, Problem, Rodas, Solution, bind  # noqa: E402
@@ -19,6 +19,7 @@ __all__ = [
     "datasets", "errors", "estimators", "math", "smooth", "solve", "studies", "zoo",
     # models and data
     "model", "Model", "Observation", "CompiledModel", "History", "Data", "Experiments",
+    "Normal", "Laplace", "Condition", "Dose", "Input", "Param", "FitProblem", "Objective",
     # solving and simulating
     "Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint",
     "simulate", "Simulation",
@@ -47,6 +48,9 @@ _LAZY = {
     "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
     "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),
+    "Param": ("odeinfer.likelihood", "Param"),
+    "FitProblem": ("odeinfer.likelihood", "FitProblem"),
+    "Objective": ("odeinfer.likelihood", "Objective"),
     "bayes": ("odeinfer.bayes", None),
     "diagnostics": ("odeinfer.diagnostics", None),
     "compare_intervals": ("odeinfer.diagnostics", "compare_intervals"),

@@ -6,7 +6,8 @@
 2
 """
 
+from .conditions import Condition, Dose, Input
 from .core import Data
 from .experiments import Experiments, as_experiments
 
-__all__ = ["Data", "Experiments", "as_experiments"]
+__all__ = ["Data", "Experiments", "as_experiments", "Condition", "Dose", "Input"]

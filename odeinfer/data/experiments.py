@@ -35,6 +35,10 @@ class Experiments(Sequence):
         Experiment names, one per dataset, unique. Default: each Data's ``name``,
         or ``"experiment_<i>"`` when it has none. The stored Data carry these
         names.
+    conditions : dict of str to Condition, optional
+        ``{experiment name: oi.Condition(...)}``: parameter overrides, initial states, start
+        time, inputs, doses and pre-equilibration of each experiment (experiments not named
+        get an empty condition). Used by the likelihood estimators (models with observables).
 
     Raises
     ------
@@ -57,9 +61,9 @@ class Experiments(Sequence):
     (('x', 'y'), 4, [0.0, 2.0])
     """
 
-    __slots__ = ("_data", "_names", "_states")
+    __slots__ = ("_data", "_names", "_states", "_conditions")
 
-    def __init__(self, datasets, names=None):
+    def __init__(self, datasets, names=None, conditions=None):
         if isinstance(datasets, Data):
             raise DataError(
                 "`datasets` must be a sequence of Data; received a single Data. "
@@ -118,6 +122,7 @@ class Experiments(Sequence):
         set_(self, "_data", data)
         set_(self, "_names", tuple(names))
         set_(self, "_states", tuple(states))
+        set_(self, "_conditions", _conditions(conditions, names))
 
     def __setattr__(self, key, value):
         raise AttributeError(f"Experiments is immutable; cannot set {key!r}. Build a new one.")
@@ -126,7 +131,7 @@ class Experiments(Sequence):
         raise AttributeError(f"Experiments is immutable; cannot delete {key!r}.")
 
     def __reduce__(self):
-        return (Experiments, (list(self._data), list(self._names)))
+        return (Experiments, (list(self._data), list(self._names), dict(self._conditions) or None))
 
     # -- sequence protocol ------------------------------------------------------
     def __len__(self):
@@ -150,7 +155,9 @@ class Experiments(Sequence):
                 )
             return self._data[self._names.index(key)]
         if isinstance(key, slice):
-            return Experiments(self._data[key], self._names[key])
+            names = self._names[key]
+            conds = {n: c for n, c in self._conditions.items() if n in names}
+            return Experiments(self._data[key], names, conds or None)
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
             return self._data[key]  # IndexError when out of range, as for any sequence
         raise DataError(
@@ -163,6 +170,19 @@ class Experiments(Sequence):
     def names(self):
         """tuple of str: experiment names, in order."""
         return self._names
+
+    @property
+    def conditions(self):
+        """dict of str to Condition: the experiments' conditions (only those given)."""
+        return dict(self._conditions)
+
+    def condition(self, name):
+        """The :class:`~odeinfer.data.conditions.Condition` of experiment ``name`` (empty if none given)."""
+        from .conditions import Condition
+
+        if name not in self._names:
+            self[name]  # raises the usual error
+        return self._conditions.get(name) or Condition()
 
     @property
     def states(self):
@@ -204,7 +224,7 @@ class Experiments(Sequence):
     def __eq__(self, other):
         if not isinstance(other, Experiments):
             return NotImplemented
-        return self._names == other._names and self._data == other._data
+        return self._names == other._names and self._data == other._data and self._conditions == other._conditions
 
     def __hash__(self):
         return hash((self._names, self._data))
@@ -214,6 +234,24 @@ class Experiments(Sequence):
 
     def _repr_html_(self):
         return _display.experiments_html(self)
+
+
+def _conditions(conditions, names):
+    from .conditions import Condition
+
+    if conditions is None:
+        return {}
+    if not isinstance(conditions, Mapping):
+        raise DataError(f"`conditions` must be a dict {{experiment name: oi.Condition(...)}}; received "
+                        f"{type(conditions).__name__}.")
+    unknown = [k for k in conditions if k not in names]
+    if unknown:
+        raise DataError(f"`conditions` names experiments {unknown} that do not exist; the experiments are "
+                        f"{list(names)}.{close_matches(str(unknown[0]), names)}")
+    for k, c in conditions.items():
+        if not isinstance(c, Condition):
+            raise DataError(f"`conditions[{k!r}]` must be an oi.Condition; received {type(c).__name__}.")
+    return {n: conditions[n] for n in names if n in conditions}
 
 
 def as_experiments(data):

@@ -2,5 +2,6 @@
 
 from odeinfer.model.core import CompiledModel, Model, Observation, model
 from odeinfer.model.history import History
+from odeinfer.model.observables import Laplace, Noise, Normal, Observable
 
-__all__ = ["Model", "Observation", "CompiledModel", "model", "History"]
+__all__ = ["Model", "Observation", "CompiledModel", "model", "History", "Noise", "Normal", "Laplace", "Observable"]

@@ -60,6 +60,11 @@ class Model:
         The parameters that are constant delays (empty for an ODE). The
         expressions hold the lagged states as the symbols of
         :func:`odeinfer.model.lags.lag_symbol` (printed ``x(t - tau)``).
+    observables : tuple of Observable
+        What is measured (see :meth:`observe`); empty: the states in ``observation`` are
+        observed directly.
+    obs_params : tuple of str
+        Parameters used only by the observables and noise models (scales, offsets, sds).
     """
 
     name: str
@@ -69,6 +74,8 @@ class Model:
     observation: Observation = field(default_factory=Observation)
     doc: str = ""
     delays: tuple[str, ...] = ()
+    observables: tuple = ()
+    obs_params: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -206,7 +213,50 @@ class Model:
             text += repr(("delays", self.delays))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    @property
+    def full_params(self) -> tuple[str, ...]:
+        """``params`` then ``obs_params``: every parameter of the model and its observables."""
+        return self.params + self.obs_params
+
+    @property
+    def observable_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.observables)
+
     # variants ---------------------------------------------------------------
+    def observe(self, observables, noise=None, *, params=()) -> "Model":
+        """A copy that measures ``observables`` with the given noise models.
+
+        Parameters
+        ----------
+        observables : dict of str to (str or callable)
+            ``{name: h}``: an expression string in the states, parameters, observable
+            parameters and ``t`` (parsed without ``eval``), or a function ``h(t, y, p)`` traced
+            like the right-hand side (``y.<state>``, ``p.<param>``).
+        noise : Normal or Laplace, or dict of str to those
+            One noise model for all observables, or one per observable. Its ``sigma`` may name
+            parameters and the observable itself.
+        params : list of str
+            Observable-only parameters (scales, offsets, noise sds), new names.
+
+        Examples
+        --------
+        >>> import odeinfer as oi
+        >>> @oi.model(states=["a", "b"], params=["k"])
+        ... def conv(t, y, p):
+        ...     return {"a": -p.k * y.a, "b": p.k * y.a}
+        >>> m = conv.observe({"frac": "100*b/(a + b)"}, noise=oi.Normal(sigma="sd"), params=["sd"])
+        >>> m.observable_names, m.full_params
+        (('frac',), ('k', 'sd'))
+        """
+        from odeinfer.model.observables import build_observables
+
+        if self.delays:
+            raise ModelDefinitionError(
+                f"observe: model {self.name!r} has delays; observables are supported for ODE models only so far "
+                "(observe the states directly with observed=[...])")
+        obs, obs_params = build_observables(self, observables, noise, params)
+        return replace(self, observables=obs, obs_params=obs_params)
+
     def with_observation(self, observed=None, noise="additive") -> "Model":
         """A copy with another observation model (which states are observed, noise scale)."""
         obs = None if observed is None else validate_names("observed", observed)
@@ -276,6 +326,11 @@ class Model:
     def __repr__(self):
         eqs = "; ".join(f"d{s}/dt = {e}" for s, e in zip(self.states, self.exprs))
         delays = f", delays={list(self.delays)}" if self.delays else ""
+        if self.observables:
+            seen = ", ".join(f"{o.name} = {o.text} ~ {o.noise.distribution}({o.noise.scale})" for o in self.observables)
+            extra = f", obs_params={list(self.obs_params)}" if self.obs_params else ""
+            return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}{extra}: {eqs}; "
+                    f"observables: {seen})")
         return (f"Model({self.name!r}, states={list(self.states)}, params={list(self.params)}{delays}, "
                 f"observed={list(self.observed)}, noise={self.observation.noise!r}: {eqs})")
 

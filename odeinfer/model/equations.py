@@ -31,7 +31,7 @@ from odeinfer.errors import EquationParseError, ModelDefinitionError
 from odeinfer.model.trace import T_SYMBOL, symbols_for
 from odeinfer.model.traced import Traced, to_expr
 
-__all__ = ["parse_equations", "format_expr", "FUNCTIONS", "CONSTANTS"]
+__all__ = ["parse_equations", "parse_expression", "format_expr", "FUNCTIONS", "CONSTANTS"]
 
 FUNCTIONS = {
     "exp": om.exp, "log": om.log, "sqrt": om.sqrt, "sin": om.sin, "cos": om.cos, "tan": om.tan,
@@ -63,30 +63,35 @@ def parse_equations(equations, states, params, delays=()):
 
 
 def _parse(equations, states, params):
-    names = {s: Traced(sym) for s, sym in zip(states, symbols_for(states))}
-    names.update({s: Traced(sym) for s, sym in zip(params, symbols_for(params))})
-    names["t"] = Traced(T_SYMBOL)
+    names = {s: sym for s, sym in zip(states, symbols_for(states))}
+    names.update({s: sym for s, sym in zip(params, symbols_for(params))})
+    return tuple(parse_expression(equations[state], names, f"equations[{state!r}]") for state in states)
+
+
+def parse_expression(text, names, where):
+    """One sympy expression from ``text`` (no ``eval``: the whitelist of this module).
+
+    ``names`` maps every name the text may use to its sympy symbol (``t`` is always time);
+    ``where`` names the argument in error messages (e.g. ``"observables['ratio']"``).
+    """
+    scope = {k: Traced(v) for k, v in names.items()}
+    scope.setdefault("t", Traced(T_SYMBOL))
     for c, v in CONSTANTS.items():
-        names.setdefault(c, v)
-    exprs = []
-    for state in states:
-        text = equations[state]
-        where = f"equations[{state!r}]"
-        if not isinstance(text, str):
-            raise EquationParseError(f"{where}: expected a string such as 'alpha*prey', got {type(text).__name__}")
-        if len(text) > _MAX_LEN:
-            raise EquationParseError(f"{where}: the expression has {len(text)} characters; at most {_MAX_LEN} "
-                                     "are allowed. Shorten it, or define the model in Python with @oi.model")
-        text = text.strip()
-        tree = _syntax_tree(where, text)
-        try:
-            value = _Evaluator(where, text, names).visit(tree.body)
-        except EquationParseError:
-            raise
-        except ModelDefinitionError as exc:
-            raise EquationParseError(f"{where}: {exc}") from None
-        exprs.append(to_expr(value))
-    return tuple(exprs)
+        scope.setdefault(c, v)
+    if not isinstance(text, str):
+        raise EquationParseError(f"{where}: expected a string such as 'alpha*prey', got {type(text).__name__}")
+    if len(text) > _MAX_LEN:
+        raise EquationParseError(f"{where}: the expression has {len(text)} characters; at most {_MAX_LEN} "
+                                 "are allowed. Shorten it, or define the model in Python with @oi.model")
+    text = text.strip()
+    tree = _syntax_tree(where, text)
+    try:
+        value = _Evaluator(where, text, scope).visit(tree.body)
+    except EquationParseError:
+        raise
+    except ModelDefinitionError as exc:
+        raise EquationParseError(f"{where}: {exc}") from None
+    return to_expr(value)
 
 
 def _short(text, n=60):

@@ -1,0 +1,254 @@
+"""The negative log-likelihood of a :class:`~odeinfer.likelihood.FitProblem`, its exact gradient
+and its Fisher information, on the estimation scale.
+
+Per experiment the model runs from ``t0`` (or from the steady state of its pre-equilibration)
+through segments cut at dose times and at the knots of step inputs; each segment is one
+prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right-hand side's
+parameters and the segment's initial state, chained to the problem's parameters through the
+exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
+dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
+jump condition of a bolus at a fixed time). Observables and noise models (exact derivatives)
+give the NLL terms (:mod:`odeinfer.likelihood.noise`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, nll_terms, transform_data
+from odeinfer.likelihood.observe import ObservableFunctions
+from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
+from odeinfer.likelihood.steady import SteadyState
+from odeinfer.solve import Forward, Problem, bind
+from odeinfer.solve.config import as_solver
+from odeinfer.solve.status import status_message
+
+__all__ = ["Objective", "Evaluation"]
+
+
+class Evaluation:
+    """One evaluation: ``nll``, ``grad`` and ``fim`` (estimation scale) or ``failure`` (a message)."""
+
+    __slots__ = ("nll", "grad", "fim", "failure")
+
+    def __init__(self, nll=np.inf, grad=None, fim=None, failure=None):
+        self.nll, self.grad, self.fim, self.failure = nll, grad, fim, failure
+
+    @property
+    def ok(self):
+        return self.failure is None
+
+
+class _Segment:
+    __slots__ = ("start", "solver", "out", "end_extra", "jumps", "p_inputs")
+
+
+class _Run:
+    """The compiled plan of one experiment."""
+
+    def __init__(self, obj, plan):
+        prob, m = obj.problem, obj.problem.model
+        self.name = plan.name
+        self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
+        self.n_d = len(plan.doses)
+        syms = [prob.symbols[n] for n in prob.names]
+        est = [prob.symbols[n] for n in prob.estimated]
+        v = sp.Matrix(plan.exprs)
+        rename = {s: sp.Symbol(f"_a{k}", real=True) for k, s in enumerate(syms)}
+        args = [rename[s] for s in syms]
+        self._v = sp.lambdify([args], list(v.xreplace(rename)), modules="numpy", cse=True)
+        jac = v.jacobian(est) if est else sp.zeros(v.rows, 0)
+        self._jac_const = np.array(jac.tolist(), dtype=float).reshape(v.rows, len(est)) if all(
+            e.is_number for e in jac) else None
+        self._jac = None if self._jac_const is not None else sp.lambdify(
+            [args], jac.xreplace(rename), modules="numpy", cse=True)
+        self.preeq = obj.steady if plan.preequilibrate else None
+        self.keep_x0 = plan.keep_x0
+        # --- output times and segments ---------------------------------------------------------
+        t0 = plan.t0
+        self.times, self.row_out = np.unique(plan.t_rows, return_inverse=True)
+        t_end = float(self.times[-1]) if self.times.size else t0
+        cuts = {d.time for d in plan.doses if d.time > t0}
+        for inp in plan.inputs.values():
+            cuts |= {k for k in inp.t if t0 < k < t_end}
+        bounds = [t0] + sorted(cuts) + ([t_end] if not cuts or max(cuts) < t_end else [])
+        self.x0_doses = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time <= t0]
+        self.segments = []
+        solver = obj.solver
+        for j in range(len(bounds) - 1):
+            a, b = bounds[j], bounds[j + 1]
+            sel = (self.times >= a if j == 0 else self.times > a) & (self.times <= b)
+            out = np.flatnonzero(sel)
+            tt = self.times[out]
+            extra = not (tt.size and tt[-1] == b)
+            if extra:
+                tt = np.append(tt, b)
+            seg = _Segment()
+            seg.start, seg.out, seg.end_extra = a, out, extra
+            seg.solver = bind(Problem(m, tt, t0=a), solver=solver, gradient=Forward())
+            seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
+            seg.p_inputs = [(k, float(inp(a))) for k, inp in plan.inputs.items()]
+            self.segments.append(seg)
+        # --- measurements grouped by observable ------------------------------------------------
+        self.groups = []
+        for k, o in enumerate(m.observables):
+            rows = np.flatnonzero(plan.obs_rows == k)
+            if rows.size == 0:
+                continue
+            y = plan.y_rows[rows]
+            scale = SCALE_CODES[o.noise.scale]
+            if scale and np.any(y <= 0):
+                bad = plan.t_rows[rows][y <= 0][:5].tolist()
+                raise _data_error(plan.name, o, bad)
+            zy, jac_term = transform_data(y, scale)
+            self.groups.append((k, rows, plan.t_rows[rows], self.row_out[rows], zy, jac_term,
+                                DIST_CODES[o.noise.distribution], scale))
+        self.n_rows = plan.t_rows.size
+
+    def mapping(self, theta):
+        v = np.asarray(self._v(theta), float).ravel()
+        J = self._jac_const if self._jac_const is not None else np.asarray(self._jac(theta), float)
+        return v, J
+
+    def states(self, v, Jv):
+        """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text."""
+        n_p, n_q, n_s = self.n_p, self.n_q, self.n_s
+        ne = Jv.shape[1]
+        p, dp = v[:n_p].copy(), Jv[:n_p]
+        o = n_p + n_q
+        x, dx = v[o:o + n_s].copy(), Jv[o:o + n_s].copy()
+        od = o + n_s
+        if self.preeq is not None:
+            op = od + self.n_d
+            res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p], Jv[op + n_p:op + n_p + n_s])
+            if isinstance(res, str):
+                return f"experiment {self.name!r}: {res}"
+            xs, dxs = res
+            keep = self.keep_x0
+            x = np.where(keep, x, xs)
+            dx = np.where(keep[:, None], dx, dxs)
+        for i, a in self.x0_doses:
+            x[i] += v[od + a]
+            dx[i] += Jv[od + a]
+        X = np.empty((self.times.size, n_s))
+        dX = np.empty((self.times.size, n_s, ne))
+        for seg in self.segments:
+            pj, dpj = p, dp
+            if seg.p_inputs:
+                pj, dpj = p.copy(), dp.copy()
+                for k, u in seg.p_inputs:
+                    pj[k] = u
+                    dpj[k] = 0.0
+            y, S, st = seg.solver(pj, np.ascontiguousarray(x))
+            if st != 0:
+                info = seg.solver.info
+                return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
+                                                                      max_steps=seg.solver.max_steps)
+            G = S[:, :, :n_p] @ dpj + S[:, :, n_p:] @ dx
+            n_out = seg.out.size
+            X[seg.out] = y[:n_out]
+            dX[seg.out] = G[:n_out]
+            x, dx = y[-1].copy(), G[-1].copy()
+            for i, a in seg.jumps:
+                x[i] += v[od + a]
+                dx[i] += Jv[od + a]
+        return X, dX
+
+
+def _data_error(name, o, times):
+    from odeinfer.errors import DataError
+
+    return DataError(
+        f"data: observable {o.name!r} has noise on the {o.noise.scale} scale but non-positive measurements in "
+        f"experiment {name!r} at t={times}; use a linear-scale noise model for it or remove those rows")
+
+
+class Objective:
+    """``nll(u)``, its gradient and Fisher information at ``u`` (estimated parameters on their
+    scales, in the order of ``problem.estimated``).
+
+    Parameters
+    ----------
+    problem : FitProblem
+    solver : Dopri5 or Rodas, optional
+        For every segment; default the ``fit`` role's.
+    """
+
+    def __init__(self, problem, solver=None):
+        self.problem = problem
+        m = problem.model
+        self.solver = as_solver(solver, delays=False, role="fit")
+        self.steady = SteadyState(m)
+        self.obsf = ObservableFunctions(m)
+        self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
+        self.scales = [problem.params[n].scale for n in problem.estimated]
+        self.theta = problem.nominal()
+        self.lower = np.array([_scaled(problem.params[n].lower, problem.params[n].scale) for n in problem.estimated])
+        self.upper = np.array([_scaled(problem.params[n].upper, problem.params[n].scale) for n in problem.estimated])
+        self.runs = [_Run(self, plan) for plan in problem.plans]
+        self.n_data = sum(r.n_rows for r in self.runs)
+        self.n_eval = 0
+
+    @property
+    def n(self):
+        return self.est_index.size
+
+    def natural(self, u):
+        """All parameters' natural values with the estimated ones at ``u``."""
+        theta = self.theta.copy()
+        theta[self.est_index] = from_scale(u, self.scales)
+        return theta
+
+    def __call__(self, u, *, grad=True) -> Evaluation:
+        """Evaluate at ``u``; ``grad=False`` skips nothing of the solve but the assembly."""
+        self.n_eval += 1
+        u = np.asarray(u, float)
+        theta = self.natural(u)
+        if not np.all(np.isfinite(theta[self.est_index])):
+            return Evaluation(failure="a parameter is not finite on the natural scale")
+        ne = self.n
+        nll, g, F = 0.0, np.zeros(ne), np.zeros((ne, ne))
+        m = self.problem.model
+        for run in self.runs:
+            v, Jv = run.mapping(theta)
+            res = run.states(v, Jv)
+            if isinstance(res, str):
+                return Evaluation(failure=res)
+            X, dX = res
+            p, dp = v[:run.n_p], Jv[:run.n_p]
+            q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
+            for k, rows, t, idx, zy, jac_term, dist, scale in run.groups:
+                Xr, dXr = X[idx], dX[idx]
+                h, hx, hp, hq = self.obsf.h(k, t, Xr, p, q)
+                if scale and np.any(h <= 0):
+                    o = m.observables[k]
+                    return Evaluation(failure=f"experiment {run.name!r}: observable {o.name!r} is <= 0 at "
+                                              f"t={t[h <= 0][:3].tolist()} but its noise is on the {o.noise.scale} scale")
+                s, sp_, sq, sh = self.obsf.sigma(k, p, q, h)
+                if np.any(~(s > 0)):
+                    o = m.observables[k]
+                    return Evaluation(failure=f"experiment {run.name!r}: the noise sd of {o.name!r} is not positive "
+                                              f"({s[~(s > 0)][0]!r})")
+                terms, dh, ds, fh, fs = nll_terms(zy, jac_term, h, s, dist, scale)
+                nll += float(terms.sum())
+                if grad:
+                    Dh = np.einsum("rs,rse->re", hx, dXr) + hp @ dp + hq @ dq
+                    Ds = sp_ @ dp + sq @ dq + sh[:, None] * Dh
+                    g += dh @ Dh + ds @ Ds
+                    F += (Dh * fh[:, None]).T @ Dh + (Ds * fs[:, None]).T @ Ds
+        if not np.isfinite(nll):
+            return Evaluation(failure="the negative log-likelihood is not finite")
+        if not grad:
+            return Evaluation(nll)
+        d = dnatural_dscaled(theta[self.est_index], self.scales)
+        return Evaluation(nll, g * d, F * np.outer(d, d))
+
+
+def _scaled(x, scale):
+    """A bound on the estimation scale."""
+    if scale == "lin" or x == np.inf:
+        return x
+    if x <= 0:
+        return -np.inf
+    return float(np.log(x) if scale == "log" else np.log10(x))
