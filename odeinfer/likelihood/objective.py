@@ -244,6 +244,30 @@ class Objective:
         d = dnatural_dscaled(theta[self.est_index], self.scales)
         return Evaluation(nll, g * d, F * np.outer(d, d))
 
+    def predictions(self, u):
+        """The observables at the measurements: ``{experiment: (t, observable names, h)}``, one row per
+        measurement, in the data's order (raises :class:`~odeinfer.errors.SolverError` on a failed solve)."""
+        from odeinfer.errors import SolverError
+
+        theta = self.natural(np.asarray(u, float))
+        names = self.problem.model.observable_names
+        out = {}
+        for run in self.runs:
+            v, Jv = run.mapping(theta)
+            res = run.states(v, Jv)
+            if isinstance(res, str):
+                raise SolverError(res)
+            X = res[0]
+            p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
+            h = np.empty(run.n_rows)
+            t = np.empty(run.n_rows)
+            which = np.empty(run.n_rows, object)
+            for k, rows, tr, idx, *_ in run.groups:
+                h[rows] = self.obsf.h(k, tr, X[idx], p, q)[0]
+                t[rows], which[rows] = tr, names[k]
+            out[run.name] = (t, which, h)
+        return out
+
 
 def _scaled(x, scale):
     """A bound on the estimation scale."""

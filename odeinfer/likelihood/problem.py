@@ -102,8 +102,10 @@ class FitProblem:
         full = model.full_params
         needed = []
         for c in conds:
+            pre = {} if c.preequilibrate is None else {p: 0 for p in full if p not in c.preequilibrate.params
+                                                      and p in model.params}
             for name in full:
-                if name not in c.params and name not in needed:
+                if (name not in c.params or name in pre) and name not in needed:
                     needed.append(name)
         texts = [v for c in conds for v in _texts(c)] + [v for v in x0.values() if isinstance(v, str)]
         for text in texts:
@@ -155,7 +157,7 @@ class FitProblem:
         t0 = 0.0 if cond.t0 is None else float(cond.t0)
         if t.size and t.min() < t0:
             raise DataError(
-                f"data: experiment {name!r} has measurements at t={t.min()!r}, before its start t0={t0!r}; set "
+                f"data: experiment {name!r} has measurements at t={float(t.min())!r}, before its start t0={t0!r}; set "
                 "the start with oi.Condition(t0=...) (it is never taken from the data)")
         a, k = np.nonzero(np.asarray(data.mask))
         obs_rows = np.array([obs.index(data.states[j]) for j in k], np.int64)
