@@ -181,6 +181,29 @@ class Embedding(Estimator):
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise InputError(f"{name}: expected a number >= 0, got {v!r}")
 
+    def _likelihood_problem(self, model, data, fixed, x0):
+        """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
+        from odeinfer.likelihood import FitProblem
+
+        if isinstance(model, FitProblem):
+            if data is not None or fixed or x0 is not None:
+                raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
+                                 "fit(problem, start=...) without data, fixed or x0")
+        elif not getattr(model, "observables", ()):
+            return None
+        odd = [f"{k}={getattr(self, k)!r}" for k, v in (("segments", 1), ("boundary", "initial"), ("sigma", "pooled"))
+               if getattr(self, k) != v]
+        if odd:
+            raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its "
+                             "noise models, by single shooting; drop these settings")
+        if isinstance(model, FitProblem):
+            return model
+        from odeinfer.estimators._likelihood_fit import problem_from_embedding
+
+        if data is None:
+            raise InputError("data: expected Data or Experiments with the observables' measurements, got None")
+        return problem_from_embedding(self, model, data, None, fixed, x0)
+
     def bounds_of(self, name):
         """``(lower, upper)`` given for ``name`` (natural units), or ``(-inf, inf)``."""
         for n, a, b in self.bounds or ():
@@ -188,16 +211,26 @@ class Embedding(Estimator):
                 return (a, b)
         return (-math.inf, math.inf)
 
-    def fit(self, model, data, *, start=None, fixed=None, x0=None):
-        """Fit ``model`` to ``data`` by trajectory least squares.
+    def fit(self, model, data=None, *, start=None, fixed=None, x0=None):
+        """Fit ``model`` to ``data`` by trajectory least squares, or by maximum likelihood for a
+        model with observables.
 
         Parameters
         ----------
-        model : Model
-            Its observation model gives the observed states and the noise scale.
+        model : Model or FitProblem
+            Its observation model gives the observed states and the noise scale. A model with
+            observables (:meth:`Model.observe`) or an :class:`~odeinfer.FitProblem` is fitted by
+            maximum likelihood: the objective is the negative log-likelihood of its noise models
+            (with all constants, as PEtab defines it), minimised by a bound-constrained trust
+            region (fides) on the parameters' scales with the exact gradient and the Fisher
+            information; conditions (overrides, doses, inputs, pre-equilibration) come from
+            ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
+            :class:`~odeinfer.Param` s of a model (a FitProblem carries its own), ``x0`` gives the
+            initial states (numbers or expressions of parameters; required), and
+            ``segments``/``boundary``/``sigma`` must keep their defaults.
         data : Data or Experiments
             Several experiments share the parameters and have their own initial states
-            (named ``"x0[state]@experiment"``).
+            (named ``"x0[state]@experiment"``). None for a FitProblem.
         start : dict, array-like or Estimate, optional
             Start of the free parameters (required for each unless ``starts > 1`` with finite
             bounds) and optionally of initial states (``"x0[state]"``, ``"x0[state]@exp"``);
@@ -223,6 +256,12 @@ class Embedding(Estimator):
         from odeinfer.smooth._blas import single_threaded_blas
 
         t_start = time.perf_counter()
+        problem = self._likelihood_problem(model, data, fixed, x0)
+        if problem is not None:
+            from odeinfer.estimators._likelihood_fit import fit_likelihood
+
+            with single_threaded_blas():
+                return fit_likelihood(self, problem, start, t_start)
         with single_threaded_blas():
             S = build_setup(self, model, data, start, fixed, x0)
             return _phases.run(self, S, model, data, start, fixed, x0, t_start)

@@ -1,0 +1,246 @@
+"""Maximum-likelihood fit of a :class:`~odeinfer.likelihood.FitProblem` (models with
+observables, noise models, conditions): a bound-constrained trust-region method (fides) on the
+parameters' estimation scales with the exact gradient and the Fisher information, from one or
+many starts.
+
+The reported objective is the negative log-likelihood with all constants (PEtab's), so it
+compares across tools. The covariance is the inverse Fisher information on the estimation scale
+(``extras["cov_scaled"]``), mapped to natural units by the delta method (``cov``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+
+from odeinfer.errors import InputError
+from odeinfer.estimators._trust import trust_region
+from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
+
+__all__ = ["fit_likelihood", "problem_from_embedding"]
+
+
+def problem_from_embedding(est, model, data, start, fixed, x0):
+    """A :class:`FitProblem` from Embedding's arguments (bounds, log_params, fixed, x0)."""
+    from odeinfer.likelihood import FitProblem, Param
+
+    probe = FitProblem(model, data, x0=x0 if isinstance(x0, dict) else None)
+    fixed = dict(fixed or {})
+    unknown = [k for k in fixed if k not in probe.names]
+    if unknown:
+        raise InputError(f"fixed: {unknown} are not parameters of the problem {list(probe.names)}")
+    lp = est.log_params
+    params = {}
+    for n in probe.names:
+        lo, hi = est.bounds_of(n)
+        scale = "log" if (lp is True or (not isinstance(lp, bool) and n in lp)) else "lin"
+        if n in fixed:
+            params[n] = Param(float(fixed[n]), estimate=False)
+        else:
+            if scale == "log":
+                lo = max(lo, 0.0)
+            params[n] = Param(math.nan, lo, hi, scale)
+    return FitProblem(model, data, params, x0=x0 if isinstance(x0, dict) else None)
+
+
+def _start_vector(problem, start):
+    """Natural start values of the estimated parameters (NaN where none)."""
+    from odeinfer.results import Estimate
+
+    names = problem.estimated
+    u = np.array([problem.params[n].value for n in names])
+    if start is None:
+        return u
+    if isinstance(start, Estimate):
+        start = dict(zip(start.names, start.values.tolist()))
+    if isinstance(start, dict):
+        unknown = [k for k in start if k not in problem.names]
+        if unknown:
+            raise InputError(f"start: {unknown} are not parameters of the problem (estimated: {list(names)})")
+        for k, v in start.items():
+            if k in names:
+                u[names.index(k)] = float(v)
+        return u
+    arr = np.asarray(start, float).ravel()
+    if arr.size != len(names):
+        raise InputError(f"start: expected {len(names)} values for {list(names)}, got {arr.size}")
+    return arr
+
+
+def _check_start(problem, x):
+    for n, v in zip(problem.estimated, x):
+        p = problem.params[n]
+        if not math.isfinite(v):
+            continue
+        if p.scale != "lin" and v <= 0:
+            raise InputError(f"start[{n!r}]: {n} is estimated on the {p.scale} scale, so its start must be > 0, got "
+                             f"{v!r}; give a positive start or scale='lin'")
+        if not p.lower <= v <= p.upper:
+            raise InputError(f"start[{n!r}]: {v!r} lies outside its bounds [{p.lower!r}, {p.upper!r}]; move it inside")
+
+
+def _box(obj, u_user):
+    lo, hi = obj.lower.copy(), obj.upper.copy()
+    for k in range(lo.size):
+        if math.isfinite(lo[k]) and math.isfinite(hi[k]):
+            continue
+        c = u_user[k]
+        if not math.isfinite(c):
+            raise InputError(f"bounds: multi-start needs finite bounds or a start for {obj.problem.estimated[k]!r}; "
+                             "give oi.Param(value, lower, upper) or start=")
+        w = 1.0 if obj.scales[k] != "lin" else max(abs(c), 1.0)
+        lo[k] = max(lo[k], c - w)
+        hi[k] = min(hi[k], c + w)
+    return lo, hi
+
+
+def _local(obj, u0, max_iter):
+    def fun(u):
+        ev = obj(u)
+        return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
+
+    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter)
+
+
+def _chunk(payload, chunk):
+    """Worker: local fits from several starts (top level, picklable)."""
+    from odeinfer.likelihood import Objective
+
+    problem, solver, max_iter = payload
+    try:
+        obj = Objective(problem, solver=solver)
+    except Exception as exc:
+        return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
+    return [_one(obj, i, u0, max_iter) for i, u0 in chunk]
+
+
+def _one(obj, i, u0, max_iter):
+    t = time.perf_counter()
+    try:
+        r = _local(obj, np.asarray(u0, float), max_iter)
+    except Exception as exc:  # counted, never fatal
+        return {"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "time": time.perf_counter() - t}
+    return {"index": i, "u": r.x, "nll": float(r.f), "status": r.status, "message": r.message,
+            "n_iter": int(r.n_iter), "error": None, "time": time.perf_counter() - t, "result": r}
+
+
+def fit_likelihood(est, problem, start, t_start):
+    """Fit ``problem`` with the settings of Embedding ``est`` (solver, starts, rng, sampler,
+    n_jobs, max_iter); returns an :class:`~odeinfer.results.Estimate`."""
+    from odeinfer.inference.multistart import run_starts, sample_starts
+    from odeinfer.likelihood import Objective
+
+    if not problem.estimated:
+        raise InputError("parameters: every parameter is fixed; nothing to estimate")
+    obj = Objective(problem, solver=est.solver)
+    x = _start_vector(problem, start)
+    _check_start(problem, x)
+    scales = obj.scales
+    u_user = to_scale(np.where(np.isfinite(x), x, 1.0), scales)
+    u_user[~np.isfinite(x)] = np.nan
+    complete = bool(np.all(np.isfinite(u_user)))
+    if est.starts == 1 and not complete:
+        missing = [n for n, v in zip(problem.estimated, x) if not math.isfinite(v)]
+        raise InputError(f"start: no start value for {missing}; pass start={{name: value}}, give the parameters "
+                         "values (oi.Param(value, ...)), or use starts > 1 with finite bounds")
+    n_user = 1 if complete else 0
+    if est.starts > n_user:
+        lo, hi = _box(obj, u_user)
+        pts = sample_starts(lo, hi, est.starts - n_user, sampler=est.sampler, rng=est.rng)
+    else:
+        pts = np.zeros((0, obj.n))
+    U = np.vstack([u_user[None, :]] * n_user + [pts])
+    if est.n_jobs == 1 or U.shape[0] == 1:
+        runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
+    else:
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs)
+    ok = [r for r in runs if r.get("status") != "failed" and math.isfinite(r.get("nll", math.nan))]
+    table = _table(problem, obj, U, runs)
+    if not ok:
+        errors = [r.get("error") or r.get("message") for r in runs]
+        return _estimate(est, problem, obj, None, "failed", "every start failed: " + str(errors[0]), table, t_start,
+                         len(runs))
+    best = min(ok, key=lambda r: r["nll"])
+    res = best.get("result")
+    if res is None:  # from a worker process: evaluate the optimum here
+        ev = obj(best["u"])
+        message = best["message"]
+        status = best["status"] if ev.ok else "failed"
+    else:
+        ev = obj(res.x)
+        status, message = res.status, res.message
+    return _estimate(est, problem, obj, (best["u"], ev, best["n_iter"]), status, message, table, t_start,
+                     len(runs))
+
+
+def _table(problem, obj, U, runs):
+    tab = {"start": [], "status": [], "nll": [], "n_iter": [], "time_s": [], "error": []}
+    for n in problem.estimated:
+        tab[n] = []
+    for r in runs:
+        tab["start"].append(r["index"])
+        tab["status"].append(r.get("status"))
+        tab["nll"].append(r.get("nll", math.nan))
+        tab["n_iter"].append(r.get("n_iter", 0))
+        tab["time_s"].append(r.get("time", math.nan))
+        tab["error"].append(r.get("error") or (r.get("message") if r.get("status") == "failed" else None))
+        vals = obj.natural(r["u"])[obj.est_index] if "u" in r else np.full(obj.n, np.nan)
+        for n, v in zip(problem.estimated, vals):
+            tab[n].append(float(v))
+    return tab
+
+
+def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts):
+    from odeinfer.estimators.base import IdentifiabilityWarning
+    from odeinfer.results import Estimate
+
+    names = problem.estimated
+    fixed = {n: problem.params[n].value for n in problem.names if n not in names}
+    warns = []
+    if best is None:
+        values, cov, cov_u, nll, n_iter, u = np.full(len(names), np.nan), None, None, math.nan, 0, None
+    else:
+        u, ev, n_iter = best
+        values = obj.natural(u)[obj.est_index]
+        nll = ev.nll if ev.ok else math.nan
+        cov = cov_u = None
+        if ev.ok:
+            cov_u, rank = _inverse(ev.fim)
+            if rank < len(names):
+                msg = (f"the Fisher information has rank {rank} < {len(names)}: some parameters are not identifiable "
+                       "from these data (NaN standard errors); fix some of them or add data")
+                warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
+                warns.append(msg)
+            d = dnatural_dscaled(values, obj.scales)
+            cov = cov_u * np.outer(d, d)
+    nll_ok = [v for v in table["nll"] if math.isfinite(v)]
+    extras = {"nll": nll, "loglik": -nll, "scales": dict(zip(names, obj.scales)),
+              "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
+              "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
+              "n_within_0.1_of_best": sum(1 for v in nll_ok if v <= min(nll_ok) + 0.1) if nll_ok else 0,
+              "n_evaluations": obj.n_eval}
+    prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
+            "method": "maximum likelihood, trust region (fides) with the Fisher information",
+            "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
+            "data": list(problem.experiments.names)}
+    return Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
+                    obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
+
+
+def _inverse(F):
+    """Pseudo-inverse of a symmetric PSD matrix with NaN rows/columns for non-identifiable directions."""
+    w, V = np.linalg.eigh(F)
+    tol = max(w.max(initial=0.0), 0.0) * 1e-10 * F.shape[0]
+    keep = w > tol
+    rank = int(keep.sum())
+    C = (V[:, keep] / w[keep]) @ V[:, keep].T
+    if rank < F.shape[0]:
+        null = V[:, ~keep]
+        bad = np.any(np.abs(null) > 1e-6, axis=1)
+        C[bad, :] = np.nan
+        C[:, bad] = np.nan
+    return C, rank
