@@ -152,31 +152,31 @@ def test_tolerance_settings_are_used():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(x0=[3.0, 0.0]), r"x0: expected a start inside the bounds, got x0\[0\] = 3\.0 outside \[-2\.0, 2\.0\]; "
+    ({"x0": [3.0, 0.0]}, r"x0: expected a start inside the bounds, got x0\[0\] = 3\.0 outside \[-2\.0, 2\.0\]; "
                           r"clip it, e\.g\. x0 = np\.clip\(x0, lower, upper\)"),
-    (dict(lower=[-2.0, 1.0], upper=[2.0, -1.0]), r"lower, upper: expected lower < upper, got lower\[1\] = 1\.0 >= "
+    ({"lower": [-2.0, 1.0], "upper": [2.0, -1.0]}, r"lower, upper: expected lower < upper, got lower\[1\] = 1\.0 >= "
                                                  r"upper\[1\] = -1\.0; swap them"),
-    (dict(lower=[-2.0, 0.5], upper=[2.0, 0.5], x0=[0.0, 0.5]), r"lower < upper, got lower\[1\] = 0\.5 >= upper\[1\]"),
-    (dict(x0=[np.nan, 0.0]), r"x0: expected finite values, got x0\[0\] = nan; start from a finite point"),
-    (dict(x0=[0.0, np.inf]), r"x0: expected finite values, got x0\[1\] = inf"),
-    (dict(x0=[0.0, 0.0, 0.0]), r"lower: expected 3 values \(as many as x0\), got 2"),
-    (dict(x0=[]), r"x0: expected at least one value, got an empty array"),
-    (dict(x0="ab"), r"x0: expected a 1-D array of numbers, got str"),
-    (dict(x0=[[0.0, 0.0]]), r"x0: expected a 1-D array of numbers, got an array of shape \(1, 2\)"),
-    (dict(lower=[np.nan, -2.0]), r"lower: expected numbers \(-inf / inf for none\), got lower\[0\] = nan"),
-    (dict(max_iter=0), r"max_iter: expected a positive integer, got 0"),
-    (dict(max_iter=2.5), r"max_iter: expected a positive integer, got 2\.5"),
-    (dict(fatol=-1.0), r"fatol: expected a finite number >= 0, got -1\.0"),
-    (dict(gatol=np.inf), r"gatol: expected a finite number >= 0, got inf"),
-    (dict(delta_init=0.0), r"delta_init: expected a positive number, got 0\.0"),
-    (dict(fun=3), r"fun: expected a callable fun\(x\) -> \(f, g, H\), got int"),
-    (dict(fun=lambda x: (1.0, np.zeros(2))), r"fun: expected fun\(x\) to return \(f, g, H\), None or a reason "
+    ({"lower": [-2.0, 0.5], "upper": [2.0, 0.5], "x0": [0.0, 0.5]}, r"lower < upper, got lower\[1\] = 0\.5 >= upper\[1\]"),
+    ({"x0": [np.nan, 0.0]}, r"x0: expected finite values, got x0\[0\] = nan; start from a finite point"),
+    ({"x0": [0.0, np.inf]}, r"x0: expected finite values, got x0\[1\] = inf"),
+    ({"x0": [0.0, 0.0, 0.0]}, r"lower: expected 3 values \(as many as x0\), got 2"),
+    ({"x0": []}, r"x0: expected at least one value, got an empty array"),
+    ({"x0": "ab"}, r"x0: expected a 1-D array of numbers, got str"),
+    ({"x0": [[0.0, 0.0]]}, r"x0: expected a 1-D array of numbers, got an array of shape \(1, 2\)"),
+    ({"lower": [np.nan, -2.0]}, r"lower: expected numbers \(-inf / inf for none\), got lower\[0\] = nan"),
+    ({"max_iter": 0}, r"max_iter: expected a positive integer, got 0"),
+    ({"max_iter": 2.5}, r"max_iter: expected a positive integer, got 2\.5"),
+    ({"fatol": -1.0}, r"fatol: expected a finite number >= 0, got -1\.0"),
+    ({"gatol": np.inf}, r"gatol: expected a finite number >= 0, got inf"),
+    ({"delta_init": 0.0}, r"delta_init: expected a positive number, got 0\.0"),
+    ({"fun": 3}, r"fun: expected a callable fun\(x\) -> \(f, g, H\), got int"),
+    ({"fun": lambda x: (1.0, np.zeros(2))}, r"fun: expected fun\(x\) to return \(f, g, H\), None or a reason "
                                              r"\(str\), got tuple of length 2"),
-    (dict(fun=lambda x: (1.0, np.zeros(3), np.eye(2))), r"fun: expected a gradient of shape \(2,\) and H of shape "
+    ({"fun": lambda x: (1.0, np.zeros(3), np.eye(2))}, r"fun: expected a gradient of shape \(2,\) and H of shape "
                                                         r"\(2, 2\), got \(3,\) and \(2, 2\)"),
 ])
 def test_bad_input(kwargs, match):
-    args = dict(fun=rosen, x0=[0.0, 0.0], lower=[-2.0, -2.0], upper=[2.0, 2.0])
+    args = {"fun": rosen, "x0": [0.0, 0.0], "lower": [-2.0, -2.0], "upper": [2.0, 2.0]}
     args.update(kwargs)
     fun, x0, lo, hi = args.pop("fun"), args.pop("x0"), args.pop("lower"), args.pop("upper")
     with pytest.raises(InputError, match=match):
