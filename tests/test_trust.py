@@ -156,7 +156,8 @@ def test_tolerance_settings_are_used():
                           r"clip it, e\.g\. x0 = np\.clip\(x0, lower, upper\)"),
     ({"lower": [-2.0, 1.0], "upper": [2.0, -1.0]}, r"lower, upper: expected lower < upper, got lower\[1\] = 1\.0 >= "
                                                  r"upper\[1\] = -1\.0; swap them"),
-    ({"lower": [-2.0, 0.5], "upper": [2.0, 0.5], "x0": [0.0, 0.5]}, r"lower < upper, got lower\[1\] = 0\.5 >= upper\[1\]"),
+    ({"lower": [-2.0, 0.5], "upper": [2.0, 0.5], "x0": [0.0, 0.5]},
+     r"lower < upper, got lower\[1\] = 0\.5 >= upper\[1\]"),
     ({"x0": [np.nan, 0.0]}, r"x0: expected finite values, got x0\[0\] = nan; start from a finite point"),
     ({"x0": [0.0, np.inf]}, r"x0: expected finite values, got x0\[1\] = inf"),
     ({"x0": [0.0, 0.0, 0.0]}, r"lower: expected 3 values \(as many as x0\), got 2"),

@@ -160,8 +160,8 @@ def _check_inputs(x0, lower, upper):
     lo, hi = _as_vector("lower", lower, x.size), _as_vector("upper", upper, x.size)
     bad = np.flatnonzero(~np.isfinite(x))
     if bad.size:
-        raise InputError(f"x0: expected finite values, got x0[{bad[0]}] = {float(x[bad[0]])!r}; start from a finite point "
-                         "inside the bounds")
+        raise InputError(f"x0: expected finite values, got x0[{bad[0]}] = {float(x[bad[0]])!r}; start from a finite "
+                         "point inside the bounds")
     for name, b in (("lower", lo), ("upper", hi)):
         nan = np.flatnonzero(np.isnan(b))
         if nan.size:
@@ -169,8 +169,8 @@ def _check_inputs(x0, lower, upper):
     cross = np.flatnonzero(lo >= hi)
     if cross.size:
         i = cross[0]
-        raise InputError(f"lower, upper: expected lower < upper, got lower[{i}] = {float(lo[i])!r} >= upper[{i}] = {float(hi[i])!r}; "
-                         "swap them, or hold that unknown fixed outside the optimiser")
+        raise InputError(f"lower, upper: expected lower < upper, got lower[{i}] = {float(lo[i])!r} >= "
+                         f"upper[{i}] = {float(hi[i])!r}; swap them, or hold that unknown fixed outside the optimiser")
     out = np.flatnonzero((x < lo) | (x > hi))
     if out.size:
         i = out[0]
