@@ -11,7 +11,7 @@ from odeinfer.data import Condition, Data, Dose, Experiments, Input  # noqa: E40
 from odeinfer.model import CompiledModel, History, Laplace, Model, Normal, Observation, model  # noqa: E402
 from odeinfer.results import Estimate  # noqa: E402
 from odeinfer.simulate import Simulation, simulate  # noqa: E402
-from odeinfer.solve import Adjoint, Dopri5, Forward, MethodOfSteps, Problem, Rodas, Solution, bind  # noqa: E402
+from odeinfer.solve import Adjoint, Auto, Dopri5, Forward, MethodOfSteps, Problem, Rodas, Solution, bind  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -21,7 +21,7 @@ __all__ = [
     "model", "Model", "Observation", "CompiledModel", "History", "Data", "Experiments",
     "Normal", "Laplace", "Condition", "Dose", "Input", "Param", "FitProblem", "Objective",
     # solving and simulating
-    "Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint",
+    "Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
     "simulate", "Simulation",
     # estimators and results
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",

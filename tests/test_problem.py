@@ -355,7 +355,8 @@ DDE = oi.Problem(lagged, T, history=1.0)
     (lambda: oi.solve(ODE, [1.0], solver="rk45"),
      r"solver: expected a solver value such as oi\.Dopri5\(\) or oi\.Rodas\(\), got the string 'rk45'"),
     (lambda: oi.solve(ODE, [1.0], solver=oi.Forward()),
-     r"solver: expected oi\.Dopri5\(\.\.\.\), oi\.Rodas\(\.\.\.\) or oi\.MethodOfSteps\(\.\.\.\), got Forward"),
+     r"solver: expected oi\.Dopri5\(\.\.\.\), oi\.Rodas\(\.\.\.\), oi\.Auto\(\.\.\.\) or oi\.MethodOfSteps\(\.\.\.\), "
+     r"got Forward"),
     (lambda: oi.solve(DDE, [1.0, 1.0], solver=oi.Dopri5(rtol=1e-8)),
      r"solver: the model has delays, so it needs a method of steps, got Dopri5\(rtol=1e-08, .*\); pass "
      r"solver=oi\.MethodOfSteps\(Dopri5\(rtol=1e-08"),

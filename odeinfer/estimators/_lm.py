@@ -2,7 +2,9 @@
 
 ``evaluate(u) -> (r, J)`` (views of buffers that the next call may overwrite) or ``None``
 when the residual cannot be computed at ``u`` (solver failure, log of a non-positive state);
-such a trial point is a rejected step: the damping grows and the iteration goes on.
+such a trial point is a rejected step: the damping grows and the iteration goes on. An optional
+``why()`` says why the last evaluation failed (e.g. the solver's status message); it is quoted in
+the result's message when the start fails or the fit fails.
 
 The step solves ``min ||r + J d||^2 + lam ||D d||^2`` through one SVD of the column-scaled
 Jacobian per iteration (``D``: MINPACK's running maximum of the column norms), so every
@@ -40,7 +42,7 @@ class LMResult:
 
 
 def levenberg_marquardt(evaluate, u0, lo, hi, active=None, *, max_iter=200, xtol=1e-10, ftol=1e-12,
-                        gtol=1e-10, max_inner=40, stall_gtol=1e-5, record=True) -> LMResult:
+                        gtol=1e-10, max_inner=40, stall_gtol=1e-5, record=True, why=None) -> LMResult:
     """Minimise ``0.5 ||r(u)||^2`` over ``lo <= u <= hi`` (only ``u[active]`` varies).
 
     Parameters
@@ -67,6 +69,9 @@ def levenberg_marquardt(evaluate, u0, lo, hi, active=None, *, max_iter=200, xtol
         (best point kept).
     record : bool
         Keep the per-iteration history (cost, step, lam, grad, n_fail).
+    why : callable, optional
+        ``why() -> str or None``: why the last call of ``evaluate`` returned None (e.g.
+        :attr:`ShootingProblem.failure <odeinfer.estimators._shooting.ShootingProblem.failure>`).
     """
     u = np.array(u0, dtype=float)
     act = np.ones(u.size, bool) if active is None else np.asarray(active, bool)
@@ -75,8 +80,9 @@ def levenberg_marquardt(evaluate, u0, lo, hi, active=None, *, max_iter=200, xtol
     out = evaluate(u)
     n_eval, n_fail = 1, 0
     if out is None:
-        return LMResult(u, None, None, math.inf, "failed",
-                        "the residual could not be computed at the start (solver failure)", 0, 1, 1, hist)
+        reason = why() if why is not None else None
+        return LMResult(u, None, None, math.inf, "failed", "the residual could not be computed at the start" +
+                        (f": {reason}" if reason else " (solver failure)"), 0, 1, 1, hist)
     r, J = out[0].copy(), out[1].copy()
     cost = 0.5 * float(r @ r)
     if not math.isfinite(cost):
@@ -152,6 +158,9 @@ def levenberg_marquardt(evaluate, u0, lo, hi, active=None, *, max_iter=200, xtol
             status = "converged" if gcos <= stall_gtol else "failed"
             message = (f"no acceptable step after {max_inner} damping increases (lam={lam:.3g}); "
                        f"gradient cosine {gcos:.2e}; best point kept")
+            reason = why() if why is not None and n_fail and status == "failed" else None
+            if reason:
+                message += f"; the last trial point that could not be computed: {reason}"
             break
     return LMResult(u, r, J, cost, status, message, it, n_eval, n_fail,
                     {k: np.asarray(v, float) for k, v in hist.items()})

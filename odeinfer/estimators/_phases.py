@@ -19,9 +19,9 @@ _PHASE_SINGLE, _PHASE_MS, _PHASE_OPT, _PHASE_SIGMA = 0, 1, 2, 3
 _MS_STAGES = 4  # continuity weights w, 10 w, 100 w, 1000 w
 
 
-def _lm(est, evaluate, u0, lo, hi, active=None, record=True, max_iter=None):
+def _lm(est, evaluate, u0, lo, hi, active=None, record=True, max_iter=None, why=None):
     return levenberg_marquardt(evaluate, u0, lo, hi, active, max_iter=max_iter or est.max_iter, xtol=est.xtol,
-                               ftol=est.ftol, gtol=est.gtol, record=record)
+                               ftol=est.ftol, gtol=est.gtol, record=record, why=why)
 
 
 def _join(hists):
@@ -107,7 +107,7 @@ def core_fit(est, S, u0):
         w = float(est.continuity_weight)
         for stage in range(_MS_STAGES):
             ms.set_sigma(sp.sigma_state, w)
-            res = _lm(est, ms.evaluate, um, lo, hi)
+            res = _lm(est, ms.evaluate, um, lo, hi, why=lambda: ms.failure)
             hists.append((_PHASE_MS, res.history))
             if res.r is None:
                 break
@@ -130,7 +130,7 @@ def core_fit(est, S, u0):
         emb = BoundaryEmbedding(sp, B, [u0[sp.x0_off[e]:sp.x0_off[e] + sp.n] for e in range(len(B))])
         v0 = emb.b_of(u0)
         if v0 is None:
-            res = levenberg_marquardt(sp.evaluate, u0, S.lo, S.hi, max_iter=1)
+            res = levenberg_marquardt(sp.evaluate, u0, S.lo, S.hi, max_iter=1, why=lambda: sp.failure)
             return dict(u=u0, lm=res, hist=hists, extras=extras)
         big = np.full(emb.n_unknowns - sp.n_free, np.inf)
         res = _lm(est, emb.evaluate, v0, np.concatenate([S.lo[:sp.n_free], -big]),
@@ -142,7 +142,7 @@ def core_fit(est, S, u0):
         u = u0 if uu is None else np.clip(uu[:sp.n_public], S.lo, S.hi)
     else:
         u = u0
-    res = _lm(est, sp.evaluate, u, S.lo, S.hi)
+    res = _lm(est, sp.evaluate, u, S.lo, S.hi, why=lambda: sp.failure)
     hists.append((_PHASE_SINGLE, res.history))
     return dict(u=res.u.copy(), lm=res, hist=hists, extras=extras)
 
@@ -336,7 +336,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
             sp.set_sigma(new)
             if change < 1e-4:
                 break
-            lm = _lm(est, sp.evaluate, u, S.lo, S.hi)
+            lm = _lm(est, sp.evaluate, u, S.lo, S.hi, why=lambda: sp.failure)
             hists.append((_PHASE_SIGMA, lm.history))
             u = lm.u.copy()
     elif est.sigma == "pooled":
@@ -346,7 +346,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         sp.set_sigma(np.full(sp.n, s if s > 0 else 1.0))
     out = sp.evaluate(u)
     if out is None:
-        return _failed(est, S, t_start, "the solver failed at the final point", extras, hists)
+        return _failed(est, S, t_start, f"the solver failed at the final point: {sp.failure}", extras, hists)
     r, J = out[0].copy(), out[1][:, :k].copy()
     raw = sp.raw_residuals(r)
     # --- covariance ------------------------------------------------------------------------
@@ -365,7 +365,8 @@ def run(est, S, model, data, start, fixed, x0, t_start):
     n_fail = int(sum(h["n_fail"][-1] for _, h in hists if len(h.get("n_fail", ()))))
     if n_fail:
         warn.append(f"{n_fail} trial point(s) could not be solved (solver failure or non-positive state under log "
-                    "noise); those steps were rejected and the damping increased")
+                    "noise); those steps were rejected and the damping increased" +
+                    (f"; the last: {sp.failure}" if sp.failure else ""))
     if lm.status == "max_iter":
         warn.append(lm.message)
     observed_states = [sp.model.states[s] for s in np.unique(sp.row_state)]

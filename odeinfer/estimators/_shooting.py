@@ -29,6 +29,7 @@ from numba import njit
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.solve import Forward, Problem, bind
+from odeinfer.solve.status import Info, status_message
 
 __all__ = ["ShootingProblem", "segment_nodes"]
 
@@ -100,13 +101,21 @@ class ShootingProblem:
         Free parameters estimated on the log scale.
     segments : int
         Shooting segments per experiment (1 = single shooting).
-    solver : Dopri5 or Rodas
+    solver : Dopri5, Rodas or Auto
         The IVP solver of every segment.
+
+    Attributes
+    ----------
+    failure : str or None
+        Why the last :meth:`evaluate` that returned None failed: the experiment (and segment)
+        and the solver's own status message (with the time reached), or the non-positive
+        log-observed state; None before any failure.
     """
 
     def __init__(self, problem, x0_known, log_mask, segments, *, solver):
         self.problem = problem
         self.solver = solver
+        self.failure = None
         model = problem.model
         self.model = model
         n, npar = model.n_states, model.n_params
@@ -268,13 +277,21 @@ class ShootingProblem:
                 x0 = u[seg.start_off:seg.start_off + self.n]
             y, S, st = seg.solver(p, x0)
             if st != 0:
+                info = seg.solver.info
+                self.failure = self._where(seg) + status_message(st, t_reached=float(info[Info.T_REACHED]),
+                                                                 max_steps=seg.solver.max_steps)
                 return None
             if _assemble_obs(y, S, seg.ti, seg.si, seg.yobs, seg.w_state, self.logobs, seg.rows, seg.src,
                              seg.dst, gm, r, J):
+                self.failure = self._where(seg) + "an observed state is <= 0, which log-scale noise cannot compare"
                 return None
             if seg.next_off >= 0:
                 _assemble_cont(y, S, seg.last, self.wc, seg.crow0, seg.src, seg.dst, gm, seg.next_off, u, r, J)
         return r, J
+
+    def _where(self, seg):
+        segment = f", segment {seg.j + 1} of {self.segments}" if self.segments > 1 else ""
+        return f"experiment {self.exp_names[seg.exp]!r}{segment}: "
 
     def raw_residuals(self, r):
         """Unweighted ``prediction - data`` (log scale for log noise) of the observation rows."""

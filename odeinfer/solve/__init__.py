@@ -1,12 +1,12 @@
 """Solving ODE and delay models: :class:`Problem`, :func:`solve`, :func:`bind`, solver and
-gradient values (:class:`Dopri5`, :class:`Rodas`, :class:`MethodOfSteps`, :class:`Forward`,
+gradient values (:class:`Dopri5`, :class:`Rodas`, :class:`Auto`, :class:`MethodOfSteps`, :class:`Forward`,
 :class:`Adjoint`) and the one :class:`Solution`.
 
 ``odeinfer.solve`` is this package and, called, the function :func:`solve`:
 ``oi.solve(problem, params)`` is ``oi.solve.solve(problem, params)``.
 
 :func:`solve` is the validated, user-facing call; :func:`bind` returns the prebuilt solver
-(:class:`Solver`, :class:`DDESolver` or :class:`VJP`) that estimators, the PyMC Op and the
+(:class:`Solver`, :class:`AutoSolver`, :class:`DDESolver` or :class:`VJP`) that estimators, the PyMC Op and the
 widgets call in their loops. The numba kernels live in :mod:`odeinfer.solve.kernels`; their
 calling convention (signatures, info layout, status codes) in :mod:`odeinfer.solve.status`.
 """
@@ -15,15 +15,15 @@ import sys as _sys
 import types as _types
 
 from odeinfer.solve.adjoint import VJP
-from odeinfer.solve.api import Solver
-from odeinfer.solve.config import DEFAULT_SOLVERS, Adjoint, Dopri5, Forward, MethodOfSteps, Rodas
+from odeinfer.solve.api import AutoSolver, Solver
+from odeinfer.solve.config import DEFAULT_SOLVERS, Adjoint, Auto, Dopri5, Forward, MethodOfSteps, Rodas
 from odeinfer.solve.dde import DDESolver
 from odeinfer.solve.problem import Problem, bind, solve
 from odeinfer.solve.solution import Solution
 from odeinfer.solve.status import Status, status_message
 
-__all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint",
-           "DEFAULT_SOLVERS", "Solver", "DDESolver", "VJP", "Status", "status_message"]
+__all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
+           "DEFAULT_SOLVERS", "Solver", "AutoSolver", "DDESolver", "VJP", "Status", "status_message"]
 
 
 class _CallableModule(_types.ModuleType):

@@ -1,5 +1,5 @@
-"""The prebuilt ODE solver :class:`Solver` (what :func:`odeinfer.bind` returns for a model
-without delays) and the failure messages of ODE solves.
+"""The prebuilt ODE solvers :class:`Solver` and :class:`AutoSolver` (what :func:`odeinfer.bind`
+returns for a model without delays) and the failure messages of ODE solves.
 
 The numerical work happens in the numba kernels of :mod:`odeinfer.solve.kernels`
 (compiled into each model's generated module); this module allocates buffers and calls them.
@@ -14,10 +14,9 @@ import numpy as np
 from odeinfer.errors import SolverError, StiffnessError
 from odeinfer.solve import shared as _shared
 from odeinfer.solve.config import Dopri5
-from odeinfer.solve.status import INFO_SIZE, Status
+from odeinfer.solve.status import INFO_SIZE, Info, Status
 
-__all__ = ["Solver"]
-
+__all__ = ["Solver", "AutoSolver"]
 
 
 def _finite_time_derivative(cm, t_reached, y, y0, p):
@@ -160,6 +159,133 @@ class Solver:
     def __repr__(self):
         return (f"Solver(model={self.compiled.model.name!r}, solver={self.solver!r}, gradient={self.gradient!r}, "
                 f"n_times={self.t.size})")
+
+
+class AutoSolver:
+    """A :class:`Solver` for :class:`~odeinfer.Auto`: Dormand-Prince until a solve finds the
+    problem stiff, then Rosenbrock (Rodas) for good.
+
+    Made by :func:`odeinfer.bind`; called like :class:`Solver`: ``y, sens, status =
+    solver(params, x0)`` (views of the active solver's buffers, overwritten by the next call).
+    When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` while its last
+    step was stability-limited (:meth:`stability_limited`), the same call is redone with Rodas
+    and :attr:`stiff` becomes True: every later call goes straight to Rodas (the flag survives
+    pickling). Until then the results are Dopri5's, bit for bit, and the call costs one integer
+    test more than :class:`Solver`'s.
+
+    Attributes
+    ----------
+    solver : Auto
+    explicit : Solver
+        The Dopri5 solver.
+    implicit : Solver or None
+        The Rodas solver, built at the switch.
+    stiff : bool
+        Whether this bound solver has switched to Rodas.
+    switch_reason : str or None
+        The Dopri5 failure that caused the switch (its status message).
+    method_used, method : str
+        ``"dopri5"`` or ``"rodas"``: the method of the last (and the next) call.
+    info, kernel, tier, z, work
+        The active solver's (see :class:`Solver`).
+    compiled, gradient, t, t0, rtol, atol, max_steps, first_step, fixed_step, sensitivities,
+    sens_error_control, sens_exclude
+        As :class:`Solver` (the same for both methods).
+    """
+
+    __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "first_step", "fixed_step",
+                 "sensitivities", "sens_error_control", "sens_exclude", "explicit", "implicit", "stiff",
+                 "switch_reason", "_exclude", "_active", "_run", "_y", "_sens")
+
+    def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=()):
+        ex = Solver(compiled, t, t0, solver.explicit(), gradient, sens_exclude)
+        self.compiled, self.solver, self.gradient, self.t, self.t0 = compiled, solver, gradient, t, t0
+        self.rtol, self.atol, self.max_steps, self.first_step, self.fixed_step = (
+            ex.rtol, ex.atol, ex.max_steps, ex.first_step, 0.0)
+        self.sensitivities, self.sens_error_control, self.sens_exclude = (
+            ex.sensitivities, ex.sens_error_control, ex.sens_exclude)
+        self.explicit, self.implicit, self.stiff, self.switch_reason = ex, None, False, None
+        self._exclude = tuple(int(i) for i in sens_exclude)
+        self._use(ex)
+
+    def _use(self, solver):
+        self._active, self._run, self._y, self._sens = solver, solver._run, solver._y, solver._sens
+
+    def __call__(self, params, x0):
+        """Solve for ``params`` (n_params,) and ``x0`` (n_states,); returns ``(y, sens, status)``."""
+        status = self._run(params, x0)
+        if status and not self.stiff and self._switches(status, params, x0):
+            status = self._run(params, x0)
+        return self._y, self._sens, status
+
+    def _switches(self, status, params, x0):
+        """After a failed Dopri5 solve: whether it was stiffness; if so, switch to Rodas."""
+        info = self.explicit.info
+        if not (status == Status.STIFF or status == Status.MAX_STEPS and self.stability_limited(params, x0)):
+            return False
+        from odeinfer.solve.status import status_message
+
+        self.go_stiff(status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=self.max_steps))
+        return True
+
+    def stability_limited(self, params, x0) -> bool:
+        """Whether the last Dopri5 step was limited by stability, not accuracy: ``h * rho(J) >= 2``
+        with ``h`` its last step size and ``rho(J)`` the spectral radius of df/dy at the last
+        finite output state (``x0`` if none; Dormand-Prince is stable up to ``h * rho ~ 3.3``)."""
+        ex = self.explicit
+        h = float(ex.info[Info.H_NEXT])
+        rows = np.flatnonzero(np.all(np.isfinite(ex._y), axis=1))
+        t, y = (self.t0, np.asarray(x0, float)) if rows.size == 0 else (float(self.t[rows[-1]]), ex._y[rows[-1]])
+        J = self.compiled.jac_y(t, np.ascontiguousarray(y), np.asarray(params, float))
+        if not np.all(np.isfinite(J)):
+            return False
+        return bool(h * float(np.max(np.abs(np.linalg.eigvals(J)))) >= 2.0)
+
+    def go_stiff(self, reason="requested"):
+        """Switch to Rodas for this and every later call (``reason``: kept in :attr:`switch_reason`)."""
+        if self.implicit is None:
+            self.implicit = Solver(self.compiled, self.t, self.t0, self.solver.stiff(), self.gradient, self._exclude)
+        self.stiff, self.switch_reason = True, reason
+        self._use(self.implicit)
+
+    @property
+    def method_used(self) -> str:
+        return self._active.method
+
+    method = method_used
+
+    @property
+    def info(self):
+        return self._active.info
+
+    @property
+    def kernel(self):
+        return self._active.kernel
+
+    @property
+    def tier(self):
+        return self._active.tier
+
+    @property
+    def z(self):
+        return self._active.z
+
+    @property
+    def work(self):
+        return self._active.work
+
+    def __reduce__(self):
+        return (rebuild, (AutoSolver, self.compiled.model, np.array(self.t), self.t0, self.solver, self.gradient,
+                          self._exclude), (self.stiff, self.switch_reason))
+
+    def __setstate__(self, state):
+        stiff, reason = state
+        if stiff:
+            self.go_stiff(reason)
+
+    def __repr__(self):
+        return (f"AutoSolver(model={self.compiled.model.name!r}, solver={self.solver!r}, gradient={self.gradient!r}, "
+                f"n_times={self.t.size}, method_used={self.method_used!r})")
 
 
 def rebuild(cls, model, t, t0, *options):

@@ -7,6 +7,8 @@ tolerance or an impossible combination is refused before any work starts.
 >>> import odeinfer as oi
 >>> oi.Dopri5(rtol=1e-8)                       # explicit Dormand-Prince 5(4)
 Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None)
+>>> oi.Auto(rtol=1e-8)                         # Dopri5, switching to Rodas when stiff
+Auto(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None)
 >>> oi.MethodOfSteps(oi.Dopri5(rtol=1e-8))     # delay models
 MethodOfSteps(inner=Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None))
 
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from odeinfer.errors import InputError
 
-__all__ = ["Dopri5", "Rodas", "MethodOfSteps", "Forward", "Adjoint", "DEFAULT_SOLVERS", "default_solver",
+__all__ = ["Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint", "DEFAULT_SOLVERS", "default_solver",
            "as_solver", "as_gradient"]
 
 _EPS100 = 100 * 2.220446049250313e-16
@@ -146,6 +148,32 @@ class Rodas(_Adaptive):
 
 
 @dataclass(frozen=True)
+class Auto(_Adaptive):
+    """Stiffness switching for ODE models: :class:`Dopri5` until a solve finds the problem stiff,
+    then :class:`Rodas` (same options) for good.
+
+    The solver that :func:`odeinfer.bind` returns for it (an
+    :class:`~odeinfer.solve.api.AutoSolver`) starts with Dormand-Prince. When a solve ends with
+    ``Status.STIFF`` (Hairer's stiffness test fired), or with ``Status.MAX_STEPS`` while the last
+    step was limited by stability rather than accuracy (``h * rho(df/dy) >= 2`` at the last output
+    state; Dormand-Prince is stable up to about 3.3), that solve is redone with Rodas and that bound
+    solver stays on Rodas from then on (its ``stiff`` flag; ``method_used`` says which method
+    answered the last call). Non-stiff problems never leave Dormand-Prince: the results are
+    Dopri5's, bit for bit. Options as :class:`Dopri5` (no ``fixed_step``); ODE models only.
+    """
+
+    method = "auto"
+
+    def explicit(self) -> Dopri5:
+        """The non-stiff method with these options."""
+        return Dopri5(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, first_step=self.first_step)
+
+    def stiff(self) -> Rodas:
+        """The stiff method with these options."""
+        return Rodas(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, first_step=self.first_step)
+
+
+@dataclass(frozen=True)
 class MethodOfSteps:
     """Delay models: the method of steps around an explicit Runge-Kutta solver, with
     breakpoint tracking and dense-output interpolation of the lagged states.
@@ -163,7 +191,7 @@ class MethodOfSteps:
         if not isinstance(self.inner, Dopri5):
             got = type(self.inner).__name__
             hint = (" (a stiff delay solver is not available; shorten the step with Dopri5(max_steps=...) "
-                    "or reformulate)" if isinstance(self.inner, Rodas) else "")
+                    "or reformulate)" if isinstance(self.inner, (Rodas, Auto)) else "")
             raise InputError(f"MethodOfSteps(inner=...): expected a Dopri5(...) value, got {got}{hint}")
         if self.inner.fixed_step is not None:
             raise InputError(f"MethodOfSteps(inner=...): the delay solver has no fixed-step mode, got {self.inner!r}; "
@@ -259,19 +287,20 @@ class Adjoint:
 
 #: The default solver of each role. ``solve``: a one-off :func:`odeinfer.solve`;
 #: ``fit``: trajectory estimators, predictions and simulated data (tight tolerances, so the
-#: integration error stays far below the data's noise); ``sample``: the likelihood inside the
+#: integration error stays far below the data's noise; :class:`Auto`, so a stiff model or a stiff
+#: region of parameter space switches to Rodas instead of failing); ``sample``: the likelihood inside the
 #: Bayesian sampler (a bounded step count: a divergent proposal fails fast instead of hanging);
 #: ``view``: interactive widgets; ``dde_adjoint``: the forward solve under a delay model's adjoint
 #: (:func:`odeinfer.solve.dde_adjoint.dde_vjp`; the adjoint's error follows it).
 DEFAULT_SOLVERS = {
     "solve": Dopri5(),
-    "fit": Dopri5(rtol=1e-8, atol=1e-10),
+    "fit": Auto(rtol=1e-8, atol=1e-10),
     "sample": Dopri5(max_steps=20_000),
     "view": Dopri5(),
     "dde_adjoint": Dopri5(rtol=1e-10, atol=1e-12),
 }
 
-_SOLVER_TYPES = (Dopri5, Rodas, MethodOfSteps)
+_SOLVER_TYPES = (Dopri5, Rodas, Auto, MethodOfSteps)
 
 
 def default_solver(role: str, delays: bool = False):
@@ -280,7 +309,9 @@ def default_solver(role: str, delays: bool = False):
     if role not in DEFAULT_SOLVERS:
         raise InputError(f"role: expected one of {list(DEFAULT_SOLVERS)}, got {role!r}; or pass solver=... explicitly")
     s = DEFAULT_SOLVERS[role]
-    return MethodOfSteps(s) if delays else s
+    if delays:
+        return MethodOfSteps(s.explicit() if isinstance(s, Auto) else s)  # no stiff delay solver
+    return s
 
 
 def as_solver(solver, *, delays: bool, role: str = "solve", arg: str = "solver"):
@@ -290,21 +321,26 @@ def as_solver(solver, *, delays: bool, role: str = "solve", arg: str = "solver")
     if solver is None:
         return default_solver(role, delays)
     if isinstance(solver, str):
-        hint = {"dopri5": "oi.Dopri5()", "rodas": "oi.Rodas()"}.get(solver.lower(), "oi.Dopri5() or oi.Rodas()")
+        hint = {"dopri5": "oi.Dopri5()", "rodas": "oi.Rodas()", "auto": "oi.Auto()"}.get(
+            solver.lower(), "oi.Dopri5() or oi.Rodas()")
         raise InputError(f"{arg}: expected a solver value such as {hint}, got the string {solver!r}; "
                          f"pass {arg}={hint}")
     if not isinstance(solver, _SOLVER_TYPES):
-        raise InputError(f"{arg}: expected oi.Dopri5(...), oi.Rodas(...) or oi.MethodOfSteps(...), "
+        raise InputError(f"{arg}: expected oi.Dopri5(...), oi.Rodas(...), oi.Auto(...) or oi.MethodOfSteps(...), "
                          f"got {type(solver).__name__}")
     if delays and not solver.delays:
         inner, note = solver, ""
-        if isinstance(solver, Rodas):  # no stiff delay solver: suggest Dormand-Prince with the same options
+        if isinstance(solver, (Rodas, Auto)):  # no stiff delay solver: suggest Dormand-Prince with the same options
             inner = Dopri5(rtol=solver.rtol, atol=solver.atol, max_steps=solver.max_steps, first_step=solver.first_step)
             note = " (no stiff delay solver is available)"
         raise InputError(f"{arg}: the model has delays, so it needs a method of steps, got {solver!r}; "
                          f"pass {arg}=oi.MethodOfSteps({inner!r}){note}")
     if not delays and solver.delays:
         raise InputError(f"{arg}: the model has no delays, got {solver!r}; pass {arg}={solver.inner!r}")
+    if role == "sample" and isinstance(solver, Auto):
+        raise InputError(f"{arg}: the Bayesian likelihood runs one compiled solver kernel, so it cannot switch methods "
+                         f"as {solver!r} does; pass {arg}=oi.{solver.explicit()!r} or, for a stiff model, "
+                         f"{arg}=oi.{solver.stiff()!r}")
     return solver
 
 

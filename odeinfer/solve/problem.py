@@ -26,7 +26,7 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
-from odeinfer.solve.config import Adjoint, Rodas, as_gradient, as_solver
+from odeinfer.solve.config import Adjoint, Auto, Dopri5, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
 from odeinfer.solve.status import Info, Status, status_message
 
@@ -145,7 +145,7 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
     Parameters
     ----------
     problem : Problem
-    solver : Dopri5, Rodas or MethodOfSteps, optional
+    solver : Dopri5, Rodas, Auto or MethodOfSteps, optional
         Default: the ``role``'s (see :data:`odeinfer.solve.config.DEFAULT_SOLVERS`);
         :class:`~odeinfer.MethodOfSteps` for a delay model.
     gradient : None, Forward or Adjoint
@@ -156,7 +156,7 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
 
     Returns
     -------
-    Solver, DDESolver, VJP or DDEVJP
+    Solver, AutoSolver, DDESolver, VJP or DDEVJP
         ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, history_params)``
         (delay model), or ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
         ``g`` (n_times, n_states) the weights of the states at ``t``): float64 C-contiguous
@@ -188,7 +188,7 @@ def _build(problem, solver, gradient):
             from odeinfer.solve.dde_adjoint import DDEVJP
 
             return DDEVJP(bind(problem, solver=solver), gradient)
-        if isinstance(solver, Rodas) or solver.fixed_step:
+        if not isinstance(solver, Dopri5) or solver.fixed_step:
             raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver=oi.Dopri5(...) (the adjoint "
                              f"integrates backward on Dormand-Prince's steps), got {solver!r}; pass "
                              "solver=oi.Dopri5(...) or gradient=oi.Forward()")
@@ -205,9 +205,10 @@ def _build(problem, solver, gradient):
         from odeinfer.solve.dde import DDESolver
 
         return DDESolver(cm, problem.t, problem.t0, problem.history, solver, gradient)
-    from odeinfer.solve.api import Solver
+    from odeinfer.solve.api import AutoSolver, Solver
 
-    return Solver(cm, problem.t, problem.t0, solver, gradient, _inputs.sens_exclude_indices(cm, exclude))
+    cls = AutoSolver if isinstance(solver, Auto) else Solver
+    return cls(cm, problem.t, problem.t0, solver, gradient, _inputs.sens_exclude_indices(cm, exclude))
 
 
 def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None, gradient=None,
@@ -222,7 +223,7 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         Initial state (ODE); default ``problem.x0``.
     history_params : array-like, optional
         Values of a parametric history's parameters (delay model); default the history's own.
-    solver : Dopri5, Rodas or MethodOfSteps, optional
+    solver : Dopri5, Rodas, Auto or MethodOfSteps, optional
         Default ``oi.Dopri5()`` (``oi.MethodOfSteps(oi.Dopri5())`` for a delay model).
     gradient : None or Forward
         ``oi.Forward()`` adds ``sens`` = d y / d(params, x0) (ODE) or d y / d(params,

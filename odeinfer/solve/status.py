@@ -47,7 +47,8 @@ _MESSAGES = {
     Status.SUCCESS: "the solver reached the last output time",
     Status.MAX_STEPS: (
         "the solver took max_steps={max_steps} steps and stopped at t={t_reached:.6g}; "
-        "raise max_steps, loosen rtol/atol, or, if the problem is stiff, use solver=oi.Rodas()"
+        "raise max_steps, loosen rtol/atol, or, if the problem is stiff, use solver=oi.Rodas() (or "
+        "solver=oi.Auto(), which switches to it when Dormand-Prince finds the problem stiff)"
     ),
     Status.STEP_TOO_SMALL: (
         "the step size fell below the rounding unit of t at t={t_reached:.6g}: the solution "
@@ -55,7 +56,8 @@ _MESSAGES = {
     ),
     Status.STIFF: (
         "the problem became stiff at t={t_reached:.6g} (Hairer's test in dopri5 fired 15 "
-        "times); use solver=oi.Rodas()"
+        "times); use solver=oi.Rodas() (or solver=oi.Auto(), which switches to it when Dormand-Prince "
+        "finds the problem stiff)"
     ),
     Status.NON_FINITE: (
         "the solution or its derivative became inf or NaN at t={t_reached:.6g} and shorter "

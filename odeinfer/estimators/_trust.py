@@ -1,0 +1,293 @@
+"""A bound-constrained trust-region minimiser for smooth objectives (negative log-likelihoods),
+built on ``fides`` (the interior trust-region reflective method of Coleman and Li, 1994/1996).
+
+The caller supplies the curvature: ``fun(x) -> (f, g, H)`` with ``H`` a Gauss-Newton / Fisher
+information matrix or the exact Hessian; no quasi-Newton update is made.
+
+Failure protocol: where the objective cannot be computed (a solver failure, a non-positive
+state under log-scale noise), ``fun`` returns ``None`` or, better, a ``str`` saying why (e.g.
+the solver's status message). Such a trial point is a rejected step: the trust region shrinks
+and the iteration goes on (``n_fail`` counts them; the last reason is quoted in
+:attr:`TrustResult.message`). A finite ``f`` with a non-finite gradient or ``H`` is treated the
+same way. Only the start point must be computable.
+
+>>> import numpy as np
+>>> def fun(x):  # f = (x0 - 2)^2 + (x1 + 1)^2
+...     d = x - np.array([2.0, -1.0])
+...     return float(d @ d), 2 * d, 2 * np.eye(2)
+>>> res = trust_region(fun, [0.5, 0.5], [0.0, 0.0], [3.0, 3.0])
+>>> res.status, np.round(res.x, 6).tolist()
+('converged', [2.0, 0.0])
+
+References
+----------
+Coleman, T. F. and Li, Y. (1996). An interior trust region approach for nonlinear minimization
+subject to bounds. SIAM J. Optim. 6(2), 418-445.
+Fröhlich, F. and Sorger, P. K. (2022). Fides: reliable trust-region optimization for parameter
+estimation of ordinary differential equation models. PLoS Comput. Biol. 18(7), e1010322.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from odeinfer.errors import InputError
+
+__all__ = ["TrustResult", "trust_region"]
+
+#: fides' logger level: above CRITICAL, so it never prints (the exit flag is reported instead)
+_SILENT = logging.CRITICAL + 10
+
+
+@dataclass
+class TrustResult:
+    """Outcome of :func:`trust_region`.
+
+    Attributes
+    ----------
+    x : ndarray (n,)
+        The last accepted point (the start if no step was accepted).
+    f : float
+    g : ndarray (n,)
+    H : ndarray (n, n)
+        Objective, gradient and the caller's curvature matrix at ``x``.
+    status : str
+        ``"converged"`` (a test on the function change, the step or the gradient fired),
+        ``"max_iter"`` or ``"failed"`` (the start could not be evaluated, or the trust region
+        shrank to nothing: no step decreases ``f``).
+    message : str
+        Why it stopped, in words, with the objective's last failure reason if any.
+    n_iter, n_eval, n_fail : int
+        Iterations, calls of ``fun`` and calls that failed.
+    history : ndarray (n_iter + 1,)
+        ``f`` at the start and after each iteration.
+    """
+
+    x: np.ndarray
+    f: float
+    g: np.ndarray | None
+    H: np.ndarray | None
+    status: str
+    message: str
+    n_iter: int
+    n_eval: int
+    n_fail: int
+    history: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+
+class _Objective:
+    """``fun`` behind fides' interface: a failure becomes ``(inf, NaN gradient, NaN H)``, which
+    fides rejects (radius shrinks) and which cannot fire its gradient test."""
+
+    def __init__(self, fun, n):
+        self.fun, self.n = fun, n
+        self.n_eval = self.n_fail = 0
+        self.last_failure = None
+
+    def __call__(self, x):
+        self.n_eval += 1
+        out = self.fun(x)
+        reason = _failure(out, self.n)
+        if reason is None:
+            f, g, H = out
+            return float(f), np.asarray(g, dtype=float), np.asarray(H, dtype=float)
+        self.n_fail += 1
+        self.last_failure = reason
+        if self.n_eval == 1:
+            raise _StartFailed(reason)
+        nan = math.nan
+        return math.inf, np.full(self.n, nan), np.full((self.n, self.n), nan)
+
+
+def _failure(out, n):
+    """None if ``out`` is a usable ``(f, g, H)``; else the reason (str)."""
+    if out is None:
+        return "the objective reported a failure"
+    if isinstance(out, str):
+        return out
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise InputError(f"fun: expected fun(x) to return (f, g, H), None or a reason (str), got "
+                         f"{type(out).__name__}{'' if not isinstance(out, tuple) else f' of length {len(out)}'}")
+    f, g, H = out
+    g, H = np.asarray(g, dtype=float), np.asarray(H, dtype=float)
+    if g.shape != (n,) or H.shape != (n, n):
+        raise InputError(f"fun: expected a gradient of shape ({n},) and H of shape ({n}, {n}), got "
+                         f"{g.shape} and {H.shape}")
+    if not math.isfinite(float(f)):
+        return f"the objective is not finite ({float(f)!r})"
+    if not (np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
+        return "the gradient or the curvature matrix H is not finite"
+    return None
+
+
+class _StartFailed(Exception):
+    pass
+
+
+def _optimizer_class():
+    import fides
+
+    class _Optimizer(fides.Optimizer):
+        """fides' optimiser, recording ``f`` after each iteration."""
+
+        def check_continue(self):
+            self.f_trace.append(float(self.fval))
+            return super().check_continue()
+
+    return _Optimizer
+
+
+def _as_vector(name, value, n=None):
+    try:
+        v = np.array(value, dtype=float).reshape(-1) if np.ndim(value) <= 1 else None
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a 1-D array of numbers, got {type(value).__name__}") from None
+    if v is None:
+        raise InputError(f"{name}: expected a 1-D array of numbers, got an array of shape {np.shape(value)}")
+    if n is not None and v.size != n:
+        raise InputError(f"{name}: expected {n} values (as many as x0), got {v.size}")
+    return v
+
+
+def _check_inputs(x0, lower, upper):
+    x = _as_vector("x0", x0)
+    if x.size == 0:
+        raise InputError("x0: expected at least one value, got an empty array")
+    lo, hi = _as_vector("lower", lower, x.size), _as_vector("upper", upper, x.size)
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        raise InputError(f"x0: expected finite values, got x0[{bad[0]}] = {float(x[bad[0]])!r}; start from a finite "
+                         "point inside the bounds")
+    for name, b in (("lower", lo), ("upper", hi)):
+        nan = np.flatnonzero(np.isnan(b))
+        if nan.size:
+            raise InputError(f"{name}: expected numbers (-inf / inf for none), got {name}[{nan[0]}] = nan")
+    cross = np.flatnonzero(lo >= hi)
+    if cross.size:
+        i = cross[0]
+        raise InputError(f"lower, upper: expected lower < upper, got lower[{i}] = {float(lo[i])!r} >= "
+                         f"upper[{i}] = {float(hi[i])!r}; swap them, or hold that unknown fixed outside the optimiser")
+    out = np.flatnonzero((x < lo) | (x > hi))
+    if out.size:
+        i = out[0]
+        raise InputError(f"x0: expected a start inside the bounds, got x0[{i}] = {float(x[i])!r} outside "
+                         f"[{float(lo[i])!r}, {float(hi[i])!r}]; clip it, e.g. x0 = np.clip(x0, lower, upper)")
+    return x, lo, hi
+
+
+def _nudge_inward(x, lo, hi):
+    """A start on a bound moved inside: fides' affine scaling is degenerate there."""
+    x = x.copy()
+    width = hi - lo
+    for i in range(x.size):
+        d = min(1e-8 * max(1.0, abs(x[i])), 0.25 * width[i])
+        if x[i] - lo[i] < d:
+            x[i] = lo[i] + d
+        elif hi[i] - x[i] < d:
+            x[i] = hi[i] - d
+    return x
+
+
+_WORDS = {
+    "FTOL": "the change of f was below fatol + frtol * |f|",
+    "XTOL": "the step was below xtol",
+    "GTOL": "the gradient norm was below gatol (or grtol * |f|)",
+    "MAXITER": "no convergence within max_iter={max_iter} iterations; the last accepted point is kept",
+    "DELTA_TOO_SMALL": ("the trust-region radius fell below machine precision: no step decreases f any more "
+                        "(the objective may be noisy, e.g. loose solver tolerances, or fail near x)"),
+    "MAXTIME": "the time limit was reached",
+    "NOT_FINITE": "fides met a non-finite value",
+    "EXCEEDED_BOUNDARY": "fides stepped outside the bounds",
+}
+
+
+def _check_tol(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0 \
+            or not math.isfinite(v):
+        raise InputError(f"{name}: expected a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-12, xtol=1e-10, gatol=1e-8,
+                 grtol=0.0, delta_init=1.0) -> TrustResult:
+    """Minimise ``f(x)`` over ``lower <= x <= upper`` with fides' trust-region reflective method.
+
+    Parameters
+    ----------
+    fun : callable
+        ``fun(x) -> (f, g (n,), H (n, n))``; or ``None`` / a reason (``str``) when the objective
+        cannot be computed at ``x`` (a rejected step; see the module docstring). ``H`` is the
+        caller's curvature (Gauss-Newton / Fisher information or exact Hessian).
+    x0 : array-like (n,)
+        Start, inside the bounds (a start on a bound is moved inward by ~1e-8 relative).
+    lower, upper : array-like (n,)
+        Bounds, ``lower < upper``; ``-inf`` / ``inf`` for none.
+    max_iter : int, default 1000
+        Iterations before status ``"max_iter"``.
+    fatol, frtol : float, default 1e-10, 1e-12
+        Converged when an accepted step changes ``f`` by less than ``fatol + frtol * |f|``.
+    xtol : float, default 1e-10
+        Converged when the step (in fides' scaled coordinates) is shorter than ``xtol``.
+    gatol, grtol : float, default 1e-8, 0
+        Converged when ``||g|| <= gatol`` or ``||g|| <= grtol * |f|``.
+    delta_init : float, default 1
+        Initial trust-region radius.
+
+    Returns
+    -------
+    TrustResult
+
+    Raises
+    ------
+    InputError
+        Bad ``x0`` / bounds / options (before any evaluation), or ``fun`` returning something
+        other than ``(f, g, H)``, None or a str.
+    """
+    if not callable(fun):
+        raise InputError(f"fun: expected a callable fun(x) -> (f, g, H), got {type(fun).__name__}")
+    x, lo, hi = _check_inputs(x0, lower, upper)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise InputError(f"max_iter: expected a positive integer, got {max_iter!r}")
+    tols = {k: _check_tol(k, v) for k, v in
+            (("fatol", fatol), ("frtol", frtol), ("xtol", xtol), ("gatol", gatol), ("grtol", grtol))}
+    if not _check_tol("delta_init", delta_init) > 0:
+        raise InputError(f"delta_init: expected a positive number, got {delta_init!r}")
+    import fides
+
+    n = x.size
+    obj = _Objective(fun, n)
+    options = {fides.Options.MAXITER: int(max_iter), **{fides.Options(k): v for k, v in tols.items()},
+               fides.Options.DELTA_INIT: float(delta_init)}
+    opt = _optimizer_class()(obj, ub=hi, lb=lo, verbose=_SILENT, options=options, hessian_update=None)
+    opt.f_trace = []
+    x_start = _nudge_inward(x, lo, hi)
+    try:
+        opt.minimize(x_start)
+    except _StartFailed as e:
+        return TrustResult(x_start, math.inf, None, None, "failed",
+                           f"the objective could not be computed at the start: {e}", 0, obj.n_eval, obj.n_fail,
+                           np.empty(0))
+    except RuntimeError as e:  # fides' own checks (non-finite values, bounds); anything else is a bug upstream
+        if opt.exitflag not in (fides.ExitFlag.NOT_FINITE, fides.ExitFlag.EXCEEDED_BOUNDARY):
+            raise
+        opt.f_trace.append(float(opt.fval))
+        return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}")
+    finally:
+        if opt.logger is not None:  # fides makes a logger (with a handler) per run: drop the handler
+            opt.logger.handlers.clear()
+    flag = opt.exitflag.name
+    status = {"FTOL": "converged", "XTOL": "converged", "GTOL": "converged", "MAXITER": "max_iter"}.get(flag, "failed")
+    return _result(opt, obj, status, _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter))
+
+
+def _result(opt, obj, status, message):
+    if obj.n_fail:
+        message += (f"; the objective could not be computed at {obj.n_fail} of {obj.n_eval} points, "
+                    f"the last time: {obj.last_failure}")
+    return TrustResult(np.array(opt.x, dtype=float), float(opt.fval), np.array(opt.grad, dtype=float),
+                       np.array(opt.hess, dtype=float), status, message, int(opt.iteration), obj.n_eval, obj.n_fail,
+                       np.array(opt.f_trace, dtype=float))

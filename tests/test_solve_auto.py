@@ -1,0 +1,232 @@
+"""oi.Auto: Dormand-Prince until the problem turns out stiff, then Rodas; and the solver's own
+failure message in the trajectory estimators' statuses.
+
+References: scipy's Radau (rtol 1e-10, atol 1e-14) for Robertson's chemical kinetics; the
+conservation law y1 + y2 + y3 = 1 (so the parameter sensitivities sum to 0 over the states);
+plain Dopri5 on the same bound problem (bitwise) for non-stiff ones; the closed-form solution of
+a linear fast-slow chain fitted by scipy least_squares.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from scipy.optimize import least_squares
+
+import odeinfer as oi
+from odeinfer import math as om
+from odeinfer.errors import InputError, StiffnessError
+from odeinfer.solve import AutoSolver, Status
+from odeinfer.solve.config import DEFAULT_SOLVERS, as_solver, default_solver
+
+
+@oi.model(states=["y1", "y2", "y3"], params=["k1", "k2", "k3"])
+def robertson(t, y, p):
+    return {"y1": -p.k1 * y.y1 + p.k3 * y.y2 * y.y3,
+            "y2": p.k1 * y.y1 - p.k2 * y.y2 ** 2 - p.k3 * y.y2 * y.y3,
+            "y3": p.k2 * y.y2 ** 2}
+
+
+def robertson_rhs(t, y, p):
+    return [-p[0] * y[0] + p[2] * y[1] * y[2], p[0] * y[0] - p[1] * y[1] ** 2 - p[2] * y[1] * y[2], p[1] * y[1] ** 2]
+
+
+@oi.model(states=["prey", "pred"], params=["alpha", "beta", "gamma", "delta"])
+def lotka_volterra(t, y, p):
+    return {"prey": p.alpha * y.prey - p.beta * y.prey * y.pred,
+            "pred": p.delta * y.prey * y.pred - p.gamma * y.pred}
+
+
+@oi.model(states=["x"], params=["k", "tau"], delays=["tau"])
+def lagged(t, y, p):
+    return {"x": -p.k * om.lag(y.x, "tau")}
+
+
+P = np.array([0.04, 3e7, 1e4])
+X0 = np.array([1.0, 0.0, 0.0])
+T = np.array([0.0, 0.4, 4.0, 40.0, 400.0, 4e3])
+LV_P, LV_X0 = np.array([0.55, 0.028, 0.84, 0.026]), np.array([33.0, 6.0])
+
+
+def radau(t):
+    return solve_ivp(robertson_rhs, (t[0], t[-1]), X0, method="Radau", t_eval=t, args=(P,), rtol=1e-10,
+                     atol=1e-14).y.T
+
+
+def assert_close_to_radau(y, t):
+    ref = radau(t)
+    np.testing.assert_allclose(y[:, 0], ref[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(y[:, 1], ref[:, 1], rtol=1e-5, atol=1e-12)  # y2 peaks at 3.6e-5
+    np.testing.assert_allclose(y[:, 2], ref[:, 2], rtol=1e-5, atol=1e-10)
+
+
+def test_dopri5_fails_with_stiff_on_robertson():
+    b = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Dopri5(rtol=1e-8, atol=1e-12), gradient=oi.Forward())
+    assert b(P, X0.copy())[2] == Status.STIFF
+
+
+def test_robertson_switches_to_rodas_and_matches_radau():
+    b = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Auto(rtol=1e-8, atol=1e-12), gradient=oi.Forward())
+    assert isinstance(b, AutoSolver) and b.method_used == "dopri5" and not b.stiff and b.implicit is None
+    y, S, status = b(P, X0.copy())
+    assert status == Status.SUCCESS and b.stiff and b.method_used == b.method == "rodas"
+    assert b.switch_reason.startswith("the problem became stiff at t=")
+    assert_close_to_radau(y, T)
+    np.testing.assert_allclose(S[:, :, :3].sum(axis=1), 0.0, atol=1e-9)  # d(y1 + y2 + y3)/dk = 0
+    # later calls go straight to Rodas: the Dopri5 solver is not called again
+    steps = b.explicit.info.copy()
+    y2, _, status2 = b(P, X0.copy())
+    assert status2 == 0 and np.array_equal(b.explicit.info, steps) and b.info is b.implicit.info
+    assert b.info[5] > 0  # LU decompositions: Rodas answered
+    assert_close_to_radau(y2, T)
+
+
+def test_solve_with_auto_reports_the_method_used():
+    t = np.concatenate([[0.0], np.logspace(-5, 5, 11)])
+    sol = oi.solve(oi.Problem(robertson, t, x0=X0), P, solver=oi.Auto(rtol=1e-8, atol=1e-12))
+    assert sol.success and sol.method == "rodas"
+    assert_close_to_radau(sol.y, t)
+    with pytest.raises(StiffnessError, match=r"status STIFF .*use solver=oi\.Rodas\(\) \(or solver=oi\.Auto\(\)"):
+        oi.solve(oi.Problem(robertson, t, x0=X0), P, solver=oi.Dopri5(rtol=1e-8, atol=1e-12))
+
+
+def test_max_steps_switches_only_when_the_step_is_stability_limited():
+    # Robertson: 500 steps end before Hairer's test (first run after 1000 steps) fires
+    plain = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Dopri5(max_steps=500))
+    assert plain(P, X0.copy())[2] == Status.MAX_STEPS
+    b = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Auto(max_steps=500))
+    y, _, status = b(P, X0.copy())
+    assert status == 0 and b.method_used == "rodas" and b.switch_reason.startswith("the solver took max_steps=500")
+    np.testing.assert_allclose(y[:, 0], radau(T)[:, 0], rtol=1e-4)
+    # Lotka-Volterra is not stiff: max_steps is just too small, and Auto stays on Dopri5
+    lv = oi.bind(oi.Problem(lotka_volterra, np.linspace(0.0, 20.0, 5), x0=LV_X0), solver=oi.Auto(max_steps=10))
+    assert lv(LV_P, LV_X0.copy())[2] == Status.MAX_STEPS
+    assert lv.method_used == "dopri5" and not lv.stiff and lv.implicit is None
+
+
+@pytest.mark.parametrize("gradient", [None, oi.Forward(), oi.Forward(exclude=("beta",))])
+def test_non_stiff_problem_is_dopri5_bit_for_bit(gradient):
+    t = np.linspace(0.0, 15.0, 31)
+    opts = {"rtol": 1e-8, "atol": 1e-10, "max_steps": 5000}
+    auto = oi.bind(oi.Problem(lotka_volterra, t, x0=LV_X0), solver=oi.Auto(**opts), gradient=gradient)
+    ref = oi.bind(oi.Problem(lotka_volterra, t, x0=LV_X0), solver=oi.Dopri5(**opts), gradient=gradient)
+    for p in (LV_P, LV_P * 1.1):
+        y, S, st = auto(p, LV_X0.copy())
+        y_ref, S_ref, st_ref = ref(p, LV_X0.copy())
+        assert st == st_ref == 0 and auto.method_used == "dopri5" and not auto.stiff
+        assert np.array_equal(y, y_ref) and np.array_equal(auto.info, ref.info)
+        if gradient is not None:
+            assert np.array_equal(S, S_ref, equal_nan=True)
+    sol = oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P, solver=oi.Auto(**opts))
+    assert sol.method == "dopri5" and np.array_equal(sol.y, oi.solve(oi.Problem(lotka_volterra, t, x0=LV_X0), LV_P,
+                                                                      solver=oi.Dopri5(**opts)).y)
+
+
+def test_pickled_auto_solver_keeps_its_method():
+    b = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Auto(rtol=1e-8, atol=1e-12))
+    fresh = pickle.loads(pickle.dumps(b))
+    assert fresh.method_used == "dopri5" and not fresh.stiff
+    y, _, _ = b(P, X0.copy())
+    y = y.copy()
+    c = pickle.loads(pickle.dumps(b))
+    assert c.stiff and c.method_used == "rodas" and c.switch_reason == b.switch_reason
+    y_c, _, st = c(P, X0.copy())
+    assert st == 0 and np.array_equal(y_c, y)
+
+
+def test_auto_value_and_defaults():
+    a = oi.Auto(rtol=1e-9, atol=1e-11, max_steps=2000)
+    assert a.explicit() == oi.Dopri5(rtol=1e-9, atol=1e-11, max_steps=2000)
+    assert a.stiff() == oi.Rodas(rtol=1e-9, atol=1e-11, max_steps=2000)
+    assert a.as_dict() == {"method": "auto", "rtol": 1e-9, "atol": 1e-11, "max_steps": 2000, "first_step": None}
+    assert oi.solve.Auto is oi.Auto and not a.delays and hash(a) == hash(oi.Auto(rtol=1e-9, atol=1e-11, max_steps=2000))
+    assert DEFAULT_SOLVERS["fit"] == oi.Auto(rtol=1e-8, atol=1e-10)
+    assert DEFAULT_SOLVERS["solve"] == oi.Dopri5()
+    # delay models keep the method of steps around Dopri5 with the fit tolerances
+    assert default_solver("fit", delays=True) == oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10))
+    assert isinstance(oi.bind(oi.Problem(lotka_volterra, [0.0, 1.0], x0=LV_X0), role="fit"), AutoSolver)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: as_solver(oi.Auto(rtol=1e-7), delays=True),
+     r"solver: the model has delays, so it needs a method of steps, got Auto\(rtol=1e-07, .*\); pass "
+     r"solver=oi\.MethodOfSteps\(Dopri5\(rtol=1e-07, atol=1e-08, max_steps=100000, first_step=None, "
+     r"fixed_step=None\)\) \(no stiff delay solver is available\)"),
+    (lambda: oi.solve(oi.Problem(lagged, [0.0, 1.0], history=1.0), [1.0, 0.5], solver=oi.Auto()),
+     r"solver: the model has delays, so it needs a method of steps, got Auto\("),
+    (lambda: oi.MethodOfSteps(oi.Auto()), r"MethodOfSteps\(inner=\.\.\.\): expected a Dopri5\(\.\.\.\) value, got Auto "
+                                          r"\(a stiff delay solver is not available"),
+    (lambda: oi.bind(oi.Problem(lotka_volterra, [0.0, 1.0]), solver=oi.Auto(), gradient=oi.Adjoint()),
+     r"gradient: oi\.Adjoint\(\) needs an adaptive solver=oi\.Dopri5\(\.\.\.\) .*got Auto\(.*\); pass "
+     r"solver=oi\.Dopri5\(\.\.\.\) or gradient=oi\.Forward\(\)"),
+    (lambda: as_solver(oi.Auto(), delays=False, role="sample"),
+     r"solver: the Bayesian likelihood runs one compiled solver kernel, so it cannot switch methods as Auto\(.*\) "
+     r"does; pass solver=oi\.Dopri5\(.*\) or, for a stiff model, solver=oi\.Rodas\(.*\)$"),
+    (lambda: oi.solve(oi.Problem(lotka_volterra, [0.0, 1.0], x0=LV_X0), LV_P, solver="auto"),
+     r"solver: expected a solver value such as oi\.Auto\(\), got the string 'auto'; pass solver=oi\.Auto\(\)"),
+    (lambda: oi.Auto(rtol=2.0), r"Auto\(rtol=\.\.\.\): expected a number in \(0, 1\), got 2\.0"),
+    (lambda: oi.Auto(max_steps=0), r"Auto\(max_steps=\.\.\.\): expected a positive integer, got 0"),
+])
+def test_bad_input(make, match):
+    with pytest.raises(InputError, match=match):
+        make()
+
+
+# --- the trajectory estimators: the default switches, Dopri5 says why it failed ----------------------------------
+
+
+@oi.model(states=["a", "b"], params=["k1", "k2"])
+def fast_slow(t, y, p):
+    """a -> b -> 0 with k1 >> k2: stiff once a has decayed (the step is limited by 3.3 / k1)."""
+    return {"a": -p.k1 * y.a, "b": p.k1 * y.a - p.k2 * y.b}
+
+
+K1, K2 = 1e4, 0.3
+
+
+def fast_slow_b(t, k2, k1=K1):
+    c = k1 / (k1 - k2)  # a(0) = b(0) = 1
+    return np.exp(-k2 * t) * (1.0 + c) - c * np.exp(-k1 * t)
+
+
+@pytest.fixture(scope="module")
+def stiff_data():
+    t = np.linspace(0.5, 20.0, 25)
+    y = fast_slow_b(t, K2) + np.random.default_rng(0).normal(0.0, 0.01, t.size)
+    return fast_slow.with_observation(observed=["b"]), oi.Data(t, y, "b", t0=0.0, name="a")
+
+
+def _fit(solver, model, data, **kw):
+    cfg = {} if solver is None else {"solver": solver}
+    return oi.Embedding(estimate_x0=False, **cfg, **kw).fit(model, data, start={"k2": 0.5}, fixed={"k1": K1},
+                                                            x0={"a": 1.0, "b": 1.0})
+
+
+def test_embedding_with_dopri5_says_the_problem_is_stiff(stiff_data):
+    est = _fit(oi.Dopri5(), *stiff_data)
+    assert est.status == "failed"
+    assert est.message.startswith("the residual could not be computed at the start: experiment 'a': the problem "
+                                  "became stiff at t=")
+    assert est.message.endswith("use solver=oi.Rodas() (or solver=oi.Auto(), which switches to it when "
+                                "Dormand-Prince finds the problem stiff)")
+    ms = _fit(oi.Dopri5(), *stiff_data, segments=2)
+    assert ms.status == "failed" and "experiment 'a', segment 1 of 2: the problem became stiff at t=" in ms.message
+
+
+def test_embedding_default_solver_fits_the_stiff_model(stiff_data):
+    model, data = stiff_data
+    est = _fit(None, model, data)
+    ref = least_squares(lambda k: fast_slow_b(data.t, k[0]) - data.y[:, 0], [0.5], xtol=1e-14, ftol=1e-14,
+                        gtol=1e-14).x[0]
+    assert est.converged and est.provenance["solver"]["method"] == "auto"
+    assert est.params["k2"] == pytest.approx(ref, rel=1e-6)
+
+
+def test_lm_start_failure_without_a_reason_keeps_the_old_message():
+    from odeinfer.estimators._lm import levenberg_marquardt
+
+    res = levenberg_marquardt(lambda u: None, np.zeros(1), -np.ones(1), np.ones(1))
+    assert res.status == "failed" and res.message == "the residual could not be computed at the start (solver failure)"
+    res = levenberg_marquardt(lambda u: None, np.zeros(1), -np.ones(1), np.ones(1), why=lambda: "because")
+    assert res.message == "the residual could not be computed at the start: because"

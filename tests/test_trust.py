@@ -1,0 +1,184 @@
+"""The bound-constrained trust-region minimiser (fides) of odeinfer.estimators._trust.
+
+References: Rosenbrock's analytic minimum (1, 1) and, with a <= 1/2, the constrained minimum
+(1/2, 1/4) (for fixed a, b = a^2 is optimal and (1 - a)^2 decreases up to a = 1); scipy's
+L-BFGS-B and least_squares (trf) as independent optimisers.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+from scipy.optimize import least_squares, minimize
+
+from odeinfer.errors import InputError
+from odeinfer.estimators._trust import TrustResult, trust_region
+
+
+def rosen(x):
+    a, b = x
+    f = (1 - a) ** 2 + 100 * (b - a * a) ** 2
+    g = np.array([-2 * (1 - a) - 400 * a * (b - a * a), 200 * (b - a * a)])
+    H = np.array([[2 - 400 * (b - 3 * a * a), -400 * a], [-400 * a, 200.0]])
+    return f, g, H
+
+
+def rosen_f(x):
+    return rosen(x)[0]
+
+
+def rosen_g(x):
+    return rosen(x)[1]
+
+
+def lbfgsb(x0, bounds):
+    return minimize(rosen_f, x0, jac=rosen_g, method="L-BFGS-B", bounds=bounds,
+                    options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000}).x
+
+
+def projected_gradient(x, g, lo, hi, tol=1e-7):
+    """The KKT residual: g where x is interior; g's infeasible sign at an active bound."""
+    pg = g.copy()
+    at_lo, at_hi = x - lo <= tol, hi - x <= tol
+    pg[at_lo] = np.minimum(g[at_lo], 0.0)  # at a lower bound g >= 0 is fine
+    pg[at_hi] = np.maximum(g[at_hi], 0.0)  # at an upper bound g <= 0 is fine
+    return pg
+
+
+def test_rosenbrock_interior_optimum():
+    lo, hi = np.array([-2.0, -2.0]), np.array([2.0, 3.0])
+    res = trust_region(rosen, [-1.2, 1.0], lo, hi)
+    assert isinstance(res, TrustResult) and res.status == "converged", res.message
+    np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(res.x, lbfgsb([-1.2, 1.0], list(zip(lo, hi))), atol=1e-6)
+    assert res.f < 1e-12 and np.linalg.norm(res.g) < 1e-5
+    assert res.history.shape == (res.n_iter + 1,) and res.history[0] == pytest.approx(24.2)
+    assert res.history[-1] == res.f and np.all(np.diff(res.history) <= 0)  # accepted steps only decrease f
+    assert res.n_eval >= res.n_iter + 1 and res.n_fail == 0
+
+
+@pytest.mark.parametrize("x0", [[-1.2, 1.0], [0.5, 0.0]])  # the second starts on the active bound
+def test_rosenbrock_active_bound_kkt(x0):
+    lo, hi = np.array([-2.0, -2.0]), np.array([0.5, 3.0])
+    res = trust_region(rosen, x0, lo, hi)
+    assert res.status == "converged", res.message
+    np.testing.assert_allclose(res.x, [0.5, 0.25], atol=1e-6)
+    np.testing.assert_allclose(res.x, lbfgsb(x0, list(zip(lo, hi))), atol=1e-6)
+    assert np.all(res.x >= lo) and np.all(res.x <= hi)
+    assert np.max(np.abs(projected_gradient(res.x, res.g, lo, hi))) < 1e-6
+    assert res.g[0] == pytest.approx(-1.0, abs=1e-5)  # the multiplier of a <= 1/2: df/da = -2 (1 - a)
+
+
+def test_exponential_decay_gauss_newton_matches_least_squares_trf():
+    rng = np.random.default_rng(3)
+    t = np.linspace(0.0, 4.0, 25)
+    y = 2.5 * np.exp(-1.3 * t) + 0.4 + rng.normal(0.0, 0.02, t.size)
+
+    def residual(x):
+        return x[0] * np.exp(-x[1] * t) + x[2] - y
+
+    def jac(x):
+        e = np.exp(-x[1] * t)
+        return np.column_stack([e, -x[0] * t * e, np.ones_like(t)])
+
+    def fun(x):
+        r, J = residual(x), jac(x)
+        return 0.5 * float(r @ r), J.T @ r, J.T @ J
+
+    lo, hi = np.array([0.0, 0.0, -1.0]), np.array([10.0, 10.0, 1.0])
+    x0 = np.array([1.0, 0.3, 0.0])
+    res = trust_region(fun, x0, lo, hi)
+    ref = least_squares(residual, x0, jac=jac, bounds=(lo, hi), method="trf", xtol=1e-15, ftol=1e-15, gtol=1e-15)
+    assert res.status == "converged", res.message
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-6, atol=1e-8)
+    assert res.f == pytest.approx(ref.cost, rel=1e-10)
+    np.testing.assert_allclose(res.H, jac(res.x).T @ jac(res.x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reason", ["the problem became stiff at t=3 (test)", None])
+def test_failed_trial_points_are_rejected_steps(reason):
+    calls = []
+
+    def fun(x):
+        calls.append(x.copy())
+        if x[1] > 1.1:  # the optimum (1, 1) is outside the failing region, trial points on the way are in it
+            return reason
+        return rosen(x)
+
+    res = trust_region(fun, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0])
+    n_bad = sum(c[1] > 1.1 for c in calls)
+    assert n_bad > 0  # the test exercises the failure path
+    assert res.status == "converged", res.message
+    np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)
+    assert res.n_fail == n_bad and res.n_eval == len(calls)
+    assert f"could not be computed at {n_bad} of {len(calls)} points" in res.message
+    assert (reason or "the objective reported a failure") in res.message
+
+
+def test_failure_at_the_start():
+    res = trust_region(lambda x: "experiment 'a': the problem became stiff at t=0.5", [0.0, 0.0], [-1, -1], [1, 1])
+    assert res.status == "failed" and res.n_eval == 1 and res.n_fail == 1 and res.n_iter == 0
+    assert res.message == ("the objective could not be computed at the start: experiment 'a': the problem became "
+                           "stiff at t=0.5")
+
+
+def test_non_finite_gradient_counts_as_failure():
+    def fun(x):
+        f, g, H = rosen(x)
+        return (f, np.full(2, np.nan), H) if x[1] > 1.1 else (f, g, H)
+
+    res = trust_region(fun, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0])
+    assert res.status == "converged" and res.n_fail > 0
+    assert "the gradient or the curvature matrix H is not finite" in res.message
+
+
+def test_max_iter_is_reported_honestly_and_quietly(capfd, caplog):
+    with caplog.at_level(logging.DEBUG):
+        res = trust_region(rosen, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0], max_iter=3)
+    assert res.status == "max_iter" and res.n_iter == 3 and res.history.shape == (4,)
+    assert "no convergence within max_iter=3 iterations" in res.message
+    assert np.linalg.norm(res.x - 1.0) > 1e-3
+    out, err = capfd.readouterr()
+    assert out == "" and err == "" and not caplog.records
+
+
+def test_tolerance_settings_are_used():
+    loose = trust_region(rosen, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0], fatol=1e-2, frtol=0.0, gatol=0.0, xtol=0.0)
+    tight = trust_region(rosen, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0])
+    assert loose.status == "converged" and "change of f" in loose.message
+    assert loose.n_iter < tight.n_iter and loose.f > tight.f
+    g = trust_region(rosen, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0], fatol=0, frtol=0, xtol=0, gatol=1e-3)
+    assert g.status == "converged" and "gradient norm" in g.message and np.linalg.norm(g.g) <= 1e-3
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"x0": [3.0, 0.0]}, r"x0: expected a start inside the bounds, got x0\[0\] = 3\.0 outside \[-2\.0, 2\.0\]; "
+                          r"clip it, e\.g\. x0 = np\.clip\(x0, lower, upper\)"),
+    ({"lower": [-2.0, 1.0], "upper": [2.0, -1.0]}, r"lower, upper: expected lower < upper, got lower\[1\] = 1\.0 >= "
+                                                 r"upper\[1\] = -1\.0; swap them"),
+    ({"lower": [-2.0, 0.5], "upper": [2.0, 0.5], "x0": [0.0, 0.5]},
+     r"lower < upper, got lower\[1\] = 0\.5 >= upper\[1\]"),
+    ({"x0": [np.nan, 0.0]}, r"x0: expected finite values, got x0\[0\] = nan; start from a finite point"),
+    ({"x0": [0.0, np.inf]}, r"x0: expected finite values, got x0\[1\] = inf"),
+    ({"x0": [0.0, 0.0, 0.0]}, r"lower: expected 3 values \(as many as x0\), got 2"),
+    ({"x0": []}, r"x0: expected at least one value, got an empty array"),
+    ({"x0": "ab"}, r"x0: expected a 1-D array of numbers, got str"),
+    ({"x0": [[0.0, 0.0]]}, r"x0: expected a 1-D array of numbers, got an array of shape \(1, 2\)"),
+    ({"lower": [np.nan, -2.0]}, r"lower: expected numbers \(-inf / inf for none\), got lower\[0\] = nan"),
+    ({"max_iter": 0}, r"max_iter: expected a positive integer, got 0"),
+    ({"max_iter": 2.5}, r"max_iter: expected a positive integer, got 2\.5"),
+    ({"fatol": -1.0}, r"fatol: expected a finite number >= 0, got -1\.0"),
+    ({"gatol": np.inf}, r"gatol: expected a finite number >= 0, got inf"),
+    ({"delta_init": 0.0}, r"delta_init: expected a positive number, got 0\.0"),
+    ({"fun": 3}, r"fun: expected a callable fun\(x\) -> \(f, g, H\), got int"),
+    ({"fun": lambda x: (1.0, np.zeros(2))}, r"fun: expected fun\(x\) to return \(f, g, H\), None or a reason "
+                                             r"\(str\), got tuple of length 2"),
+    ({"fun": lambda x: (1.0, np.zeros(3), np.eye(2))}, r"fun: expected a gradient of shape \(2,\) and H of shape "
+                                                        r"\(2, 2\), got \(3,\) and \(2, 2\)"),
+])
+def test_bad_input(kwargs, match):
+    args = {"fun": rosen, "x0": [0.0, 0.0], "lower": [-2.0, -2.0], "upper": [2.0, 2.0]}
+    args.update(kwargs)
+    fun, x0, lo, hi = args.pop("fun"), args.pop("x0"), args.pop("lower"), args.pop("upper")
+    with pytest.raises(InputError, match=match):
+        trust_region(fun, x0, lo, hi, **args)
