@@ -158,7 +158,7 @@ def fit_likelihood(est, problem, start, t_start):
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
         runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs)
-    ok = [r for r in runs if r.get("status") != "failed" and math.isfinite(r.get("nll", math.nan))]
+    ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:
         errors = [r.get("error") or r.get("message") for r in runs]

@@ -213,7 +213,7 @@ def _check_tol(name, v):
 
 
 def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-12, xtol=1e-10, gatol=1e-8,
-                 grtol=0.0, delta_init=1.0) -> TrustResult:
+                 grtol=0.0, delta_init=1.0, stall_decrease=1e-6) -> TrustResult:
     """Minimise ``f(x)`` over ``lower <= x <= upper`` with fides' trust-region reflective method.
 
     Parameters
@@ -236,6 +236,12 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
         Converged when ``||g|| <= gatol`` or ``||g|| <= grtol * |f|``.
     delta_init : float, default 1
         Initial trust-region radius.
+    stall_decrease : float, default 1e-6
+        When the radius collapses (no step decreases ``f``: the objective is flat to its own
+        accuracy, e.g. an ODE solved to rtol 1e-8), the point counts as converged if the
+        quadratic model promises at most this decrease of ``f`` (see :func:`predicted_decrease`;
+        for a negative log-likelihood, 1e-6 is far below any statistical resolution); else the
+        status is ``"failed"``.
 
     Returns
     -------
@@ -281,7 +287,32 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
             opt.logger.handlers.clear()
     flag = opt.exitflag.name
     status = {"FTOL": "converged", "XTOL": "converged", "GTOL": "converged", "MAXITER": "max_iter"}.get(flag, "failed")
-    return _result(opt, obj, status, _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter))
+    message = _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter)
+    if flag == "DELTA_TOO_SMALL":
+        dec = predicted_decrease(opt.x, opt.grad, opt.hess, lo, hi)
+        if dec <= stall_decrease:
+            status = "converged"
+            message = (f"no step decreases f any more and the model predicts at most {dec:.2g} further decrease "
+                       f"(<= stall_decrease={stall_decrease:g}): a stationary point, flat to the objective's accuracy")
+        else:
+            message += f"; the model still predicts a decrease of {dec:.3g}"
+    return _result(opt, obj, status, message)
+
+
+def predicted_decrease(x, g, H, lo, hi):
+    """Half the Newton decrement ``g_F^T H_FF^+ g_F / 2`` over the coordinates not held by an
+    active bound (a bound is active when ``x`` is within 1e-8 (relative) of it and the gradient
+    pushes outward): the decrease the quadratic model still promises."""
+    x, g, H = np.asarray(x, float), np.asarray(g, float), np.asarray(H, float)
+    if not (np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
+        return math.inf
+    tol = 1e-8 * np.maximum(1.0, np.abs(x))
+    held = ((x - lo <= tol) & (g > 0)) | ((hi - x <= tol) & (g < 0))
+    free = ~held
+    if not free.any():
+        return 0.0
+    gf = g[free]
+    return float(0.5 * gf @ np.linalg.pinv(H[np.ix_(free, free)], rcond=1e-12, hermitian=True) @ gf)
 
 
 def _result(opt, obj, status, message):
