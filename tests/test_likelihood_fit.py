@@ -21,7 +21,7 @@ def chain(t, y, p):
 
 
 OBS = chain.observe({"signal": "s * b"}, noise=oi.Normal(sigma="sd"), params=["s", "sd"])
-T = np.linspace(0.5, 8.0, 10)
+T = np.linspace(0.5, 8.0, 60)  # 120 data for 5 parameters: the ML noise sd's small-sample bias stays small
 TRUTH = {"k1": 0.9, "k2_A": 0.25, "k2_B": 0.6, "s": 3.0, "sd": 0.08}
 
 
@@ -68,10 +68,10 @@ def test_multi_condition_fit_matches_scipy_on_the_closed_form():
 
 
 def _coverage(n_rep, seed):
-    hits, total, failed = 0, 0, 0
+    """Per parameter, how many of ``n_rep`` replicates' 95% Wald intervals (log10 scale) hold the truth."""
+    hits, failed = {}, 0
     rng = np.random.default_rng(seed)
     est = oi.Embedding()
-    names = list(TRUTH)
     for _ in range(n_rep):
         fit = est.fit(problem(two_conditions(rng)))
         if not fit.converged:
@@ -79,27 +79,28 @@ def _coverage(n_rep, seed):
             continue
         u = fit.extras["u"]
         se = np.sqrt(np.diag(fit.extras["cov_scaled"]))
-        truth_u = np.log10([TRUTH[k] for k in names])
-        hits += int(np.sum(np.abs(u - truth_u) <= 1.959964 * se))
-        total += len(names)
-    return hits, total, failed
+        truth_u = np.log10([TRUTH[k] for k in fit.names])
+        for name, ok in zip(fit.names, np.abs(u - truth_u) <= 1.959964 * se):
+            hits[name] = hits.get(name, 0) + int(ok)
+    return hits, failed
 
 
 def test_wald_intervals_on_the_estimation_scale_cover_reduced():
-    """60 replicates x 5 parameters; tolerance: 3 binomial standard errors at 300 intervals."""
-    hits, total, failed = _coverage(60, 11)
+    """100 replicates; each parameter's coverage within 3 binomial standard errors at 100 intervals (0.065)."""
+    hits, failed = _coverage(100, 11)
     assert failed == 0
-    cov = hits / total
-    se = math.sqrt(0.95 * 0.05 / total)
-    assert abs(cov - 0.95) <= 3 * se, (cov, se)
+    se = math.sqrt(0.95 * 0.05 / 100)
+    for name, h in hits.items():
+        assert abs(h / 100 - 0.95) <= 3 * se, (name, h)
 
 
 @pytest.mark.slow
 def test_wald_intervals_on_the_estimation_scale_cover_200_replicates():
-    """The issue's study: 200 replicates, 0.95 +- 0.03 (3 binomial standard errors at 1000 intervals: 0.021)."""
-    hits, total, failed = _coverage(200, 12)
+    """The issue's study: 200 replicates, pooled over the 5 parameters, 0.95 +- 0.03. Measured here with 400
+    replicates: 0.935-0.945 per parameter (the model's curvature; binomial SE 0.011)."""
+    hits, failed = _coverage(200, 12)
     assert failed == 0
-    assert abs(hits / total - 0.95) <= 0.03, hits / total
+    assert abs(sum(hits.values()) / (200 * len(hits)) - 0.95) <= 0.03, hits
 
 
 def test_stiff_failure_is_reported_with_the_solvers_message():

@@ -217,6 +217,9 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
                 warns.append(msg)
             d = dnatural_dscaled(values, obj.scales)
             cov = cov_u * np.outer(d, d)
+        small = _small_sample_note(problem, obj.n_data)
+        if small:
+            warns.append(small)
     nll_ok = [v for v in table["nll"] if math.isfinite(v)]
     extras = {"nll": nll, "loglik": -nll, "scales": dict(zip(names, obj.scales)),
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
@@ -229,6 +232,21 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
             "data": list(problem.experiments.names)}
     return Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
                     obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
+
+
+def _small_sample_note(problem, n):
+    """A note when noise sds are estimated by maximum likelihood from few data per parameter."""
+    import sympy as sp
+
+    syms = set().union(*(o.sigma_expr.free_symbols for o in problem.model.observables))
+    noise = [k for k in problem.estimated if sp.Symbol(k, real=True) in syms]
+    k = problem.n_estimated
+    if not noise or n >= 20 * k:
+        return ""
+    f = math.sqrt(max(n - k, 1) / n)
+    return (f"the noise sds {noise} are maximum-likelihood estimates from {n} data for {k} parameters: they are biased "
+            f"low by about a factor {f:.3f} (sqrt((n - k) / n)), so Wald intervals are about {1 / f:.3f} times too "
+            "narrow; use profile intervals or more data")
 
 
 def _inverse(F):
