@@ -143,3 +143,17 @@ def test_likelihood_fit_bad_inputs():
         oi.Embedding().fit(prob, start={"k1": -1.0})
     with pytest.raises(InputError, match=r"no start value for \['k1', 's', 'sd', 'k2_A', 'k2_B'\]"):
         oi.Embedding().fit(OBS, exps, x0={"a": 1.0, "b": 0.0})
+
+
+def test_matching_estimators_refuse_observables_naming_them():
+    from odeinfer.estimators import EstimationError
+
+    exps = two_conditions(np.random.default_rng(5))
+    for est in (oi.OrthogonalConditions(), oi.GradientMatching(), oi.NewtonRaphson(), oi.Simultaneous()):
+        with pytest.raises(EstimationError, match=r"the observables \['signal'\] of model 'chain' are not states.*"
+                                                  r"oi.Embedding\(\)"):
+            est.fit(OBS, exps)
+    direct = chain.observe({"b_obs": "b"}, noise=oi.Normal(sigma="sd"), params=["sd"])
+    with pytest.raises(EstimationError, match=r"the observables \['b_obs'\] are states, so declare them with "
+                                              r"@oi.model\(..., observed="):
+        oi.OrthogonalConditions().fit(direct, oi.Data(T, np.ones_like(T), "b_obs"))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+import sympy as sp
 
 from odeinfer.data import Data, Experiments, as_experiments
 from odeinfer.errors import DataError, InputError, ModelDefinitionError, OdeinferWarning
@@ -148,6 +149,23 @@ def _values_by_name_raw(argument, values, names, allowed):
     return dict(zip(names, arr.tolist()))
 
 
+def _refuse_observables(model, estimator):
+    """Estimators other than Embedding read states from the data: refuse observables, naming them."""
+    states = {sp.Symbol(s, real=True) for s in model.states}
+    direct = [o.name for o in model.observables if o.expr in states and o.noise.distribution == "normal"
+              and o.noise.scale in ("lin", "log")]
+    other = [o.name for o in model.observables if o.name not in direct]
+    fix = "fit it with oi.Embedding() (maximum likelihood with the observables and noise models)"
+    if other:
+        raise EstimationError(
+            f"{estimator} matches states smoothed from the data, but the observables {other} of model {model.name!r} are "
+            f"not states measured directly; {fix}")
+    raise EstimationError(
+        f"{estimator} estimates the noise of directly observed states itself: the observables {direct} are states, so "
+        f"declare them with @oi.model(..., observed=[...], noise='additive' or 'log') instead of model.observe(), "
+        f"or {fix}")
+
+
 def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observed=False,
             estimator="estimator") -> Problem:
     """Validate ``fit`` inputs and compile the model; raises before any numerical work.
@@ -172,6 +190,8 @@ def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observe
         raise TypeError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
     if not isinstance(data, (Data, Experiments)):
         raise DataError(f"data: expected oi.Data or oi.Experiments, got {type(data).__name__}")
+    if model.observables and estimator != "Embedding":
+        _refuse_observables(model, estimator)
     exps = as_experiments(data)
     for d in exps:
         d.check_states(model.states)
