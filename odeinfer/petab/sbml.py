@@ -265,11 +265,13 @@ def _parse(data, shown):
     if doc.getLevel() < 2:
         raise SBMLError(f"path: {str(shown)!r} is SBML Level {doc.getLevel()}; Levels 2 and 3 are supported. "
                         "Convert it (e.g. with libsbml's SBMLDocument.setLevelAndVersion)")
-    for i in range(doc.getNumPlugins()):
-        package = doc.getPlugin(i).getPackageName()
-        if doc.getLevel() >= 3 and doc.isPackageEnabled(package) and doc.getPackageRequired(package):
-            raise SBMLError(f"path: {str(shown)!r} requires the SBML package {package!r}; only SBML core is "
-                            "supported. Flatten the model to core SBML (e.g. libsbml's converters)")
+    ns = doc.getNamespaces()
+    for i in range(ns.getNumNamespaces()):  # the packages the file declares (Level 3)
+        uri = ns.getURI(i)
+        if uri.startswith("http://www.sbml.org/sbml/level3/") and not uri.endswith("/core") \
+                and doc.getPackageRequired(uri):
+            raise SBMLError(f"path: {str(shown)!r} requires the SBML package {ns.getPrefix(i)!r}; only SBML core "
+                            "is supported. Flatten the model to core SBML (e.g. libsbml's converters)")
     return doc
 
 
@@ -277,7 +279,14 @@ def _parse(data, shown):
 def _ast_names():
     import libsbml
 
-    return {getattr(libsbml, n): n[4:].lower() for n in dir(libsbml) if n.startswith("AST_")}
+    out = {}
+    for n in dir(libsbml):
+        if n.startswith("AST_"):  # AST_FUNCTION_FACTORIAL -> 'factorial', AST_RELATIONAL_LT -> 'lt'
+            word = n[4:].lower()
+            for prefix in ("function_", "relational_", "logical_", "constant_", "name_"):
+                word = word.removeprefix(prefix)
+            out[getattr(libsbml, n)] = word
+    return out
 
 
 class _Math:
@@ -590,7 +599,8 @@ class _Import:
                       "remove them (e.g. express a step input with a piecewise of time in an assignment rule)")
         for r in m.getListOfRules():
             if r.getTypeCode() == L.SBML_ALGEBRAIC_RULE:
-                self.fail(f"it has an algebraic rule{f' ({r.getId()!r})' if r.getId() else ''}; algebraic rules "
+                rid = r.getIdAttribute()
+                self.fail(f"it has an algebraic rule{f' ({rid!r})' if rid else ''}; algebraic rules "
                           "(differential-algebraic equations) are not supported",
                           "replace it by an assignment rule solved for one variable")
         if m.getLevel() >= 3 and m.isSetConversionFactor():
