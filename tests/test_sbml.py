@@ -196,7 +196,8 @@ def test_piecewise_in_time(tmp_path):
         rules=[f'<assignmentRule variable="u">{mathml("piecewise(k, time < T, 0)")}</assignmentRule>'],
         reactions=[reaction("r1", "u", products=[("A", 1)])]))
     assert s.model.exprs[0].has(sp.Piecewise)
-    check_rhs(s, lambda t, y, p: {"A": (p["k"] if t < p["T"] else 0.0) / p["C"]}, np.random.default_rng(6), n=20, scale=10.0)
+    check_rhs(s, lambda t, y, p: {"A": (p["k"] if t < p["T"] else 0.0) / p["C"]}, np.random.default_rng(6),
+              n=20, scale=10.0)
     assert s.model.switching_params == ("T",)
 
 
@@ -208,13 +209,15 @@ def test_local_parameters_are_numbers_that_shadow_globals(tmp_path):
         reactions=[reaction("r1", "k*A", [("A", 1)], local='<localParameter id="k" value="0.5"/>'),
                    reaction("r2", "k*B", [("B", 1)])]))
     assert s.model.params == ("C", "k")
-    check_rhs(s, lambda t, y, p: {"A": -0.5 * y["A"] / p["C"], "B": -p["k"] * y["B"] / p["C"]}, np.random.default_rng(7))
+    check_rhs(s, lambda t, y, p: {"A": -0.5 * y["A"] / p["C"], "B": -p["k"] * y["B"] / p["C"]},
+              np.random.default_rng(7))
 
 
 def test_level2_local_parameters_and_boundary_species(tmp_path):
     # SBML L2: B is a boundary species (a parameter, default 2), r1: B -> A at rate kf*B with a
     # local kf = 3 (L2's <listOfParameters> in the kinetic law); dA/dt = 3*B/C, C of size 4
-    law = f'<kineticLaw>{mathml("kf*B")}<listOfParameters><parameter id="kf" value="3"/></listOfParameters></kineticLaw>'
+    law = (f'<kineticLaw>{mathml("kf*B")}<listOfParameters><parameter id="kf" value="3"/></listOfParameters>'
+           "</kineticLaw>")
     rx = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference species="B"/></listOfReactants>'
           f'<listOfProducts><speciesReference species="A"/></listOfProducts>{law}</reaction>')
     s = load_text(tmp_path, document(level=2, comps=['<compartment id="C" size="4"/>'],
@@ -235,7 +238,7 @@ def test_math_elements(tmp_path):
 
     def want(t, y, p):
         a, k = y["A"], p["k"]
-        return {"A": math.log(a, 2) + math.log10(a) + math.log(a) + a ** (1 / 3) + math.sqrt(a) + abs(a) + math.e
+        return {"A": math.log2(a) + math.log10(a) + math.log(a) + a ** (1 / 3) + math.sqrt(a) + abs(a) + math.e
                 + math.pi + 0.75 + 1e-3 + a ** 2 + max(a, k) + min(a, k) + math.sin(a) + math.cos(a) + math.tan(a)
                 + math.tanh(a) + math.sinh(a) + math.cosh(a) + math.atan(a) + 1.0 + (a == k) + (a != k) + 1.0 + k}
 
@@ -287,8 +290,9 @@ def test_perelson_matches_its_reactions():
 def test_an_imported_model_compiles_and_solves():
     """Fujita's input is a piecewise of time: the generated kernels take it, and the solution agrees
     with scipy's on the sympy right-hand side."""
-    import odeinfer as oi
     from scipy.integrate import solve_ivp
+
+    import odeinfer as oi
 
     s = load_sbml(PETAB / "Fujita_SciSignal2010" / "model_Fujita_SciSignal2010.xml")
     m = s.model
@@ -304,7 +308,7 @@ def test_an_imported_model_compiles_and_solves():
 
 
 # -- bad input -------------------------------------------------------------------------------------------
-SIMPLE = dict(comps=[comp("C", 1)], species_=[species("A", conc=1)], params=[param("k", 1)])
+SIMPLE = {"comps": [comp("C", 1)], "species_": [species("A", conc=1)], "params": [param("k", 1)]}
 
 
 def refused(tmp_path, match, **kw):
@@ -335,7 +339,7 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
     refused(tmp_path, r"species 'A' in reaction 'r1' has a non-constant stoichiometry", reactions=[noncst])
     refused(tmp_path, r"'A' has no initial value", species_=[species("A")])
     refused(tmp_path, r"\['k'\] have no value", params=[param("k")], reactions=[reaction("r1", "k*A", [("A", 1)])])
-    refused(tmp_path, r"the assignment rules are circular \(a -> b -> a\)",
+    refused(tmp_path, r"SBML model 'm': the assignment rules are circular \(a -> b -> a\)",
             params=[param("k", 1), param("a", constant=False), param("b", constant=False)],
             rules=[f'<assignmentRule variable="a">{mathml("b + 1")}</assignmentRule>',
                    f'<assignmentRule variable="b">{mathml("a*2")}</assignmentRule>'],
@@ -378,6 +382,27 @@ def test_math_depth_and_size_are_bounded(tmp_path):
             reactions=[reaction("r1", "g(A)", [("A", 1)])])
 
 
+def test_substituted_expressions_are_bounded(tmp_path, monkeypatch):
+    # r_i = exp(r_{i-1}) + r_{i-1}: 60 rules whose substituted tree doubles at each step (2**60 nodes)
+    rules = [f'<assignmentRule variable="r0">{mathml("k")}</assignmentRule>'] + [
+        f'<assignmentRule variable="r{i}">{mathml(f"exp(r{i - 1}) + r{i - 1}")}</assignmentRule>' for i in range(1, 61)]
+    refused(tmp_path, rf"the value of 'r\d+' has \d+ nodes nested \d+ levels deep .*at most {sb.MAX_EXPR_NODES} nodes",
+            params=[param("k", 1)] + [param(f"r{i}", constant=False) for i in range(61)], rules=rules,
+            reactions=[reaction("v", "r60*A", [("A", 1)])])
+    # a chain longer than MAX_CHAIN
+    n = sb.MAX_CHAIN + 2
+    rules = [f'<assignmentRule variable="r0">{mathml("k")}</assignmentRule>'] + [
+        f'<assignmentRule variable="r{i}">{mathml(f"r{i - 1} + 1")}</assignmentRule>' for i in range(1, n)]
+    refused(tmp_path, rf"the assignment rules nest more than {sb.MAX_CHAIN} levels deep",
+            params=[param("k", 1)] + [param(f"r{i}", constant=False) for i in range(n)], rules=rules,
+            reactions=[reaction("v", f"r{n - 1}*A", [("A", 1)])])
+    # the whole document's math
+    monkeypatch.setattr(sb, "MAX_DOCUMENT_NODES", 12)
+    refused(tmp_path, r"the model's math has more than 12 nodes in all",
+            reactions=[reaction("v1", "k*A*A", [("A", 1)]), reaction("v2", "k*A*A", [("A", 1)]),
+                       reaction("v3", "k*A*A", [("A", 1)])])
+
+
 def test_path_must_lie_inside_root(tmp_path):
     inside, outside = tmp_path / "root", tmp_path / "elsewhere"
     inside.mkdir()
@@ -418,8 +443,9 @@ SECRET = "SECRET-PAYLOAD-42"
 @pytest.mark.parametrize("content, match", [
     (f"not xml at all {SECRET}", r"is not well-formed XML \(line 1: syntax error\)"),
     (f"<html><body>{SECRET}</body></html>", r"is not a valid SBML document: libsbml reported \d+ error"),
-    (f'<?xml version="1.0"?><sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" level="3" version="2">'
-     f'<model id="m"><listOfParameters><parameter id="{SECRET}" value="x{SECRET}"/></listOfParameters></model></sbml>',
+    (('<?xml version="1.0"?><sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" level="3" version="2">'
+      f'<model id="m"><listOfParameters><parameter id="{SECRET}" value="x{SECRET}"/></listOfParameters></model>'
+      "</sbml>"),
      r"libsbml reported \d+ error\(s\) \(\d+ fatal; libsbml error ids \[.*\]\) on line\(s\) \[1\]"),
     (f'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "{SECRET}">]><sbml>&a;</sbml>', r"document type declaration"),
     ("<a>" * (sb.MAX_XML_DEPTH + 1) + SECRET + "</a>" * (sb.MAX_XML_DEPTH + 1), r"nest more than 1000 levels"),

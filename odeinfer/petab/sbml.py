@@ -48,8 +48,9 @@ Hostile files are refused before libsbml sees them: the file must lie inside ``r
 is given (symbolic links resolved), be at most :data:`MAX_BYTES` long, be UTF-8 XML without a
 document type declaration (no entities) and nest at most :data:`MAX_XML_DEPTH` elements deep.
 Math is bounded in depth (:data:`MAX_MATH_DEPTH`, counting inlined function bodies) and in size
-(:data:`MAX_MATH_NODES` per element, after inlining), and chains of assignment rules in depth
-(:data:`MAX_CHAIN`). Error messages name ids, counts, severities and line numbers, never the
+(:data:`MAX_MATH_NODES` per element and :data:`MAX_DOCUMENT_NODES` in all, after inlining), chains
+of assignment rules in depth (:data:`MAX_CHAIN`), and the expressions that substitution builds in
+size and depth (:data:`MAX_EXPR_NODES`, :data:`MAX_EXPR_DEPTH`, counted as trees). Error messages name ids, counts, severities and line numbers, never the
 file's text.
 """
 
@@ -60,6 +61,7 @@ import os
 import stat
 import xml.parsers.expat
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import sympy as sp
@@ -68,13 +70,16 @@ from odeinfer.errors import InputError, ModelDefinitionError, SBMLError
 from odeinfer.model.core import Model
 from odeinfer.model.trace import T_SYMBOL, symbols_for, validate_names
 
-__all__ = ["SBMLModel", "load_sbml", "MAX_BYTES", "MAX_XML_DEPTH", "MAX_MATH_DEPTH", "MAX_MATH_NODES",
-           "MAX_CHAIN"]
+__all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_MATH_DEPTH",
+           "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml"]
 
 MAX_BYTES = 20 * 2**20
 MAX_XML_DEPTH = 1_000
 MAX_MATH_DEPTH = 200
 MAX_MATH_NODES = 100_000
+MAX_DOCUMENT_NODES = 5_000_000
+MAX_EXPR_NODES = 200_000
+MAX_EXPR_DEPTH = 200
 MAX_CHAIN = 100
 _AVOGADRO = 6.02214179e23  # the value SBML Level 3 fixes for the avogadro csymbol
 
@@ -298,7 +303,7 @@ class _Math:
         self.L = L
         self.functions = functions  # id -> (argument names, body ASTNode)
         self.symbols = symbols  # SBML id -> sympy symbol
-        self.where, self.local, self.nodes = "", {}, 0
+        self.where, self.local, self.nodes, self.total = "", {}, 0, 0
         self.unary = {L.AST_FUNCTION_EXP: sp.exp, L.AST_FUNCTION_LN: sp.log, L.AST_FUNCTION_ABS: sp.Abs,
                       L.AST_FUNCTION_SIN: sp.sin, L.AST_FUNCTION_COS: sp.cos, L.AST_FUNCTION_TAN: sp.tan,
                       L.AST_FUNCTION_SINH: sp.sinh, L.AST_FUNCTION_COSH: sp.cosh, L.AST_FUNCTION_TANH: sp.tanh,
@@ -334,12 +339,16 @@ class _Math:
         """``env``: the arguments of the function definition being inlined (None outside one)."""
         L = self.L
         self.nodes += 1
+        self.total += 1
         if depth > MAX_MATH_DEPTH:
             self.fail(f"the math nests more than {MAX_MATH_DEPTH} levels deep (counting inlined function "
                       "definitions)", "simplify it")
         if self.nodes > MAX_MATH_NODES:
             self.fail(f"the math has more than {MAX_MATH_NODES} nodes (counting inlined function definitions)",
                       "simplify it")
+        if self.total > MAX_DOCUMENT_NODES:
+            self.fail(f"the model's math has more than {MAX_DOCUMENT_NODES} nodes in all (counting inlined "
+                      "function definitions)", "simplify it")
         ty = node.getType()
         if ty == L.AST_INTEGER:
             return sp.Integer(node.getInteger())
@@ -367,7 +376,7 @@ class _Math:
         if ty in self.relations:
             self.count(ty, args, 2, None)
             nums = [self.real(ty, a) for a in args]
-            return sp.And(*(self.relations[ty](a, b) for a, b in zip(nums, nums[1:])))
+            return sp.And(*(self.relations[ty](a, b) for a, b in pairwise(nums)))
         if ty in self.logical:
             return self.logical[ty](*(self.boolean(ty, a) for a in args))
         if ty == L.AST_LOGICAL_NOT:
@@ -462,11 +471,43 @@ class _Math:
 
 
 # -- the model ------------------------------------------------------------------------------------
-class _Substitution:
-    """Definitions (id -> expression) substituted recursively, with a cycle check and a depth bound."""
+class _TreeSize:
+    """Size and depth of sympy expressions as trees, computed once per distinct subexpression (memoized,
+    without recursion): substitution shares subexpressions, so that a tree may be exponentially larger
+    than the objects it is made of, and so would any later walk of it be."""
 
-    def __init__(self, defs, what):
-        self.defs, self.what, self.done = defs, what, {}
+    def __init__(self, label):
+        self.memo, self.label = {}, label
+
+    def check(self, e, what):
+        size, depth = self(e)
+        if size > MAX_EXPR_NODES or depth > MAX_EXPR_DEPTH:
+            raise SBMLError(f"{self.label}: {what} has {size} nodes nested {depth} levels deep after substituting the assignment "
+                            f"rules and function definitions; at most {MAX_EXPR_NODES} nodes and "
+                            f"{MAX_EXPR_DEPTH} levels are allowed. Simplify the model")
+
+    def __call__(self, e):
+        memo, stack = self.memo, [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in memo:
+                continue
+            if not node.args:
+                memo[node] = (1, 0)
+            elif ready:
+                memo[node] = (1 + sum(memo[a][0] for a in node.args), 1 + max(memo[a][1] for a in node.args))
+            else:
+                stack.append((node, True))
+                stack.extend((a, False) for a in node.args if a not in memo)
+        return memo[e]
+
+
+class _Substitution:
+    """Definitions (id -> expression) substituted recursively, with a cycle check and bounds on the chain's
+    depth and on the size of the results."""
+
+    def __init__(self, defs, what, size):
+        self.defs, self.what, self.done, self.size = defs, what, {}, size
 
     def expr(self, e, chain=()):
         subs = {s: self.value(s.name, chain) for s in e.free_symbols if s.name in self.defs}
@@ -477,10 +518,11 @@ class _Substitution:
             return self.done[ident]
         if ident in chain:
             loop = " -> ".join(chain[chain.index(ident):] + (ident,))
-            raise SBMLError(f"the {self.what} are circular ({loop}); SBML forbids cycles, break this one")
+            raise SBMLError(f"{self.size.label}: the {self.what} are circular ({loop}); SBML forbids cycles, break this one")
         if len(chain) >= MAX_CHAIN:
-            raise SBMLError(f"the {self.what} nest more than {MAX_CHAIN} levels deep (at {ident!r}); simplify them")
+            raise SBMLError(f"{self.size.label}: the {self.what} nest more than {MAX_CHAIN} levels deep (at {ident!r}); simplify them")
         out = self.done[ident] = self.expr(self.defs[ident], chain + (ident,))
+        self.size.check(out, f"the value of {ident!r}")
         return out
 
 
@@ -498,7 +540,8 @@ class _Import:
 
         m = self.m
         self.refuse_unsupported()
-        comps, species, pars = list(m.getListOfCompartments()), list(m.getListOfSpecies()), list(m.getListOfParameters())
+        comps, species, pars = (list(m.getListOfCompartments()), list(m.getListOfSpecies()),
+                                list(m.getListOfParameters()))
         reactions = list(m.getListOfReactions())
         for kind, items in (("compartment", comps), ("species", species), ("parameter", pars),
                             ("reaction", reactions)):
@@ -553,16 +596,17 @@ class _Import:
         raw = {i: self.raw_initial(item, symbols) for item in species + comps + pars
                if (i := item.getId()) in states or i in params or i in derived}
         at0 = {T_SYMBOL: sp.Integer(0)}
+        size = _TreeSize(self.label)
         init = _Substitution({**{i: e.xreplace(at0) for i, e in {**laws, **assign}.items()},
                               **{i: initial.get(i, raw.get(i)) for i in states + derived}},
-                             "initial assignments and assignment rules")
+                             "initial assignments and assignment rules", size)
         for i in states + derived:
             if i not in initial and raw.get(i) is None:
                 self.fail(f"{i!r} has no initial value (no initialAssignment, initialConcentration, initialAmount, "
                           "value or size)", "give it one")
         x0 = {s: init.value(s).xreplace(at0) for s in states}
         consts = {d: init.value(d).xreplace(at0) for d in derived}
-        dyn = _Substitution({**laws, **assign, **consts}, "assignment rules")
+        dyn = _Substitution({**laws, **assign, **consts}, "assignment rules", size)
 
         psyms = {symbols[p] for p in params}
         values = self.defaults(params, raw, init, symbols)
@@ -574,6 +618,7 @@ class _Import:
                 rhs = dyn.expr(rate[s])
             else:
                 rhs = self.species_rate(s, reactions, laws, dyn, symbols)
+            size.check(rhs, f"the derivative of {s!r}")
             self.only(rhs, psyms | {symbols[x] for x in states} | {T_SYMBOL}, f"the derivative of {s!r}")
             exprs.append(rhs)
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
