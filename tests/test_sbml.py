@@ -7,6 +7,7 @@ tests/data/petab load with the state counts of their README, and Perelson's righ
 compared with the ODE written by hand from its SBML reaction list.
 """
 
+import csv
 import math
 import os
 from pathlib import Path
@@ -285,6 +286,73 @@ def test_perelson_matches_its_reactions():
         return {"Tstar": (v1 - v2) / size, "V": (-v3 - v4 + v5) / size, "Vin": -v3 / size, "Vni": (-v4 + v5) / size}
 
     check_rhs(s, rhs, np.random.default_rng(10))
+
+
+def table(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def simulate_nominal(problem):
+    """The problem's states at the times of its simulatedData table, solved by scipy on the imported
+    right-hand side at the nominal values of its parameter table."""
+    from scipy.integrate import solve_ivp
+
+    s = load_sbml(PETAB / problem / f"model_{problem}.xml")
+    m = s.model
+    values = dict(s.values)
+    values.update({r["parameterId"]: float(r["nominalValue"])
+                   for r in table(PETAB / problem / f"parameters_{problem}.tsv") if r["parameterId"] in values})
+    x0 = s.initial_state(values)
+    p = np.array([values[q] for q in m.params])
+    sim = table(PETAB / problem / f"simulatedData_{problem}.tsv")
+    times = sorted({float(r["time"]) for r in sim})
+    f = m.lambdify("f")
+    sol = solve_ivp(lambda t, y: f(t, y, p), (0, times[-1]), [x0[x] for x in m.states], t_eval=times,
+                    method="LSODA", rtol=1e-10, atol=1e-10)
+    assert sol.success
+    return sim, values, {t: dict(zip(m.states, y)) for t, y in zip(times, sol.y.T)}
+
+
+def test_boehm_matches_the_collections_simulation():
+    """Two compartments (cyt 1.4, nuc 0.45): the observables, written by hand from the observable
+    table, agree with the collection's simulatedData at the nominal parameters."""
+    sim, values, y = simulate_nominal("Boehm_JProteomeRes2014")
+    sc = values["specC17"]
+
+    def observable(name, d):
+        a, b, ab, aa, bb = d["STAT5A"], d["STAT5B"], d["pApB"], d["pApA"], d["pBpB"]
+        if name == "pSTAT5A_rel":
+            return (100 * ab + 200 * aa * sc) / (ab + a * sc + 2 * aa * sc)
+        if name == "pSTAT5B_rel":
+            return -(100 * ab - 200 * bb * (sc - 1)) / ((b * (sc - 1) - ab) + 2 * bb * (sc - 1))
+        return ((100 * ab + 100 * a * sc + 200 * aa * sc)
+                / (2 * ab + a * sc + 2 * aa * sc - b * (sc - 1) - 2 * bb * (sc - 1)))
+
+    assert len(sim) == 48
+    for r in sim:
+        assert observable(r["observableId"], y[float(r["time"])]) == pytest.approx(float(r["simulation"]), rel=1e-6)
+
+
+def test_crauste_matches_the_collections_simulation():
+    sim, _, y = simulate_nominal("Crauste_CellSystems2017")
+    for r in sim:  # each observable is one state: observable_<state>
+        state = r["observableId"].removeprefix("observable_")
+        assert y[float(r["time"])][state] == pytest.approx(float(r["simulation"]), rel=1e-5)
+
+
+def test_zheng_starts_at_its_preequilibrium():
+    """Zheng's initial concentrations are the steady state of its preequilibration condition
+    (dilution = 1): the 59 reactions, each through its function definition, cancel there."""
+    s = load_sbml(PETAB / "Zheng_PNAS2012" / "model_Zheng_PNAS2012.xml")
+    m = s.model
+    values = dict(s.values, dilution=1.0)
+    x0 = s.initial_state(values)
+    y0 = np.array([x0[x] for x in m.states])
+    f = m.lambdify("f")(0.0, y0, np.array([values[p] for p in m.params]))
+    assert np.max(np.abs(f)) < 1e-10
+    f0 = m.lambdify("f")(0.0, y0, np.array([dict(values, dilution=0.0)[p] for p in m.params]))
+    assert np.max(np.abs(f0)) > 1e-4  # without dilution it is no steady state: the check can fail
 
 
 def test_an_imported_model_compiles_and_solves():

@@ -50,8 +50,8 @@ document type declaration (no entities) and nest at most :data:`MAX_XML_DEPTH` e
 Math is bounded in depth (:data:`MAX_MATH_DEPTH`, counting inlined function bodies) and in size
 (:data:`MAX_MATH_NODES` per element and :data:`MAX_DOCUMENT_NODES` in all, after inlining), chains
 of assignment rules in depth (:data:`MAX_CHAIN`), and the expressions that substitution builds in
-size and depth (:data:`MAX_EXPR_NODES`, :data:`MAX_EXPR_DEPTH`, counted as trees). Error messages name ids, counts, severities and line numbers, never the
-file's text.
+size and depth (:data:`MAX_EXPR_NODES`, :data:`MAX_EXPR_DEPTH`, counted as trees). Error messages
+name ids, counts, severities and line numbers, never the file's text.
 """
 
 from __future__ import annotations
@@ -482,8 +482,8 @@ class _TreeSize:
     def check(self, e, what):
         size, depth = self(e)
         if size > MAX_EXPR_NODES or depth > MAX_EXPR_DEPTH:
-            raise SBMLError(f"{self.label}: {what} has {size} nodes nested {depth} levels deep after substituting the assignment "
-                            f"rules and function definitions; at most {MAX_EXPR_NODES} nodes and "
+            raise SBMLError(f"{self.label}: {what} has {size} nodes nested {depth} levels deep after substituting "
+                            f"the assignment rules and function definitions; at most {MAX_EXPR_NODES} nodes and "
                             f"{MAX_EXPR_DEPTH} levels are allowed. Simplify the model")
 
     def __call__(self, e):
@@ -518,9 +518,11 @@ class _Substitution:
             return self.done[ident]
         if ident in chain:
             loop = " -> ".join(chain[chain.index(ident):] + (ident,))
-            raise SBMLError(f"{self.size.label}: the {self.what} are circular ({loop}); SBML forbids cycles, break this one")
+            raise SBMLError(f"{self.size.label}: the {self.what} are circular ({loop}); SBML forbids cycles, "
+                            "break this one")
         if len(chain) >= MAX_CHAIN:
-            raise SBMLError(f"{self.size.label}: the {self.what} nest more than {MAX_CHAIN} levels deep (at {ident!r}); simplify them")
+            raise SBMLError(f"{self.size.label}: the {self.what} nest more than {MAX_CHAIN} levels deep "
+                            f"(at {ident!r}); simplify them")
         out = self.done[ident] = self.expr(self.defs[ident], chain + (ident,))
         self.size.check(out, f"the value of {ident!r}")
         return out
