@@ -406,6 +406,9 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
               f'stoichiometry="1" constant="false"/></listOfReactants>{kinetic("k*A")}</reaction>')
     refused(tmp_path, r"species 'A' in reaction 'r1' has a non-constant stoichiometry", reactions=[noncst])
     refused(tmp_path, r"'A' has no initial value", species_=[species("A")])
+    refused(tmp_path, r"it has no state", species_=[species("A", conc=1, constant=True)])
+    refused(tmp_path, r"reaction 'r1' refers to the species 'Q', which the model does not define",
+            reactions=[reaction("r1", "k", [("Q", 1)])])
     refused(tmp_path, r"\['k'\] have no value", params=[param("k")], reactions=[reaction("r1", "k*A", [("A", 1)])])
     refused(tmp_path, r"SBML model 'm': the assignment rules are circular \(a -> b -> a\)",
             params=[param("k", 1), param("a", constant=False), param("b", constant=False)],
@@ -430,9 +433,12 @@ def test_level2_fast_reactions_and_stoichiometry_math_are_refused(tmp_path):
 
 
 def test_reserved_and_keyword_ids_are_refused(tmp_path):
-    refused(tmp_path, r"the parameter id: the name 't' is reserved for time.*rename the id in the SBML file",
-            params=[param("t", 1)])
-    refused(tmp_path, r"the species id: 'lambda' is not a valid name", species_=[species("lambda", conc=1)])
+    refused(tmp_path, r"the parameter id 't' cannot be an odeinfer name: it is reserved for time; rename the id in "
+                      r"the SBML file", params=[param("t", 1)])
+    refused(tmp_path, r"the species id 'lambda' cannot be an odeinfer name: it is a Python keyword",
+            species_=[species("lambda", conc=1)])
+    refused(tmp_path, r"the reaction id '_r' cannot be an odeinfer name: it starts with '_'",
+            reactions=[reaction("_r", "k*A", [("A", 1)])])
 
 
 def test_math_depth_and_size_are_bounded(tmp_path):

@@ -56,6 +56,7 @@ name ids, counts, severities and line numbers, never the file's text.
 
 from __future__ import annotations
 
+import keyword
 import math
 import os
 import stat
@@ -84,7 +85,7 @@ MAX_CHAIN = 100
 _AVOGADRO = 6.02214179e23  # the value SBML Level 3 fixes for the avogadro csymbol
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SBMLModel:
     """An SBML model as odeinfer objects.
 
@@ -591,6 +592,13 @@ class _Import:
                           "whose size changes in time (a rule sets it); this is not supported",
                           "give the compartment a constant size or set hasOnlySubstanceUnits=\"true\"")
 
+        known = {s.getId() for s in species}
+        for r in reactions:
+            for ref in list(r.getListOfReactants()) + list(r.getListOfProducts()):
+                if ref.getSpecies() not in known:
+                    self.fail(f"reaction {r.getId()!r} refers to the species {ref.getSpecies()!r}, which the model "
+                              "does not define", "define it or fix the id")
+
         # rates of the reactions, with their local parameters as numbers
         laws = {r.getId(): self.kinetic_law(conv, r) for r in reactions}
 
@@ -632,9 +640,14 @@ class _Import:
     # -- checks ---------------------------------------------------------------------------------
     def check_id(self, kind, ident):
         try:
-            validate_names(f"the {kind} id", [ident])
-        except ModelDefinitionError as exc:
-            self.fail(f"{exc}", "rename the id in the SBML file (odeinfer uses SBML ids as names unchanged)")
+            valid = validate_names("id", [ident]) == (ident,)
+        except ModelDefinitionError:
+            valid = False
+        if not valid:
+            why = ("it is reserved for time" if ident == "t" else "it is a Python keyword" if keyword.iskeyword(ident)
+                   else "it starts with '_'" if ident.startswith("_") else "it is not an ASCII identifier")
+            self.fail(f"the {kind} id {ident!r} cannot be an odeinfer name: {why}",
+                      "rename the id in the SBML file (odeinfer uses the SBML ids as names, unchanged)")
 
     def refuse_unsupported(self):
         import libsbml as L
