@@ -553,11 +553,10 @@ class _Import:
         ids = [x.getId() for x in comps + species + pars + reactions]
         symbols = dict(zip(ids, symbols_for(ids)))
         conv = _Math(self.functions(), symbols)
-        rate = {r.getVariable(): conv.convert(r.getMath(), f"{self.label}: the rate rule of {r.getVariable()!r}")
-                for r in m.getListOfRules() if r.getTypeCode() == L.SBML_RATE_RULE}
-        assign = {r.getVariable(): conv.convert(r.getMath(), f"{self.label}: the assignment rule of "
-                                                             f"{r.getVariable()!r}")
-                  for r in m.getListOfRules() if r.getTypeCode() == L.SBML_ASSIGNMENT_RULE}
+        rules = {kind: {r.getVariable(): conv.convert(r.getMath(), f"{self.label}: the {word} of {r.getVariable()!r}")
+                        for r in m.getListOfRules() if r.getTypeCode() == kind}
+                 for kind, word in ((L.SBML_RATE_RULE, "rate rule"), (L.SBML_ASSIGNMENT_RULE, "assignment rule"))}
+        rate, assign = rules[L.SBML_RATE_RULE], rules[L.SBML_ASSIGNMENT_RULE]
         initial = {a.getSymbol(): conv.convert(a.getMath(), f"{self.label}: the initial assignment of "
                                                              f"{a.getSymbol()!r}")
                    for a in m.getListOfInitialAssignments()}
@@ -566,76 +565,90 @@ class _Import:
             self.fail(f"rules or initial assignments set {unknown}, which are no compartment, species or "
                       "parameter (a species reference's stoichiometry?)",
                       "variable stoichiometry is not supported: use constant stoichiometries")
-
-        # what each id is
-        states, params, derived = [], [], []
-        for item in species + comps + pars:
-            i = item.getId()
-            is_species = item.getTypeCode() == L.SBML_SPECIES
-            if i in rate:
-                states.append(i)
-            elif i in assign:
-                continue
-            elif is_species and not (item.getConstant() or item.getBoundaryCondition()):
-                states.append(i)
-            elif i in initial:
-                derived.append(i)
-            else:
-                params.append(i)
-        order = {i: k for k, i in enumerate(x.getId() for x in species + comps + pars)}
-        params.sort(key=lambda i: ids.index(i))  # document order: compartments, species, parameters
-        states.sort(key=lambda i: order[i])
-        varying = set(rate) | set(assign)
-        for s in species:
-            if not s.getHasOnlySubstanceUnits() and s.getCompartment() in varying:
-                self.fail(f"species {s.getId()!r} is a concentration in compartment {s.getCompartment()!r}, "
-                          "whose size changes in time (a rule sets it); this is not supported",
-                          "give the compartment a constant size or set hasOnlySubstanceUnits=\"true\"")
-
-        known = {s.getId() for s in species}
-        for r in reactions:
-            for ref in list(r.getListOfReactants()) + list(r.getListOfProducts()):
-                if ref.getSpecies() not in known:
-                    self.fail(f"reaction {r.getId()!r} refers to the species {ref.getSpecies()!r}, which the model "
-                              "does not define", "define it or fix the id")
-
-        # rates of the reactions, with their local parameters as numbers
-        laws = {r.getId(): self.kinetic_law(conv, r) for r in reactions}
+        states, params, derived = self.classify(species + comps + pars, rate, assign, initial)
+        fluxes = self.fluxes(species, reactions, set(rate) | set(assign))
+        laws = {r.getId(): self.kinetic_law(conv, r) for r in reactions}  # local parameters as numbers
 
         # initial values: everything at t = 0 in terms of the parameters
         raw = {i: self.raw_initial(item, symbols) for item in species + comps + pars
                if (i := item.getId()) in states or i in params or i in derived}
+        lacking = [i for i in states + derived if i not in initial and raw.get(i) is None]
+        if lacking:
+            self.fail(f"{lacking[0]!r} has no initial value (no initialAssignment, initialConcentration, "
+                      "initialAmount, value or size)", "give it one")
         at0 = {T_SYMBOL: sp.Integer(0)}
         size = _TreeSize(self.label)
         init = _Substitution({**{i: e.xreplace(at0) for i, e in {**laws, **assign}.items()},
                               **{i: initial.get(i, raw.get(i)) for i in states + derived}},
                              "initial assignments and assignment rules", size)
-        for i in states + derived:
-            if i not in initial and raw.get(i) is None:
-                self.fail(f"{i!r} has no initial value (no initialAssignment, initialConcentration, initialAmount, "
-                          "value or size)", "give it one")
         x0 = {s: init.value(s).xreplace(at0) for s in states}
-        consts = {d: init.value(d).xreplace(at0) for d in derived}
-        dyn = _Substitution({**laws, **assign, **consts}, "assignment rules", size)
-
         psyms = {symbols[p] for p in params}
-        values = self.defaults(params, raw, init, symbols)
         for s, e in x0.items():
             self.only(e, psyms, f"the initial value of {s!r}")
+        values = self.defaults(params, raw, init, symbols)
+
+        # the derivatives, with the assignment rules and the constants substituted
+        dyn = _Substitution({**laws, **assign, **{d: init.value(d).xreplace(at0) for d in derived}},
+                            "assignment rules", size)
+        allowed = psyms | {symbols[x] for x in states} | {T_SYMBOL}
         exprs = []
         for s in states:
             if s in rate:
                 rhs = dyn.expr(rate[s])
             else:
-                rhs = self.species_rate(s, reactions, laws, dyn, symbols)
+                rhs = sp.Add(*(n * dyn.value(rid) for n, rid in fluxes.get(s, ())))
+                sp_ = m.getSpecies(s)
+                if not sp_.getHasOnlySubstanceUnits():
+                    rhs = rhs / dyn.expr(symbols[sp_.getCompartment()])
             size.check(rhs, f"the derivative of {s!r}")
-            self.only(rhs, psyms | {symbols[x] for x in states} | {T_SYMBOL}, f"the derivative of {s!r}")
+            self.only(rhs, allowed, f"the derivative of {s!r}")
             exprs.append(rhs)
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
-        if not states:
-            self.fail("it has no state (no species or rate rule changes in time)", "odeinfer needs an ODE")
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
         return SBMLModel(model, x0, values, expressions)
+
+    def classify(self, items, rate, assign, initial):
+        """(states, params, derived constants) in document order; the rest are assignment-rule targets."""
+        import libsbml as L
+
+        states, params, derived = [], [], []
+        for item in items:  # species, compartments, parameters
+            i = item.getId()
+            if i in rate:
+                states.append(i)
+            elif i in assign:
+                continue
+            elif item.getTypeCode() == L.SBML_SPECIES and not (item.getConstant() or item.getBoundaryCondition()):
+                states.append(i)
+            elif i in initial:
+                derived.append(i)
+            else:
+                params.append(i)
+        if not states:
+            self.fail("it has no state (no species or rate rule changes in time)", "odeinfer needs an ODE")
+        order = {i: k for k, i in enumerate(x.getId() for x in self.m.getListOfCompartments())}
+        order.update({i: len(order) + k for k, i in enumerate(x.getId() for x in self.m.getListOfSpecies())})
+        params.sort(key=lambda i: order.get(i, len(order)))  # compartments, species, parameters (stable)
+        return states, params, derived
+
+    def fluxes(self, species, reactions, varying):
+        """{species: [(signed stoichiometry, reaction id), ...]} over the reactants and products."""
+        for s in species:
+            if not s.getHasOnlySubstanceUnits() and s.getCompartment() in varying:
+                self.fail(f"species {s.getId()!r} is a concentration in compartment {s.getCompartment()!r}, "
+                          "whose size changes in time (a rule sets it); this is not supported",
+                          "give the compartment a constant size or set hasOnlySubstanceUnits=\"true\"")
+        known = {s.getId() for s in species}
+        out = {}
+        for r in reactions:
+            for sign, refs in ((-1, r.getListOfReactants()), (1, r.getListOfProducts())):
+                for ref in refs:
+                    if ref.getSpecies() not in known:
+                        self.fail(f"reaction {r.getId()!r} refers to the species {ref.getSpecies()!r}, which the "
+                                  "model does not define", "define it or fix the id")
+                    out.setdefault(ref.getSpecies(), []).append((sign * self.stoichiometry(ref, r.getId()),
+                                                                 r.getId()))
+        return out
 
     # -- checks ---------------------------------------------------------------------------------
     def check_id(self, kind, ident):
@@ -720,18 +733,6 @@ class _Import:
             self.fail(f"species {sid!r} in reaction {rid!r} has the stoichiometry {v}", "use a finite number")
         return sp.Integer(int(v)) if float(v).is_integer() else sp.Float(v, 17)
 
-    def species_rate(self, sid, reactions, laws, dyn, symbols):
-        total = sp.Integer(0)
-        for r in reactions:
-            for sign, refs in ((-1, r.getListOfReactants()), (1, r.getListOfProducts())):
-                for ref in refs:
-                    if ref.getSpecies() == sid:
-                        total += sign * self.stoichiometry(ref, r.getId()) * dyn.value(r.getId())
-        s = self.m.getSpecies(sid)
-        if s.getHasOnlySubstanceUnits():
-            return total
-        return total / dyn.expr(symbols[s.getCompartment()])
-
     def raw_initial(self, item, symbols):
         """The initial value an element declares itself (None if it declares none)."""
         import libsbml as L
@@ -766,13 +767,12 @@ class _Import:
         if missing:
             self.fail(f"{missing} have no value (no value, size, initial amount/concentration or initial "
                       "assignment)", "give each one")
-        values, pending = {}, list(params)
-        while pending:
+        values, pending = {}, {p: init.expr(raw[p]) for p in params}
+        for _ in range(10):  # a species' default uses a size, which may use another default, ...
             known = {symbols[p]: v for p, v in values.items()}
-            done = [p for p in pending if not init.expr(raw[p]).xreplace(known).free_symbols]
-            if not done:
-                self.fail(f"the default values of {pending} depend on each other", "give them numbers")
-            for p in done:
-                values[p] = float(init.expr(raw[p]).xreplace(known))
-                pending.remove(p)
-        return {p: values[p] for p in params}
+            pending = {p: e.xreplace(known) for p, e in pending.items()}
+            values.update({p: float(e) for p, e in pending.items() if not e.free_symbols})
+            pending = {p: e for p, e in pending.items() if e.free_symbols}
+            if not pending:
+                return {p: values[p] for p in params}
+        self.fail(f"the default values of {sorted(pending)[:10]} depend on each other", "give them numbers")
