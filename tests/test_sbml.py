@@ -184,7 +184,9 @@ def test_initial_assignments_are_expressions_of_the_parameters(tmp_path):
     assert number(s.x0["A"], s) == pytest.approx(3.5)
     assert number(s.x0["A"], s, {"k": 1.0, "C": 1.0}) == pytest.approx(5.0)
     assert s.model.params == ("C", "k") and sp.simplify(s.expressions["c2"] - 2 * k) == 0
-    assert s.initial_state({"k": 1.0, "C": 1.0}) == pytest.approx({"A": 5.0, "B": 3.0})
+    assert s.initial_state({"k": 1.0}) == pytest.approx({"A": 5.0, "B": 3.0})
+    with pytest.raises(InputError, match=r"values: \['kk'\] are not parameters of model 'm'"):
+        s.initial_state({"kk": 1.0})
     check_rhs(s, lambda t, y, p: {"A": -2 * p["k"] * y["A"] / p["C"], "B": 0.0}, np.random.default_rng(5))
 
 

@@ -3,8 +3,8 @@
 What becomes what
 -----------------
 states
-    Species that are neither constant nor boundary species (document order), then every
-    compartment and then every parameter or boundary/constant species with a rate rule.
+    The species that are neither constant nor boundary species without rules, and the species
+    with a rate rule, in document order; then the compartments and the parameters with a rate rule.
     A species with ``hasOnlySubstanceUnits="false"`` is a concentration: its derivative is
     ``sum_r stoichiometry * rate_r / size(compartment)`` (kinetic laws give amount per time;
     the species' id in any math means its concentration); with ``hasOnlySubstanceUnits="true"``
@@ -111,8 +111,21 @@ class SBMLModel:
     expressions: dict
 
     def initial_state(self, values=None) -> dict:
-        """The initial state as numbers, ``{state: float}``, at ``values`` (default :attr:`values`)."""
-        subs = dict(zip(self.model.param_symbols, (float((values or self.values)[p]) for p in self.model.params)))
+        """The initial state as numbers, ``{state: float}``.
+
+        Parameters
+        ----------
+        values : dict of str to float, optional
+            Parameter values overriding :attr:`values` (the defaults) for this call.
+        """
+        merged = dict(self.values)
+        if values is not None:
+            unknown = sorted(set(values) - set(merged))
+            if unknown:
+                raise InputError(f"values: {unknown} are not parameters of model {self.model.name!r} "
+                                 f"(parameters: {list(self.model.params)}); fix the names")
+            merged.update(values)
+        subs = {sym: float(merged[p]) for sym, p in zip(self.model.param_symbols, self.model.params)}
         return {s: float(e.xreplace(subs)) for s, e in self.x0.items()}
 
 
