@@ -501,6 +501,8 @@ def test_path_must_lie_inside_root(tmp_path):
         load_sbml(inside)
     with pytest.raises(InputError, match=r"path: expected a file path \(str or pathlib.Path\), got int"):
         load_sbml(3)
+    with pytest.raises(InputError, match=r"path: the path 'a\\x00b' holds a NUL character"):
+        load_sbml("a\x00b")
     with pytest.raises(InputError, match=r"name: expected a string"):
         load_sbml(inside / "m.xml", name=3)
 
@@ -533,6 +535,14 @@ def test_non_sbml_files_are_refused_without_echoing_them(tmp_path, content, matc
     with pytest.raises(SBMLError, match=match) as info:
         load_sbml(p)
     assert SECRET not in str(info.value)
+
+
+def test_required_packages_are_refused(tmp_path):
+    text = document(**SIMPLE).replace(
+        HEAD[3], HEAD[3].replace(' level="3"', ' xmlns:comp="http://www.sbml.org/sbml/level3/version1/comp/version1"'
+                                               ' comp:required="true" level="3"'))
+    with pytest.raises(SBMLError, match=r"requires the SBML package 'comp'; only SBML core is supported"):
+        load_text(tmp_path, text)
 
 
 def test_level1_and_errors_are_typed(tmp_path):

@@ -174,6 +174,8 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
 def _as_path(argument, value):
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
         raise InputError(f"{argument}: expected a file path (str or pathlib.Path), got {type(value).__name__}")
+    if "\x00" in os.fspath(value):
+        raise InputError(f"{argument}: the path {os.fspath(value)!r} holds a NUL character; pass a file path")
     return Path(value)
 
 
