@@ -402,6 +402,9 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
             reactions=[reaction("r1", "piecewise(k, A > 1)", [("A", 1)])])
     refused(tmp_path, r"the math uses the id 'q', which is no compartment, species, parameter or reaction",
             reactions=[reaction("r1", "q*A", [("A", 1)])])
+    for law in ("k*A/(1 - 1)", "2^(10^12)*A", "ln(0)*A", "root(1/1000000, 10)*A"):
+        refused(tmp_path, r"the math evaluates to a number that is not finite",
+                reactions=[reaction("r1", law, [("A", 1)])])
     refused(tmp_path, r"an argument of 'plus' is a condition",
             reactions=[reaction("r1", "(A > 1) + 1", [("A", 1)])])
     noncst = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference species="A" '

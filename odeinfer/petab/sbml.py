@@ -82,6 +82,7 @@ MAX_DOCUMENT_NODES = 5_000_000
 MAX_EXPR_NODES = 200_000
 MAX_EXPR_DEPTH = 200
 MAX_CHAIN = 100
+_MAX_EXACT_EXPONENT = 1_000  # larger exact exponents become floats (2^(10^12) is not computed exactly)
 _AVOGADRO = 6.02214179e23  # the value SBML Level 3 fixes for the avogadro csymbol
 
 
@@ -346,7 +347,11 @@ class _Math:
         if node is None:
             raise SBMLError(f"{where} has no math; give it a <math> element")
         self.where, self.local, self.nodes = where, local or {}, 0
-        return self.node(node, None, 0, ())
+        out = self.node(node, None, 0, ())
+        if out.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or any(not math.isfinite(f) for f in out.atoms(sp.Float)):
+            self.fail("the math evaluates to a number that is not finite (a division by zero or an overflow)",
+                      "fix the math")
+        return out
 
     def fail(self, what, fix):
         raise SBMLError(f"{self.where}: {what}; {fix}")
@@ -408,24 +413,28 @@ class _Math:
             return -nums[0] if len(nums) == 1 else nums[0] - nums[1]
         if ty == L.AST_DIVIDE:
             self.count(ty, nums, 2, 2)
-            if nums[1] == 0:
-                self.fail("the math divides by zero", "fix the denominator")
-            return nums[0] / nums[1]
+            return nums[0] / nums[1]  # a division by zero is refused by convert
         if ty in (L.AST_POWER, L.AST_FUNCTION_POWER):
             self.count(ty, nums, 2, 2)
-            return nums[0] ** nums[1]
+            return nums[0] ** self.exponent(nums[1])
         if ty == L.AST_FUNCTION_ROOT:  # libsbml gives (degree, x), the degree 2 when none is written
             self.count(ty, nums, 1, 2)
-            return sp.sqrt(nums[0]) if len(nums) == 1 else nums[1] ** (1 / nums[0])
+            return sp.sqrt(nums[0]) if len(nums) == 1 else nums[1] ** self.exponent(1 / nums[0])
         if ty == L.AST_FUNCTION_LOG:  # (base, x), the base 10 when none is written
             self.count(ty, nums, 1, 2)
             return sp.log(nums[0], 10) if len(nums) == 1 else sp.log(nums[1], nums[0])
         if ty in (L.AST_FUNCTION_MIN, L.AST_FUNCTION_MAX):
             self.count(ty, nums, 1, None)
             return (sp.Min if ty == L.AST_FUNCTION_MIN else sp.Max)(*nums)
-        if ty in self.unary:
-            self.count(ty, nums, 1, 1)
+        self.count(ty, nums, 1, 1)  # the functions of one argument are left
         return self.unary[ty](nums[0])
+
+    @staticmethod
+    def exponent(e):
+        """An exact exponent with large terms as a float, so that sympy does not compute huge exact numbers."""
+        if isinstance(e, sp.Rational) and max(abs(e.p), e.q) > _MAX_EXACT_EXPONENT:
+            return sp.Float(float(e), 17)
+        return e
 
     def number(self, value):
         if not math.isfinite(value):
