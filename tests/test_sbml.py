@@ -357,23 +357,33 @@ def test_zheng_starts_at_its_preequilibrium():
     assert np.max(np.abs(f0)) > 1e-4  # without dilution it is no steady state: the check can fail
 
 
-def test_an_imported_model_compiles_and_solves():
-    """Fujita's input is a piecewise of time: the generated kernels take it, and the solution agrees
-    with scipy's on the sympy right-hand side."""
+@pytest.mark.parametrize("problem, overrides, t_end", [
+    # Fujita's input is a piecewise of time: a ramp switched off at t = 10
+    ("Fujita_SciSignal2010", {"EGF_0": 1.0, "EGF_rate": 0.2, "EGF_end": 10.0}, 20.0),
+    # Zheng's 59 reactions go through function definitions; dilution 0 leaves its steady state
+    ("Zheng_PNAS2012", {"dilution": 0.0}, 5.0),
+])
+def test_an_imported_model_compiles_and_solves(problem, overrides, t_end):
+    """The generated kernels take the imported expressions: the compiled f equals the sympy one on
+    both sides of Fujita's switch, and the solution agrees with scipy's on the sympy right-hand side."""
     from scipy.integrate import solve_ivp
 
     import odeinfer as oi
 
-    s = load_sbml(PETAB / "Fujita_SciSignal2010" / "model_Fujita_SciSignal2010.xml")
+    s = load_sbml(PETAB / problem / f"model_{problem}.xml")
     m = s.model
-    values = dict(s.values, EGF_0=1.0, EGF_rate=0.2, EGF_end=10.0)  # a ramp switched off at t = 10
+    values = dict(s.values, **overrides)
     p = np.array([values[q] for q in m.params])
     x0 = s.initial_state(values)
     y0 = np.array([x0[x] for x in m.states])
-    t = np.linspace(0.0, 20.0, 11)
-    sol = oi.solve(oi.Problem(m, t, x0=y0), p, solver=oi.Rodas(rtol=1e-10, atol=1e-12))
     f = m.lambdify("f")
-    ref = solve_ivp(lambda tt, y: f(tt, y, p), (0, 20), y0, t_eval=t, method="LSODA", rtol=1e-10, atol=1e-12)
+    compiled = m.compile()
+    for tt in (0.3 * t_end, 0.7 * t_end):
+        np.testing.assert_allclose(compiled.f(tt, y0, p), f(tt, y0, p), rtol=1e-12, atol=1e-300)
+    t = np.linspace(0.0, t_end, 11)
+    sol = oi.solve(oi.Problem(m, t, x0=y0), p, solver=oi.Rodas(rtol=1e-10, atol=1e-12))
+    ref = solve_ivp(lambda tt, y: f(tt, y, p), (0, t_end), y0, t_eval=t, method="LSODA", rtol=1e-10, atol=1e-12)
+    assert np.max(np.abs(sol.y[-1] - y0)) > 1e-3 * np.max(np.abs(y0))  # the states move
     np.testing.assert_allclose(sol.y, ref.y.T, rtol=1e-5, atol=1e-8)
 
 
