@@ -435,6 +435,58 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
             rules=[f'<rateRule variable="C">{mathml("k")}</rateRule>'])
 
 
+def raw_law(rid, math_xml, species_id="A"):
+    """A reaction whose kinetic law is literal MathML (for trees libsbml's formula parser does not write)."""
+    return (f'<reaction id="{rid}" reversible="false"><listOfReactants><speciesReference species="{species_id}" '
+            f'stoichiometry="1" constant="true"/></listOfReactants><kineticLaw>'
+            f'<math xmlns="http://www.w3.org/1998/Math/MathML">{math_xml}</math></kineticLaw></reaction>')
+
+
+def test_malformed_math_is_refused_by_element(tmp_path):
+    refused(tmp_path, r"the kinetic law of reaction 'r1': 'minus' has 3 argument\(s\), expected 1 to 2; fix the math",
+            reactions=[raw_law("r1", "<apply><minus/><ci>A</ci><ci>k</ci><ci>k</ci></apply>")])
+    refused(tmp_path, r"'divide' has 1 argument\(s\), expected 2",
+            reactions=[raw_law("r1", "<apply><divide/><ci>A</ci></apply>")])
+    refused(tmp_path, r"the number inf is not finite",
+            reactions=[raw_law("r1", "<apply><times/><ci>A</ci><infinity/></apply>")])
+    refused(tmp_path, r"a rational number has the denominator 0",
+            reactions=[raw_law("r1", '<apply><times/><ci>A</ci><cn type="rational">1<sep/>0</cn></apply>')])
+    refused(tmp_path, r"a condition of a piecewise is a number, not a condition",
+            reactions=[reaction("r1", "piecewise(A, k, 0)", [("A", 1)])])
+    refused(tmp_path, r"a value of a piecewise is a condition",
+            reactions=[reaction("r1", "piecewise(A > k, A > 1, 0)", [("A", 1)])])
+    refused(tmp_path, r"an argument of 'and' is a number, not a condition",
+            reactions=[reaction("r1", "piecewise(1, A && k, 0)", [("A", 1)])])
+
+
+def test_function_definition_misuse_is_refused(tmp_path):
+    fd = f'<functionDefinition id="f">{mathml("lambda(x, x*k)")}</functionDefinition>'
+    refused(tmp_path, r"a function definition uses 'k', which is not one of its arguments", functions=[fd],
+            reactions=[reaction("r1", "f(A)", [("A", 1)])])
+    fd = f'<functionDefinition id="f">{mathml("lambda(x, y, x*y)")}</functionDefinition>'
+    refused(tmp_path, r"the function 'f' takes 2 argument\(s\), the math passes 1", functions=[fd],
+            reactions=[reaction("r1", "f(A)", [("A", 1)])])
+    refused(tmp_path, r"the math calls 'g', which is no function definition of the model",
+            reactions=[reaction("r1", "g(A)", [("A", 1)])])
+
+
+def test_other_refusals(tmp_path):
+    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' has no finite value",
+            reactions=[reaction("r1", "q*A", [("A", 1)], local='<localParameter id="q"/>')])
+    refused(tmp_path, r"SBML model 'm': it sets the conversion factor 'k'; conversion factors are not supported",
+            model_id='m" conversionFactor="k')
+    refused(tmp_path, r"species 'B' has the conversion factor 'k'",
+            species_=[species("A", conc=1), species("B", conc=1).replace("/>", ' conversionFactor="k"/>')])
+    ref = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference id="sr" species="A" '
+           f'stoichiometry="1" constant="true"/></listOfReactants>{kinetic("k*A")}</reaction>')
+    refused(tmp_path, r"rules or initial assignments set \['sr'\], which are no compartment, species or parameter",
+            reactions=[ref], initial=[f'<initialAssignment symbol="sr">{mathml("2")}</initialAssignment>'])
+    p = tmp_path / "empty.xml"
+    p.write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + HEAD[3] + "</sbml>\n")
+    with pytest.raises(SBMLError, match=r"is not a valid SBML document: it holds no <model>"):
+        load_sbml(p)
+
+
 def test_level2_fast_reactions_and_stoichiometry_math_are_refused(tmp_path):
     fast = (f'<reaction id="r1" reversible="false" fast="true"><listOfReactants><speciesReference species="A"/>'
             f'</listOfReactants>{kinetic("k*A")}</reaction>')

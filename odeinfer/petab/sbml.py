@@ -489,7 +489,7 @@ class _Math:
         return e
 
     def boolean(self, ty, e):
-        if not isinstance(e, sp.logic.boolalg.Boolean):
+        if not isinstance(e, sp.logic.boolalg.Boolean) or isinstance(e, sp.Expr):  # a Symbol is both
             where = f"an argument of {self.kind.get(ty, ty)!r}" if ty is not None else "a condition of a piecewise"
             self.fail(f"{where} is a number, not a condition", "use a comparison such as t > T there")
         return e
