@@ -235,7 +235,8 @@ def test_math_elements(tmp_path):
     formula = ("log(2, A) + log(A) + ln(A) + root(3, A) + sqrt(A) + abs(-A) + exp(1) + pi + 3/4 + 1e-3 + A^2 "
                "+ max(A, k) + min(A, k) + sin(A) + cos(A) + tan(A) + tanh(A) + sinh(A) + cosh(A) + atan(A) "
                "+ piecewise(1, (A > k && A >= 0) || !(A < 0), 2) + piecewise(1, A == k, 0) + piecewise(1, A != k, 0)"
-               " + piecewise(1, xor(A > k, A <= k), 0) - (-k)")
+               " + piecewise(1, xor(A > k, A <= k), 0) - (-k) + piecewise(1, 0 < A < k, 0) + piecewise(2, false, 0)"
+               " + piecewise(3, true, 0) + avogadro*1e-23")
     s = load_text(tmp_path, document(comps=[comp("C", 1)], species_=[species("A", conc=1)], params=[param("k", 1)],
                                      rules=[f'<rateRule variable="A">{mathml(formula)}</rateRule>']))
 
@@ -243,9 +244,20 @@ def test_math_elements(tmp_path):
         a, k = y["A"], p["k"]
         return {"A": math.log2(a) + math.log10(a) + math.log(a) + a ** (1 / 3) + math.sqrt(a) + abs(a) + math.e
                 + math.pi + 0.75 + 1e-3 + a ** 2 + max(a, k) + min(a, k) + math.sin(a) + math.cos(a) + math.tan(a)
-                + math.tanh(a) + math.sinh(a) + math.cosh(a) + math.atan(a) + 1.0 + (a == k) + (a != k) + 1.0 + k}
+                + math.tanh(a) + math.sinh(a) + math.cosh(a) + math.atan(a) + 1.0 + (a == k) + (a != k) + 1.0 + k
+                + (0 < a < k) + 0.0 + 3.0 + 6.02214179}
 
     check_rhs(s, want, np.random.default_rng(9), n=10, scale=1.5)
+
+
+def test_log_and_root_without_base_or_degree(tmp_path):
+    # MathML <log/> without <logbase> is log10, <root/> without <degree> is the square root:
+    # dA/dt = log10(A) + sqrt(A) - k*A (C of size 1)
+    law = "<apply><plus/><apply><log/><ci>A</ci></apply><apply><root/><ci>A</ci></apply></apply>"
+    rx = raw_law("r1", f"<apply><minus/><apply><times/><ci>k</ci><ci>A</ci></apply>{law}</apply>")
+    s = load_text(tmp_path, document(**SIMPLE, reactions=[rx]))
+    check_rhs(s, lambda t, y, p: {"A": -(p["k"] * y["A"] - math.log10(y["A"]) - math.sqrt(y["A"])) / p["C"]},
+              np.random.default_rng(11))
 
 
 def test_the_time_of_the_real_models_stays_t_and_names_are_ids():
