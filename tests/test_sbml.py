@@ -3,8 +3,10 @@
 Small SBML documents are written here (their math as MathML produced by libsbml from a formula)
 and their ODEs are derived by hand in each test; the imported right-hand side is compared with
 the hand-derived one at random points. The six Benchmark-Models-PEtab problems in
-tests/data/petab load with the state counts of their README, and Perelson's right-hand side is
-compared with the ODE written by hand from its SBML reaction list.
+tests/data/petab load with the state counts of their README; Perelson's right-hand side is
+compared with the ODE written by hand from its SBML reaction list; Boehm, Crauste, Elowitz and
+Fujita are solved (scipy on the imported right-hand side) and compared with the collection's own
+simulatedData tables, an independent simulator's output; Zheng starts at its preequilibrium.
 """
 
 import csv
@@ -353,6 +355,51 @@ def test_crauste_matches_the_collections_simulation():
     for r in sim:  # each observable is one state: observable_<state>
         state = r["observableId"].removeprefix("observable_")
         assert y[float(r["time"])][state] == pytest.approx(float(r["simulation"]), rel=1e-5)
+
+
+def test_elowitz_matches_the_collections_simulation():
+    """fluorescence = background + GFP * scale; the simulation's rows give the two parameters on the
+    log10 scale of the parameter table."""
+    sim, _, y = simulate_nominal("Elowitz_Nature2000")
+    assert len(sim) == 58
+    for r in sim:
+        log_background, log_scale = (float(v) for v in r["observableParameters"].split(";"))
+        fluorescence = 10**log_background + y[float(r["time"])]["GFP"] * 10**log_scale
+        assert fluorescence == pytest.approx(float(r["simulation"]), rel=1e-5)
+
+
+def test_fujita_matches_the_collections_simulation_up_to_its_scalings():
+    """Fujita's simulatedData names its six conditions model1_data1..6 (the six step inputs of the
+    condition table, in order) and was made with the SBML's own values and scalings that the
+    parameter table no longer holds: each observable is one constant times the states' sum, over all
+    times and conditions."""
+    from scipy.integrate import solve_ivp
+
+    problem = "Fujita_SciSignal2010"
+    s = load_sbml(PETAB / problem / f"model_{problem}.xml")
+    m = s.model
+    f = m.lambdify("f")
+    sim = table(PETAB / problem / f"simulatedData_{problem}.tsv")
+    conditions = table(PETAB / problem / f"experimentalCondition_{problem}.tsv")[:6]
+    assert [c["conditionId"] for c in conditions] == [f"condition_step_{c}" for c in
+                                                      ("00_1", "00_3", "01_0", "03_0", "10_0", "30_0")]
+    sums = {"pEGFR_tot": ("pEGFR", "pEGFR_Akt"), "pAkt_tot": ("pAkt", "pAkt_S6"), "pS6_tot": ("pS6",)}
+    ratios = {k: [] for k in sums}
+    for k, c in enumerate(conditions):
+        values = dict(s.values, **{q: float(c[q]) for q in ("EGF_0", "EGF_rate", "EGF_end")})
+        x0 = s.initial_state(values)
+        p = np.array([values[q] for q in m.params])
+        rows = [r for r in sim if r["simulationConditionId"] == f"model1_data{k + 1}" and float(r["simulation"]) > 0]
+        times = sorted({float(r["time"]) for r in rows})
+        sol = solve_ivp(lambda t, y, p=p: f(t, y, p), (0, times[-1]), [x0[x] for x in m.states], t_eval=times,
+                        method="LSODA", rtol=1e-10, atol=1e-12)
+        states = {t: dict(zip(m.states, y)) for t, y in zip(times, sol.y.T)}
+        for r in rows:
+            total = sum(states[float(r["time"])][x] for x in sums[r["observableId"]])
+            ratios[r["observableId"]].append(float(r["simulation"]) / total)
+    for name, r in ratios.items():
+        assert len(r) >= 30, name
+        assert np.max(r) / np.min(r) - 1 < 1e-4, name
 
 
 def test_zheng_starts_at_its_preequilibrium():
