@@ -530,7 +530,11 @@ def test_function_definition_misuse_is_refused(tmp_path):
 
 
 def test_other_refusals(tmp_path):
-    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' has no finite value",
+    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' is inf; give a finite number",
+            reactions=[reaction("r1", "q*A", [("A", 1)], local='<localParameter id="q" value="INF"/>')])
+    refused(tmp_path, r"the stoichiometry of species 'A' in reaction 'r1' is nan",
+            reactions=[reaction("r1", "k*A", [("A", "NaN")])])
+    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' has no value",
             reactions=[reaction("r1", "q*A", [("A", 1)], local='<localParameter id="q"/>')])
     refused(tmp_path, r"SBML model 'm': it sets the conversion factor 'k'; conversion factors are not supported",
             model_id='m" conversionFactor="k')

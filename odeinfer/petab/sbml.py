@@ -736,10 +736,9 @@ class _Import:
             self.fail(f"reaction {rid!r} has no kinetic law", "give it one")
         local = {}
         for p in list(law.getListOfParameters()) + list(getattr(law, "getListOfLocalParameters", list)()):
-            if not p.isSetValue() or not math.isfinite(p.getValue()):
-                self.fail(f"the local parameter {p.getId()!r} of reaction {rid!r} has no finite value",
-                          "give it a value")
-            local[p.getId()] = sp.Float(p.getValue(), 17)
+            if not p.isSetValue():
+                self.fail(f"the local parameter {p.getId()!r} of reaction {rid!r} has no value", "give it one")
+            local[p.getId()] = self.finite(p.getValue(), f"the local parameter {p.getId()!r} of reaction {rid!r}")
         return conv.convert(law.getMath(), f"{self.label}: the kinetic law of reaction {rid!r}", local)
 
     def stoichiometry(self, ref, rid):
@@ -752,10 +751,7 @@ class _Import:
                       "stoichiometry is not supported", "use a constant stoichiometry (constant=\"true\")")
         if ref.getLevel() >= 3 and not ref.isSetStoichiometry():
             return sp.Integer(1)
-        v = ref.getStoichiometry()
-        if not math.isfinite(v):
-            self.fail(f"species {sid!r} in reaction {rid!r} has the stoichiometry {v}", "use a finite number")
-        return sp.Integer(int(v)) if float(v).is_integer() else sp.Float(v, 17)
+        return self.finite(ref.getStoichiometry(), f"the stoichiometry of species {sid!r} in reaction {rid!r}")
 
     def raw_initial(self, item, symbols):
         """The initial value an element declares itself (None if it declares none)."""
@@ -781,6 +777,7 @@ class _Import:
         return self.finite(value, f"the value of {i!r}")
 
     def finite(self, v, what):
+        """A number of the file as sympy: an integer when it is one (exactly representable), else a float."""
         if not math.isfinite(v):
             self.fail(f"{what} is {v}", "give a finite number")
         return sp.Integer(int(v)) if float(v).is_integer() and abs(v) < 2**53 else sp.Float(v, 17)
