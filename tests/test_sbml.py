@@ -233,9 +233,11 @@ def test_level2_local_parameters_and_boundary_species(tmp_path):
 
 
 def test_math_elements(tmp_path):
-    # dA/dt (rate rule on a species, C of size 1) uses every supported kind of math once
+    """dA/dt (a rate rule on a species, C of size 1) uses every supported kind of math once; the
+    generated kernels print all of it (compiled f = hand formula, also where A == k)."""
     formula = ("log(2, A) + log(A) + ln(A) + root(3, A) + sqrt(A) + abs(-A) + exp(1) + pi + 3/4 + 1e-3 + A^2 "
                "+ max(A, k) + min(A, k) + sin(A) + cos(A) + tan(A) + tanh(A) + sinh(A) + cosh(A) + atan(A) "
+               "+ asin(A/10) + acos(A/10) + asinh(A) + acosh(A + 1) + atanh(A/10) "
                "+ piecewise(1, (A > k && A >= 0) || !(A < 0), 2) + piecewise(1, A == k, 0) + piecewise(1, A != k, 0)"
                " + piecewise(1, xor(A > k, A <= k), 0) - (-k) + piecewise(1, 0 < A < k, 0) + piecewise(2, false, 0)"
                " + piecewise(3, true, 0) + avogadro*1e-23")
@@ -246,10 +248,15 @@ def test_math_elements(tmp_path):
         a, k = y["A"], p["k"]
         return {"A": math.log2(a) + math.log10(a) + math.log(a) + a ** (1 / 3) + math.sqrt(a) + abs(a) + math.e
                 + math.pi + 0.75 + 1e-3 + a ** 2 + max(a, k) + min(a, k) + math.sin(a) + math.cos(a) + math.tan(a)
-                + math.tanh(a) + math.sinh(a) + math.cosh(a) + math.atan(a) + 1.0 + (a == k) + (a != k) + 1.0 + k
-                + (0 < a < k) + 0.0 + 3.0 + 6.02214179}
+                + math.tanh(a) + math.sinh(a) + math.cosh(a) + math.atan(a) + math.asin(a / 10) + math.acos(a / 10)
+                + math.asinh(a) + math.acosh(a + 1) + math.atanh(a / 10)
+                + 1.0 + (a == k) + (a != k) + 1.0 + k + (0 < a < k) + 0.0 + 3.0 + 6.02214179}
 
     check_rhs(s, want, np.random.default_rng(9), n=10, scale=1.5)
+    compiled = s.model.compile()
+    for a, k in [(0.5, 0.7), (1.0, 1.0), (1.5, 1.2), (0.7, 0.5)]:
+        want_a = want(0.0, {"A": a}, {"k": k})["A"]
+        assert compiled.f(0.0, [a], [1.0, k])[0] == pytest.approx(want_a, rel=1e-13)
 
 
 def test_log_and_root_without_base_or_degree(tmp_path):
