@@ -288,6 +288,13 @@ def test_reference_problems_load(problem):
     x0 = s.initial_state()
     f = m.lambdify("f")(0.0, np.array([x0[x] for x in m.states]), np.array([s.values[p] for p in m.params]))
     assert np.all(np.isfinite(f))
+    # the equations print in odeinfer's equation language and read back as the same model
+    import odeinfer as oi
+
+    again = oi.Model.from_equations(m.equations(), m.params)
+    rng = np.random.default_rng(12)
+    y, p = rng.uniform(0.1, 2.0, m.n_states), rng.uniform(0.1, 2.0, m.n_params)
+    np.testing.assert_allclose(again.lambdify("f")(3.0, y, p), m.lambdify("f")(3.0, y, p), rtol=1e-14)
 
 
 def test_perelson_matches_its_reactions():
