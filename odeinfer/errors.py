@@ -10,6 +10,7 @@ __all__ = [
     "ModelDefinitionError",
     "TracingError",
     "EquationParseError",
+    "SBMLError",
     "DataError",
     "InputError",
     "ResultFileError",
@@ -35,6 +36,13 @@ class TracingError(ModelDefinitionError):
 
 class EquationParseError(ModelDefinitionError):
     """An equation string uses a name, function or syntax outside the whitelist."""
+
+
+class SBMLError(ModelDefinitionError):
+    """An SBML file cannot be imported (:func:`odeinfer.petab.sbml.load_sbml`): too large, not
+    well-formed SBML, or using a feature odeinfer does not support (events, algebraic rules,
+    variable stoichiometry, delays, fast reactions, ...). Messages name the element's id, never
+    the file's contents."""
 
 
 class DataError(OdeinferError, ValueError):
