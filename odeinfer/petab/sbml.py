@@ -58,18 +58,16 @@ from __future__ import annotations
 
 import keyword
 import math
-import os
-import stat
 import xml.parsers.expat
 from dataclasses import dataclass
 from itertools import pairwise
-from pathlib import Path
 
 import sympy as sp
 
 from odeinfer.errors import InputError, ModelDefinitionError, SBMLError
 from odeinfer.model.core import Model
 from odeinfer.model.trace import T_SYMBOL, symbols_for, validate_names
+from odeinfer.petab._files import read_bounded, resolve
 
 __all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_MATH_DEPTH",
            "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml"]
@@ -172,55 +170,14 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
 
 
 # -- the file ----------------------------------------------------------------------------------
-def _as_path(argument, value):
-    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
-        raise InputError(f"{argument}: expected a file path (str or pathlib.Path), got {type(value).__name__}")
-    if "\x00" in os.fspath(value):
-        raise InputError(f"{argument}: the path {os.fspath(value)!r} holds a NUL character; pass a file path")
-    return Path(value)
-
-
 def _resolve(path, root):
     """The file's real path, refused outside ``root`` (symbolic links resolved)."""
-    p = _as_path("path", path)
-    if root is None:
-        return p.resolve()
-    r = _as_path("root", root)
-    if not r.is_dir():
-        raise InputError(f"root: {str(root)!r} is not an existing folder; pass the folder the SBML file lies in")
-    r = r.resolve()
-    real = (r / p).resolve()  # an absolute p replaces r
-    if not real.is_relative_to(r):
-        raise InputError(
-            f"path: {str(path)!r} lies outside root {str(root)!r} (symbolic links resolved); only files "
-            "inside root are read. Move the file into root or pass the folder that holds it as root")
-    return real
+    return resolve(path, root, what="SBML file")
 
 
 def _read(file, shown):
     """At most MAX_BYTES + 1 bytes of a regular file, from one open file descriptor."""
-    try:
-        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise InputError(f"path: cannot open {str(shown)!r} ({exc.strerror}); pass an existing SBML file") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"path: {str(shown)!r} is not a regular file; pass an SBML file")
-        if info.st_size > MAX_BYTES:
-            _too_large(shown, info.st_size)
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_BYTES:  # the file grew while being read
-            _too_large(shown, size)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return read_bounded(file, shown, MAX_BYTES, lambda size: _too_large(shown, size), what="SBML file")
 
 
 def _too_large(shown, size):
