@@ -16,7 +16,7 @@ from odeinfer.solve import Adjoint, Auto, Dopri5, Forward, MethodOfSteps, Proble
 __all__ = [
     "__version__",
     # modules
-    "datasets", "errors", "estimators", "math", "smooth", "solve", "studies", "zoo",
+    "datasets", "errors", "estimators", "math", "petab", "smooth", "solve", "studies", "zoo",
     # models and data
     "model", "Model", "Observation", "CompiledModel", "History", "Data", "Experiments",
     "Normal", "Laplace", "Condition", "Dose", "Input", "Param", "FitProblem", "Objective",
@@ -57,6 +57,7 @@ _LAZY = {
     "plots": ("odeinfer.plots", None),
     "widgets": ("odeinfer.widgets", None),
     "report": ("odeinfer.report", None),
+    "petab": ("odeinfer.petab", None),
 }
 
 

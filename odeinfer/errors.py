@@ -14,6 +14,7 @@ __all__ = [
     "DataError",
     "InputError",
     "ResultFileError",
+    "PetabError",
     "SolverError",
     "StiffnessError",
     "StudyError",
@@ -57,6 +58,12 @@ class InputError(OdeinferError, ValueError):
 class ResultFileError(InputError):
     """A saved result (``Estimate.from_json``) cannot be read: not JSON, not a file, truncated,
     missing or mistyped fields, nested too deep or too large."""
+
+
+class PetabError(InputError):
+    """A PEtab problem cannot be imported (:func:`odeinfer.petab.load`): its YAML or one of its
+    tables is malformed, too large, names an unknown id, or uses a feature odeinfer does not
+    support. Messages name the file, the column and the id, never the file's text."""
 
 
 class SolverError(OdeinferError, RuntimeError):

@@ -63,6 +63,11 @@ class _Run:
             e.is_number for e in jac) else None
         self._jac = None if self._jac_const is not None else sp.lambdify(
             [args], jac.xreplace(rename), modules="numpy", cse=True)
+        # a parameter that moves a jump of the right-hand side (e.g. a step input's end time) is
+        # fine while this experiment holds it fixed: its sensitivity columns are not needed
+        held = [k for k in range(self.n_p) if all(e == 0 for e in jac.row(k))]
+        self.excluded = [k for k in held if m.params[k] in m.switching_params]
+        gradient = Forward(exclude=tuple(m.params[k] for k in self.excluded))
         self.preeq = obj.steady if plan.preequilibrate else None
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
@@ -86,7 +91,7 @@ class _Run:
                 tt = np.append(tt, b)
             seg = _Segment()
             seg.start, seg.out, seg.end_extra = a, out, extra
-            seg.solver = bind(Problem(m, tt, t0=a), solver=solver, gradient=Forward())
+            seg.solver = bind(Problem(m, tt, t0=a), solver=solver, gradient=gradient)
             seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
             seg.p_inputs = [(k, float(inp(a))) for k, inp in plan.inputs.items()]
             self.segments.append(seg)
@@ -145,7 +150,11 @@ class _Run:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
                                                                       max_steps=seg.solver.max_steps)
-            G = S[:, :, :n_p] @ dpj + S[:, :, n_p:] @ dx
+            Sp = S[:, :, :n_p]
+            if self.excluded:  # their columns are NaN (not computed); their dp rows are 0
+                Sp = Sp.copy()
+                Sp[:, :, self.excluded] = 0.0
+            G = Sp @ dpj + S[:, :, n_p:] @ dx
             n_out = seg.out.size
             X[seg.out] = y[:n_out]
             dX[seg.out] = G[:n_out]

@@ -1,7 +1,14 @@
-"""PEtab problems (issue 15): SBML models, and later their conditions, observables and measurements.
+"""PEtab problems (issue 15): :func:`load` reads a PEtab v1 problem (YAML, SBML model, condition,
+observable, measurement and parameter tables) into a :class:`PetabProblem` holding an odeinfer
+:class:`~odeinfer.FitProblem`.
 
 :mod:`odeinfer.petab.sbml` turns an SBML file into an odeinfer :class:`~odeinfer.model.Model`
-(:func:`~odeinfer.petab.sbml.load_sbml`). The public surface of this package is empty for now.
+(:func:`~odeinfer.petab.sbml.load_sbml`); :mod:`odeinfer.petab.load` maps the PEtab tables.
+
+>>> import odeinfer as oi
+>>> pp = oi.petab.load("Boehm_JProteomeRes2014.yaml")  # doctest: +SKIP
 """
 
-__all__: list[str] = []
+from odeinfer.petab.load import PetabProblem, load
+
+__all__ = ["PetabProblem", "load"]
