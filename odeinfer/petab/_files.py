@@ -25,8 +25,9 @@ def as_path(argument, value):
     return Path(value)
 
 
-def resolve(path, root, *, argument="path", what="file"):
-    """The real path of ``path`` (relative to ``root`` when given), refused outside ``root``."""
+def resolve(path, root, *, argument="path", what="file", shown=None):
+    """The real path of ``path`` (relative to ``root`` when given), refused outside ``root``;
+    ``shown`` is the path as messages show it (default ``path``)."""
     p = as_path(argument, path)
     if root is None:
         return p.resolve()
@@ -37,7 +38,7 @@ def resolve(path, root, *, argument="path", what="file"):
     real = (r / p).resolve()  # an absolute p replaces r
     if not real.is_relative_to(r):
         raise InputError(
-            f"{argument}: {str(path)!r} lies outside root {str(root)!r} (symbolic links resolved); only files "
+            f"{argument}: {str(path if shown is None else shown)!r} lies outside root {str(root)!r} (symbolic links resolved); only files "
             "inside root are read. Move the file into root or pass the folder that holds it as root")
     return real
 

@@ -199,8 +199,8 @@ def load(yaml_path, *, root=None) -> PetabProblem:
 
 # -- files --------------------------------------------------------------------------------------
 def _too_large(shown, size, limit, what):
-    raise PetabError(f"{shown}: has {size} bytes; {what} of at most {limit} bytes ({limit / 2**20:g} MB) are read. "
-                     "Pass a smaller file")
+    mb = f" ({limit / 2**20:g} MB)" if limit >= 2**20 else ""
+    raise PetabError(f"{shown} has {size} bytes; {what} of at most {limit} bytes{mb} are read. Pass a smaller file")
 
 
 def _read_yaml(file, shown):
@@ -234,18 +234,19 @@ class _Table:
 
     def __init__(self, key, files):
         self.key, self.rows, self.columns = key, [], None
-        self.files = files  # [(shown, real path)]
+        self.files = files  # [(argument, shown, real path)]
 
     @classmethod
     def read(cls, key, files, required):
         from odeinfer._lazy import pandas as pd
 
         table = cls(key, files)
-        for shown, real in files:
+        for argument, shown, real in files:
             label = f"{key}: {shown!r}"
             data = read_bounded(real, shown, MAX_TABLE_BYTES,
-                                lambda n, lab=label: _too_large(lab, n, MAX_TABLE_BYTES, "PEtab tables"),
-                                argument=key, what="PEtab table")
+                                lambda n, lab=f"{argument}: {shown!r}": _too_large(lab, n, MAX_TABLE_BYTES,
+                                                                                  "PEtab tables"),
+                                argument=argument, what="PEtab table")
             try:
                 header = data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r").split("\t")
                 frame = pd.read_csv(io.BytesIO(data), sep="\t", dtype=str, keep_default_na=False, na_filter=False,
@@ -294,7 +295,7 @@ class _Loader:
 
     # -- the YAML ----------------------------------------------------------------------------
     def files(self, mapping, key, *, single=False, where=""):
-        """The (shown, real path) pairs the YAML lists under ``key``."""
+        """The (argument, shown, real path) triples of the files the YAML lists under ``key``."""
         v = mapping.get(key)
         if isinstance(v, str):
             v = [v]
@@ -307,8 +308,8 @@ class _Loader:
         out = []
         for k, name in enumerate(v):
             real = resolve(self.folder / as_path(f"{key}[{k}]", name), self.root, argument=f"{key}[{k}]",
-                           what="PEtab file")
-            out.append((name, real))
+                           what="PEtab file", shown=name)
+            out.append((f"{key}[{k}]", name, real))
         return out
 
     def read_spec(self):
@@ -349,7 +350,7 @@ class _Loader:
         files = self.read_spec()
         self.params = self.parameter_table(_Table.read("parameter_file", files["parameter"], (
             "parameterId", "parameterScale", "lowerBound", "upperBound", "nominalValue", "estimate")))
-        self.sbml = load_sbml(files["sbml"][0][1], root=self.root)
+        self.sbml = load_sbml(files["sbml"][0][2], root=self.root)
         m = self.sbml.model
         self.symbols = {n: sp.Symbol(n, real=True) for n in m.states + m.params}
         observables, noise, obs_params, counts = self.observable_table(_Table.read(
@@ -456,7 +457,7 @@ class _Loader:
             sigma = float(s) if s.is_number else format_expr(s)
             noise[oid] = (Normal if dist == "normal" else Laplace)(sigma=sigma, scale=scale)
         if not observables:
-            self.fail(f"observable_files: {[f for f, _ in table.files]} define no observable; add rows")
+            self.fail(f"observable_files: {[f for _, f, _ in table.files]} define no observable; add rows")
         self.observable_ids = set(observables)
         return observables, noise, obs_params, counts
 
@@ -611,7 +612,7 @@ class _Loader:
             per_obs = groups.setdefault(key, {}).setdefault(oid, {})
             per_obs.setdefault(tuple(over.items()), []).append(r)
         if not groups:
-            self.fail(f"measurement_files: {[f for f, _ in table.files]} hold no measurement; add rows")
+            self.fail(f"measurement_files: {[f for _, f, _ in table.files]} hold no measurement; add rows")
         out = []
         for (pre, sim), per_obs in groups.items():
             base = f"{pre}->{sim}" if pre else sim
