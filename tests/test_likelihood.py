@@ -272,3 +272,31 @@ def test_parameters_table_must_match_the_problem():
 def test_model_without_observables_is_pointed_to_observe():
     with pytest.raises(InputError, match=r"has no observables; declare what is measured with model.observe"):
         oi.FitProblem(ramp, oi.Data(T, Y, "x"), x0={"x": 1.0})
+
+
+def test_a_step_whose_end_each_condition_fixes_has_a_gradient():
+    # x' = k until t_end, then 0 (a sharp step: t_end moves a jump of the right-hand side); each
+    # experiment fixes t_end, so its sensitivity is not needed: x = x0 + k min(t, t_end)
+    @oi.model(states=["x"], params=["k", "t_end"])
+    def step(t, y, p):
+        return {"x": oi.math.where(t <= p.t_end, p.k, 0.0)}
+
+    m = step
+    assert m.switching_params == ("t_end",)
+    m = m.observe({"obs": "x"}, noise=oi.Normal(sigma=0.1))
+    exps = oi.Experiments([oi.Data(T, Y, "obs", name="a"), oi.Data(T, Y[::-1], "obs", name="b")],
+                          conditions={"a": oi.Condition(params={"t_end": 1.5}),
+                                      "b": oi.Condition(params={"t_end": 2.5})})
+    prob = oi.FitProblem(m, exps, {"k": oi.Param(0.7)}, x0={"x": 1.0})
+    obj = oi.Objective(prob, solver=oi.Rodas(rtol=1e-10, atol=1e-12))
+    ev = obj(np.array([0.7]))
+    assert ev.ok, ev.failure
+    ha, hb = 1.0 + 0.7 * np.minimum(T, 1.5), 1.0 + 0.7 * np.minimum(T, 2.5)
+    ref = -np.sum(stats.norm.logpdf(Y, ha, 0.1)) - np.sum(stats.norm.logpdf(Y[::-1], hb, 0.1))
+    grad = np.sum((ha - Y) * np.minimum(T, 1.5)) / 0.01 + np.sum((hb - Y[::-1]) * np.minimum(T, 2.5)) / 0.01
+    assert ev.nll == pytest.approx(ref, rel=1e-7)
+    assert ev.grad[0] == pytest.approx(grad, rel=1e-6)
+    # estimated, t_end still needs the jump term: refused
+    prob = oi.FitProblem(m, oi.Data(T, Y, "obs"), {"k": oi.Param(0.7), "t_end": oi.Param(1.5)}, x0={"x": 1.0})
+    with pytest.raises(InputError, match=r"parameters \['t_end'\] move a jump"):
+        oi.Objective(prob)
