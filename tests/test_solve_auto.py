@@ -220,6 +220,7 @@ def test_embedding_default_solver_fits_the_stiff_model(stiff_data):
     ref = least_squares(lambda k: fast_slow_b(data.t, k[0]) - data.y[:, 0], [0.5], xtol=1e-14, ftol=1e-14,
                         gtol=1e-14).x[0]
     assert est.converged and est.provenance["solver"]["method"] == "auto"
+    assert est.provenance["solver"]["methods_used"] == ["rodas"]  # the experiment's solver switched
     assert est.params["k2"] == pytest.approx(ref, rel=1e-6)
 
 
