@@ -207,9 +207,9 @@ class Estimate:
             :class:`~odeinfer.Problem`; a parametric :class:`~odeinfer.History` takes its
             parameters from this estimate where they were estimated.
         alpha : float, default 0.05
-        solver : Dopri5, Rodas or MethodOfSteps, optional
-            Default ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (wrapped in ``oi.MethodOfSteps`` for a
-            delay model).
+        solver : Dopri5, Rodas, Auto or MethodOfSteps, optional
+            Default ``oi.Auto(rtol=1e-8, atol=1e-10)``; ``oi.MethodOfSteps(oi.Dopri5(rtol=1e-8,
+            atol=1e-10))`` for a delay model.
 
         Returns
         -------
