@@ -157,3 +157,33 @@ def test_matching_estimators_refuse_observables_naming_them():
     with pytest.raises(EstimationError, match=r"the observables \['b_obs'\] are states, so declare them with "
                                               r"@oi.model\(..., observed="):
         oi.OrthogonalConditions().fit(direct, oi.Data(T, np.ones_like(T), "b_obs"))
+
+
+def test_profile_intervals_of_a_likelihood_fit_match_scipy_profiles():
+    """Likelihood-ratio interval of k1 (every other parameter, the noise sd included, re-optimised), against
+    a profile computed independently: scipy least_squares on the closed form at each fixed k1, with the sd
+    profiled analytically (NLL = n ln sqrt(RSS/n) + const), and brentq for the chi2(1) crossing."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2
+
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    ci = fit.conf_int(method="profile").loc["k1"]
+    ys = [d.y[:, 0] for d in exps]
+    n = 2 * T.size
+
+    def prof_nll(k1):
+        def resid(v):
+            k2a, k2b, s = np.exp(v)
+            return np.concatenate([s * closed_form_b(k1, k2a, T) - ys[0], s * closed_form_b(k1, k2b, T) - ys[1]])
+
+        r = least_squares(resid, np.log([0.25, 0.6, 3.0]), xtol=1e-14, ftol=1e-14, gtol=1e-14).fun
+        return n * math.log(math.sqrt(r @ r / n))
+
+    k1_hat = fit.params["k1"]
+    d0 = prof_nll(k1_hat)
+    q = chi2.ppf(0.95, 1)
+    lo = brentq(lambda k: 2 * (prof_nll(k) - d0) - q, k1_hat * 0.5, k1_hat)
+    hi = brentq(lambda k: 2 * (prof_nll(k) - d0) - q, k1_hat, k1_hat * 2)
+    assert ci["lower"] == pytest.approx(lo, rel=1e-4)
+    assert ci["upper"] == pytest.approx(hi, rel=1e-4)
