@@ -187,3 +187,33 @@ def test_profile_intervals_of_a_likelihood_fit_match_scipy_profiles():
     hi = brentq(lambda k: 2 * (prof_nll(k) - d0) - q, k1_hat, k1_hat * 2)
     assert ci["lower"] == pytest.approx(lo, rel=1e-4)
     assert ci["upper"] == pytest.approx(hi, rel=1e-4)
+
+
+def test_predict_observables_with_delta_method_bands_per_condition():
+    """The prediction equals the closed form at the estimate; its se equals the delta method computed with
+    central differences of the closed form in the log10 parameters and the fit's covariance."""
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    t = np.linspace(0.0, 10.0, 7)
+    pred = fit.predict(t, experiment="B")
+    assert pred.states == ("signal",)
+    names = list(fit.names)
+    u = np.array(fit.extras["u"], float)
+
+    def h(uu):
+        v = dict(zip(names, 10 ** uu))
+        return v["s"] * closed_form_b(v["k1"], v["k2_B"], t)
+
+    np.testing.assert_allclose(pred.y[:, 0], h(u), rtol=1e-7, atol=1e-12)
+    G = np.empty((t.size, u.size))
+    for i in range(u.size):
+        e = np.zeros(u.size)
+        e[i] = 1e-6
+        G[:, i] = (h(u + e) - h(u - e)) / 2e-6
+    se = np.sqrt(np.einsum("ti,ij,tj->t", G, fit.extras["cov_scaled"], G))
+    np.testing.assert_allclose(pred.se[:, 0], se, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(pred.upper[:, 0] - pred.y[:, 0], 1.959964 * se, rtol=1e-4, atol=1e-8)
+    with pytest.raises(InputError, match=r"the fit has 2 experiments \['A', 'B'\]; say which"):
+        fit.predict(t)
+    with pytest.raises(InputError, match="drop x0, t0, history and solver"):
+        fit.predict(t, experiment="A", x0={"a": 1.0})

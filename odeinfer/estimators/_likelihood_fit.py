@@ -232,6 +232,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
             "data": list(problem.experiments.names)}
     out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
                    obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
+    object.__setattr__(out, "_objective", obj)
     if best is not None and cov_u is not None and math.isfinite(nll):
         _attach_profiler(obj, out, np.asarray(u, float), nll, cov_u, est.max_iter)
     return out

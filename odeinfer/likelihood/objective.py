@@ -247,26 +247,58 @@ class Objective:
     def predictions(self, u):
         """The observables at the measurements: ``{experiment: (t, observable names, h)}``, one row per
         measurement, in the data's order (raises :class:`~odeinfer.errors.SolverError` on a failed solve)."""
-        from odeinfer.errors import SolverError
-
-        theta = self.natural(np.asarray(u, float))
         names = self.problem.model.observable_names
         out = {}
         for run in self.runs:
-            v, Jv = run.mapping(theta)
-            res = run.states(v, Jv)
-            if isinstance(res, str):
-                raise SolverError(res)
-            X = res[0]
-            p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
             h = np.empty(run.n_rows)
             t = np.empty(run.n_rows)
             which = np.empty(run.n_rows, object)
-            for k, rows, tr, idx, *_ in run.groups:
-                h[rows] = self.obsf.h(k, tr, X[idx], p, q)[0]
-                t[rows], which[rows] = tr, names[k]
+            for k, rows, tr, hk, _ in self._observe(run, u, grad=False):
+                h[rows], t[rows], which[rows] = hk, tr, names[k]
             out[run.name] = (t, which, h)
         return out
+
+    def observe_at(self, u, experiment, t):
+        """The observables of ``experiment`` at times ``t`` (its conditions, doses, inputs) and their
+        gradients on the estimation scale: ``h`` (n_times, n_observables), ``dh`` (n_times, n_observables,
+        n_estimated). Raises :class:`~odeinfer.errors.SolverError` on a failed solve."""
+        from dataclasses import replace
+
+        names = [p.name for p in self.problem.plans]
+        if experiment not in names:
+            from odeinfer.errors import InputError
+
+            raise InputError(f"experiment: {experiment!r} is not one of the problem's experiments {names}")
+        plan = self.problem.plans[names.index(experiment)]
+        t = np.asarray(t, float)
+        n_o = len(self.problem.model.observables)
+        synth = replace(plan, t_rows=np.repeat(t, n_o), obs_rows=np.tile(np.arange(n_o), t.size),
+                        y_rows=np.ones(t.size * n_o))
+        run = _Run(self, synth)
+        h = np.empty((t.size, n_o))
+        dh = np.empty((t.size, n_o, self.n))
+        d = dnatural_dscaled(self.natural(np.asarray(u, float))[self.est_index], self.scales)
+        for k, rows, _, hk, Dh in self._observe(run, u, grad=True):
+            h[rows // n_o, k] = hk
+            dh[rows // n_o, k] = Dh * d
+        return h, dh
+
+    def _observe(self, run, u, grad):
+        """``(observable index, rows, t, h, dh/dtheta or None)`` per observable group of ``run``."""
+        from odeinfer.errors import SolverError
+
+        theta = self.natural(np.asarray(u, float))
+        v, Jv = run.mapping(theta)
+        res = run.states(v, Jv)
+        if isinstance(res, str):
+            raise SolverError(res)
+        X, dX = res
+        p, dp = v[:run.n_p], Jv[:run.n_p]
+        q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
+        for k, rows, tr, idx, *_ in run.groups:
+            h, hx, hp, hq = self.obsf.h(k, tr, X[idx], p, q)
+            Dh = np.einsum("rs,rse->re", hx, dX[idx]) + hp @ dp + hq @ dq if grad else None
+            yield k, rows, tr, h, Dh
 
 
 def _scaled(x, scale):

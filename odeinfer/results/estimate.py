@@ -146,6 +146,9 @@ class Estimate:
     #: set it after construction with ``object.__setattr__(est, "_profiler", obj)``; ``obj``
     #: has ``conf_int(alpha) -> DataFrame`` (see :mod:`odeinfer.inference.profile`).
     _profiler = None
+    #: Likelihood fits (models with observables) keep their objective here (not a field, never
+    #: serialised): :meth:`predict` then predicts the observables of an experiment.
+    _objective = None
 
     def conf_int(self, alpha: float = 0.05, method: str = "wald") -> pd.DataFrame:
         """Confidence intervals, columns ``lower`` and ``upper``.
@@ -190,8 +193,13 @@ class Estimate:
         d = np.sqrt(np.diag(cov))
         return pd.DataFrame(cov / np.outer(d, d), index=list(self.names), columns=list(self.names))
 
-    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None):
+    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None, experiment=None):
         """The model's trajectory at this estimate with pointwise (1 - alpha) confidence bands.
+
+        For a likelihood fit (a model with observables), the observables of ``experiment``
+        (under its condition: overrides, doses, inputs, pre-equilibration; default the only
+        experiment) with bands on each observable's noise scale; ``x0``, ``t0``, ``history`` and
+        ``solver`` do not apply there.
 
         Parameters
         ----------
@@ -219,8 +227,15 @@ class Estimate:
             model's noise scale (log-normal bands ``y exp(-+ z se / y)`` for the observed states
             of a model with ``noise="log"``).
         """
-        from odeinfer.results.prediction import predict
+        from odeinfer.results.prediction import predict, predict_observables
 
+        if self._objective is not None:
+            if x0 is not None or t0 is not None or history is not None or solver is not None:
+                raise InputError("predict: a likelihood fit predicts its experiments' observables; drop x0, t0, "
+                                 "history and solver (pass experiment=... instead)")
+            return predict_observables(self, t, experiment=experiment, alpha=alpha)
+        if experiment is not None:
+            raise InputError("experiment: only likelihood fits (models with observables) predict by experiment")
         return predict(self, t, x0=x0, t0=t0, history=history, alpha=alpha, solver=solver)
 
     # display ---------------------------------------------------------------------------
