@@ -217,3 +217,19 @@ def test_predict_observables_with_delta_method_bands_per_condition():
         fit.predict(t)
     with pytest.raises(InputError, match="drop x0, t0, history and solver"):
         fit.predict(t, experiment="A", x0={"a": 1.0})
+
+
+def test_observables_plot_draws_data_fits_and_bands_per_experiment():
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    fig = oi.plots.observables(fit)
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "signal"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["A: data", "A: fit", "B: data", "B: fit"]
+    np.testing.assert_allclose(ax.get_lines()[2].get_ydata(), exps["B"].y[:, 0])
+    assert len(ax.collections) == 2  # one band per experiment
+    with pytest.raises(InputError, match="drawn by oi.plots.observables"):
+        oi.plots.trajectories(exps["A"], fit)
+    with pytest.raises(InputError, match=r"\['C'\] are not experiments of the fit"):
+        oi.plots.observables(fit, experiments=["C"])
