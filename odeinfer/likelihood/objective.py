@@ -2,7 +2,8 @@
 and its Fisher information, on the estimation scale.
 
 Per experiment the model runs from ``t0`` (or from the steady state of its pre-equilibration)
-through segments cut at dose times and at the knots of step inputs; each segment is one
+through segments cut at dose times and at the knots of inputs (a linear input ``u`` runs as
+``u + u__rate t`` with constant coefficients between knots, see ``FitProblem.solve_model``); each segment is one
 prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right-hand side's
 parameters and the segment's initial state, chained to the problem's parameters through the
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
@@ -51,6 +52,7 @@ class _Run:
         prob, m = obj.problem, obj.problem.model
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
+        self.n_ps = prob.solve_model.n_params  # the solver's parameters: the model's, then input rates
         self.n_d = len(plan.doses)
         syms = [prob.symbols[n] for n in prob.names]
         est = [prob.symbols[n] for n in prob.estimated]
@@ -86,9 +88,9 @@ class _Run:
                 tt = np.append(tt, b)
             seg = _Segment()
             seg.start, seg.out, seg.end_extra = a, out, extra
-            seg.solver = bind(Problem(m, tt, t0=a), solver=solver, gradient=Forward())
+            seg.solver = bind(Problem(prob.solve_model, tt, t0=a), solver=solver, gradient=Forward())
             seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
-            seg.p_inputs = [(k, float(inp(a))) for k, inp in plan.inputs.items()]
+            seg.p_inputs = [_input_at(k, inp, a, prob.rates.get(k)) for k, inp in plan.inputs.items()]
             self.segments.append(seg)
         # --- measurements grouped by observable ------------------------------------------------
         self.groups = []
@@ -133,19 +135,23 @@ class _Run:
             dx[i] += Jv[od + a]
         X = np.empty((self.times.size, n_s))
         dX = np.empty((self.times.size, n_s, ne))
+        n_ps = self.n_ps
         for seg in self.segments:
             pj, dpj = p, dp
-            if seg.p_inputs:
-                pj, dpj = p.copy(), dp.copy()
-                for k, u in seg.p_inputs:
+            if seg.p_inputs or n_ps > n_p:
+                pj, dpj = np.zeros(n_ps), np.zeros((n_ps, ne))
+                pj[:n_p], dpj[:n_p] = p, dp
+                for k, u, r, rate in seg.p_inputs:
                     pj[k] = u
                     dpj[k] = 0.0
+                    if r is not None:
+                        pj[r] = rate
             y, S, st = seg.solver(pj, np.ascontiguousarray(x))
             if st != 0:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
                                                                       max_steps=seg.solver.max_steps)
-            G = S[:, :, :n_p] @ dpj + S[:, :, n_p:] @ dx
+            G = S[:, :, :n_ps] @ dpj + S[:, :, n_ps:] @ dx
             n_out = seg.out.size
             X[seg.out] = y[:n_out]
             dX[seg.out] = G[:n_out]
@@ -154,6 +160,17 @@ class _Run:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
         return X, dX
+
+
+def _input_at(k, inp, a, rate_index):
+    """``(parameter index, value, rate index, rate)`` of an input on the segment starting at ``a``:
+    a step input's value there; a linear one as ``c0 + rate * t`` between its knots."""
+    if inp.kind == "step" or rate_index is None:
+        return k, float(inp(a)), rate_index, 0.0
+    t, v = np.asarray(inp.t), np.asarray(inp.values)
+    i = int(np.searchsorted(t, a, side="right")) - 1
+    rate = float((v[i + 1] - v[i]) / (t[i + 1] - t[i])) if 0 <= i < t.size - 1 else 0.0
+    return k, float(inp(a)) - rate * a, rate_index, rate
 
 
 def _data_error(name, o, times):
