@@ -177,6 +177,15 @@ class Estimate:
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
 
+    @property
+    def nll(self) -> float:
+        """Negative log-likelihood with all constants (PEtab's definition) at the estimate, for
+        likelihood fits (models with observables); NaN for estimators that report another cost."""
+        return float(self.extras.get("nll", float("nan")))
+
+    def _objective_words(self):
+        return "negative log-likelihood" if "nll" in self.extras else "cost"
+
     def to_priors(self, inflate: float = 10.0, **kwargs) -> dict:
         """PyMC priors centred on this estimate, ``inflate`` times wider than its standard errors.
 
@@ -252,7 +261,7 @@ class Estimate:
         """A plain-text summary (estimator, status, table, warnings)."""
         head = [f"{self.estimator} estimate of {self.model.name!r}",
                 f"status: {self.status}" + (f" ({self.message})" if self.message else ""),
-                f"iterations: {self.n_iter}   cost: {self.cost:.6g}   nobs: {self.nobs}"]
+                f"iterations: {self.n_iter}   {self._objective_words()}: {self.cost:.6g}   nobs: {self.nobs}"]
         if self.fixed:
             head.append("fixed: " + ", ".join(f"{k}={v:g}" for k, v in self.fixed.items()))
         table = self.summary_frame(alpha).to_string(float_format=lambda v: f"{v:.6g}")
