@@ -20,7 +20,13 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._trust import trust_region
 from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
 
-__all__ = ["fit_likelihood", "problem_from_embedding"]
+__all__ = ["fit_likelihood", "problem_from_embedding", "TOLERANCES"]
+
+#: Stopping rules of the trust region on a negative log-likelihood (its units are log-likelihood
+#: units, so absolute tolerances are meaningful): an accepted step that changes the NLL by less
+#: than 1e-7, or a gradient norm (per unit of the estimation scale) below 1e-5, is far below any
+#: statistical resolution (a likelihood-ratio interval moves the NLL by 1.92).
+TOLERANCES = {"fatol": 1e-7, "frtol": 0.0, "gatol": 1e-5, "xtol": 1e-10}
 
 
 def problem_from_embedding(est, model, data, start, fixed, x0):
@@ -102,7 +108,7 @@ def _local(obj, u0, max_iter):
         ev = obj(u)
         return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
 
-    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter)
+    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter, **TOLERANCES)
 
 
 def _chunk(payload, chunk):
@@ -256,7 +262,7 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
             return (ev.nll, ev.grad[free], ev.fim[np.ix_(free, free)]) if ev.ok else ev.failure
 
         lo, hi = obj.lower[free], obj.upper[free]
-        r = trust_region(fun, np.clip(full[free], lo, hi), lo, hi, max_iter=max_iter)
+        r = trust_region(fun, np.clip(full[free], lo, hi), lo, hi, max_iter=max_iter, **TOLERANCES)
         if r.status == "failed" and not math.isfinite(r.f):
             return None
         full[free] = r.x
