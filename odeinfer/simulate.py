@@ -97,8 +97,9 @@ def simulate(model: Model, params, x0, t, *, t0=None, noise=None, rng=None, solv
         Noise standard deviation per observed state; None (default) for none.
     rng : int or numpy.random.Generator, optional
         Seed or generator for the noise (required for reproducibility).
-    solver : Dopri5 or Rodas, optional
-        Default ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: tight tolerances).
+    solver : Dopri5, Rodas or Auto, optional
+        Default ``oi.Auto(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: tight tolerances, Rodas once
+        the model turns out stiff).
     name : str, optional
         Name of the returned Data.
 

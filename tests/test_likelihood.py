@@ -64,7 +64,7 @@ def chain(t, y, p):
     return {"a": p.u - p.k1 * y.a, "b": p.k1 * y.a - p.k2 * y.b}
 
 
-def test_gradient_with_observables_noise_params_log10_scales_doses_and_inputs():
+def test_gradient_with_observables_noise_params_log10_scales_doses_and_step_and_linear_inputs():
     m = chain.observe({"tot": "s*(a + b)", "frac": "b/(a + b)"},
                       noise={"tot": oi.Normal(sigma="sd", scale="log10"), "frac": oi.Laplace(sigma=0.05)},
                       params=["s", "sd"])
@@ -77,7 +77,9 @@ def test_gradient_with_observables_noise_params_log10_scales_doses_and_inputs():
         "e2": oi.Condition(params={"k1": "k1 * fold", "u": oi.Input([0.0, 1.5, 3.5], [0.2, 0.6, 0.1])},
                            x0={"a": "a0", "b": 0.1}),
     }
-    exps = oi.Experiments([e1, e2], conditions=conds)
+    e3 = oi.Data(t, y * [0.9, 1.0], ["tot", "frac"], name="e3")
+    conds["e3"] = oi.Condition(params={"u": oi.Input([0.0, 2.0, 5.0], [0.1, 0.8, 0.3], kind="linear")})
+    exps = oi.Experiments([e1, e2, e3], conditions=conds)
     params = {"k1": oi.Param(0.7, 1e-3, 1e3, "log10"), "k2": oi.Param(0.3, 1e-3, 1e3, "log"),
               "u": oi.Param(0.4, 0, 10), "s": oi.Param(1.5, 1e-2, 1e2, "log10"), "sd": oi.Param(0.1, 1e-3, 1, "log10"),
               "dose": oi.Param(0.8, 0, 5), "fold": oi.Param(1.4, 0.1, 10, "log"), "a0": oi.Param(0.5, 0, 5)}
@@ -272,6 +274,27 @@ def test_parameters_table_must_match_the_problem():
 def test_model_without_observables_is_pointed_to_observe():
     with pytest.raises(InputError, match=r"has no observables; declare what is measured with model.observe"):
         oi.FitProblem(ramp, oi.Data(T, Y, "x"), x0={"x": 1.0})
+
+
+def test_linear_input_matches_the_integral_of_the_interpolant():
+    """x' = u(t) with u linear between knots: x(t) = x0 + integral of u (trapezoids), exact for the solver."""
+    @oi.model(states=["x"], params=["u"])
+    def integrator(t, y, p):
+        return {"x": p.u}
+
+    m = integrator.observe({"xo": "x"}, noise=oi.Normal(0.1))
+    inp = oi.Input([1.0, 2.0, 4.0], [0.0, 2.0, -1.0], kind="linear")
+    t = np.array([0.5, 1.5, 2.0, 3.0, 4.0, 5.0])
+    exps = oi.Experiments([oi.Data(t, np.ones_like(t), "xo", name="e")],
+                          conditions={"e": oi.Condition(params={"u": inp})})
+    prob = oi.FitProblem(m, exps, {}, x0={"x": 0.5})
+    assert prob.solve_model.params == ("u", "u__rate")
+    obj = oi.Objective(prob)
+    _, _, h = obj.predictions(np.zeros(0))["e"]
+    # trapezoids on a grid holding every kink of u: exact for a piecewise linear integrand
+    grids = [np.unique(np.r_[0.0, [k for k in inp.t if k < tk], tk]) for tk in t]
+    integral = np.array([np.trapezoid(inp(g), g) for g in grids])
+    np.testing.assert_allclose(h, 0.5 + integral, atol=1e-9)
 
 
 def test_a_step_whose_end_each_condition_fixes_has_a_gradient():

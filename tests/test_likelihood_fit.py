@@ -157,3 +157,79 @@ def test_matching_estimators_refuse_observables_naming_them():
     with pytest.raises(EstimationError, match=r"the observables \['b_obs'\] are states, so declare them with "
                                               r"@oi.model\(..., observed="):
         oi.OrthogonalConditions().fit(direct, oi.Data(T, np.ones_like(T), "b_obs"))
+
+
+def test_profile_intervals_of_a_likelihood_fit_match_scipy_profiles():
+    """Likelihood-ratio interval of k1 (every other parameter, the noise sd included, re-optimised), against
+    a profile computed independently: scipy least_squares on the closed form at each fixed k1, with the sd
+    profiled analytically (NLL = n ln sqrt(RSS/n) + const), and brentq for the chi2(1) crossing."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2
+
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    ci = fit.conf_int(method="profile").loc["k1"]
+    ys = [d.y[:, 0] for d in exps]
+    n = 2 * T.size
+
+    def prof_nll(k1):
+        def resid(v):
+            k2a, k2b, s = np.exp(v)
+            return np.concatenate([s * closed_form_b(k1, k2a, T) - ys[0], s * closed_form_b(k1, k2b, T) - ys[1]])
+
+        r = least_squares(resid, np.log([0.25, 0.6, 3.0]), xtol=1e-14, ftol=1e-14, gtol=1e-14).fun
+        return n * math.log(math.sqrt(r @ r / n))
+
+    k1_hat = fit.params["k1"]
+    d0 = prof_nll(k1_hat)
+    q = chi2.ppf(0.95, 1)
+    lo = brentq(lambda k: 2 * (prof_nll(k) - d0) - q, k1_hat * 0.5, k1_hat)
+    hi = brentq(lambda k: 2 * (prof_nll(k) - d0) - q, k1_hat, k1_hat * 2)
+    assert ci["lower"] == pytest.approx(lo, rel=1e-4)
+    assert ci["upper"] == pytest.approx(hi, rel=1e-4)
+
+
+def test_predict_observables_with_delta_method_bands_per_condition():
+    """The prediction equals the closed form at the estimate; its se equals the delta method computed with
+    central differences of the closed form in the log10 parameters and the fit's covariance."""
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    t = np.linspace(0.0, 10.0, 7)
+    pred = fit.predict(t, experiment="B")
+    assert pred.states == ("signal",)
+    names = list(fit.names)
+    u = np.array(fit.extras["u"], float)
+
+    def h(uu):
+        v = dict(zip(names, 10 ** uu))
+        return v["s"] * closed_form_b(v["k1"], v["k2_B"], t)
+
+    np.testing.assert_allclose(pred.y[:, 0], h(u), rtol=1e-7, atol=1e-12)
+    G = np.empty((t.size, u.size))
+    for i in range(u.size):
+        e = np.zeros(u.size)
+        e[i] = 1e-6
+        G[:, i] = (h(u + e) - h(u - e)) / 2e-6
+    se = np.sqrt(np.einsum("ti,ij,tj->t", G, fit.extras["cov_scaled"], G))
+    np.testing.assert_allclose(pred.se[:, 0], se, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(pred.upper[:, 0] - pred.y[:, 0], 1.959964 * se, rtol=1e-4, atol=1e-8)
+    with pytest.raises(InputError, match=r"the fit has 2 experiments \['A', 'B'\]; say which"):
+        fit.predict(t)
+    with pytest.raises(InputError, match="drop x0, t0, history and solver"):
+        fit.predict(t, experiment="A", x0={"a": 1.0})
+
+
+def test_observables_plot_draws_data_fits_and_bands_per_experiment():
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    fig = oi.plots.observables(fit)
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "signal"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["A: data", "A: fit", "B: data", "B: fit"]
+    np.testing.assert_allclose(ax.get_lines()[2].get_ydata(), exps["B"].y[:, 0])
+    assert len(ax.collections) == 2  # one band per experiment
+    with pytest.raises(InputError, match="drawn by oi.plots.observables"):
+        oi.plots.trajectories(exps["A"], fit)
+    with pytest.raises(InputError, match=r"\['C'\] are not experiments of the fit"):
+        oi.plots.observables(fit, experiments=["C"])

@@ -5,6 +5,8 @@
 * :func:`sample` -- NUTS (PyMC or nutpie) started at an estimate, with a dense
   mass matrix seeded from its covariance; returns ``arviz.InferenceData``.
 * :func:`priors_from_estimate` -- priors centred on a frequentist estimate.
+* :func:`build_problem_model`, :func:`sample_problem` -- the same for an :class:`~odeinfer.FitProblem`
+  (observables, noise models, conditions); ``sample(problem, init=fit)`` dispatches there.
 * :func:`ode_op`, :class:`ODEProblem`, ``ODEOp`` -- the Op itself; :func:`dde_op`,
   :class:`DDEProblem` -- the same Op over a delay differential equation.
 
@@ -16,7 +18,8 @@ PyMC and PyTensor are imported on first use of these functions.
 from odeinfer.bayes.sample import SamplingInterruptedWarning, sample  # noqa: E402
 
 __all__ = ["build_model", "sample", "priors_from_estimate", "ode_op", "ODEProblem", "ODEOp",
-           "dde_op", "DDEProblem", "SeedingWarning", "SamplingInterruptedWarning"]
+           "dde_op", "DDEProblem", "SeedingWarning", "SamplingInterruptedWarning", "build_problem_model",
+           "sample_problem"]
 
 _LAZY = {
     "ode_op": ("odeinfer.bayes.op", "ode_op"),
@@ -27,6 +30,8 @@ _LAZY = {
     "build_model": ("odeinfer.bayes.build", "build_model"),
     "priors_from_estimate": ("odeinfer.bayes.priors", "priors_from_estimate"),
     "SeedingWarning": ("odeinfer.bayes.seed", "SeedingWarning"),
+    "build_problem_model": ("odeinfer.bayes.problem", "build_problem_model"),
+    "sample_problem": ("odeinfer.bayes.problem", "sample_problem"),
 }
 
 

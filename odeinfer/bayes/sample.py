@@ -100,6 +100,16 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     >>> idata = oi.bayes.sample(entry.model, data, priors=..., draws=200)  # doctest: +SKIP
     """
     from odeinfer.bayes.build import build_info, build_model, check_init
+    from odeinfer.likelihood import FitProblem
+
+    if isinstance(model, FitProblem):
+        from odeinfer.bayes.problem import sample_problem
+
+        if data is not None:
+            raise InputError("data: a FitProblem carries its data; call sample(problem, init=fit, ...)")
+        return sample_problem(model, init=init, draws=draws, tune=tune, chains=chains, cores=cores, rng=rng,
+                              target_accept=target_accept, jitter=jitter, mass_matrix_weight=mass_matrix_weight,
+                              progressbar=progressbar, **build_kwargs)
 
     if sampler not in SAMPLERS:
         raise InputError(f"sampler: expected one of {list(SAMPLERS)}, got {sampler!r}")
@@ -170,12 +180,12 @@ def _pm_model(model):
 
 
 def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter, target_accept,
-                 weight, mode, progressbar, callback):
+                 weight, mode, progressbar, callback, log_likelihood=True):
     import pymc as pm
 
     kwargs = dict(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seeds[0],
                   progressbar=progressbar, model=pm_model, compute_convergence_checks=False,
-                  idata_kwargs={"log_likelihood": True}, callback=callback)
+                  idata_kwargs={"log_likelihood": log_likelihood}, callback=callback)
     compile_kwargs = {"mode": mode} if mode is not None else {}
     if seed is not None:
         kwargs["initvals"] = seed.points(chains, gen, jitter)

@@ -20,7 +20,13 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._trust import trust_region
 from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
 
-__all__ = ["fit_likelihood", "problem_from_embedding"]
+__all__ = ["fit_likelihood", "problem_from_embedding", "TOLERANCES"]
+
+#: Stopping rules of the trust region on a negative log-likelihood (its units are log-likelihood
+#: units, so absolute tolerances are meaningful): an accepted step that changes the NLL by less
+#: than 1e-7, or a gradient norm (per unit of the estimation scale) below 1e-5, is far below any
+#: statistical resolution (a likelihood-ratio interval moves the NLL by 1.92).
+TOLERANCES = {"fatol": 1e-7, "frtol": 0.0, "gatol": 1e-5, "xtol": 1e-10}
 
 
 def problem_from_embedding(est, model, data, start, fixed, x0):
@@ -102,7 +108,7 @@ def _local(obj, u0, max_iter):
         ev = obj(u)
         return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
 
-    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter)
+    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter, **TOLERANCES)
 
 
 def _chunk(payload, chunk):
@@ -230,8 +236,44 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
             "method": "maximum likelihood, trust region (fides) with the Fisher information",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
             "data": list(problem.experiments.names)}
-    return Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
-                    obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
+    out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
+                   obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
+    object.__setattr__(out, "_objective", obj)
+    if best is not None and cov_u is not None and math.isfinite(nll):
+        _attach_profiler(obj, out, np.asarray(u, float), nll, cov_u, est.max_iter)
+    return out
+
+
+def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
+    """``estimate.conf_int(method="profile")``: likelihood-ratio intervals, every other parameter
+    re-optimised (noise parameters included) by the same trust region."""
+    from odeinfer.inference.profile import ProfileLikelihood
+    from odeinfer.likelihood.parameters import from_scale
+
+    def reoptimise(u_start, i):
+        held = np.zeros(obj.n, bool)
+        held[np.atleast_1d(i)] = True
+        free = ~held
+        full = np.array(u_start, float)
+
+        def fun(x):
+            full[free] = x
+            ev = obj(full)
+            return (ev.nll, ev.grad[free], ev.fim[np.ix_(free, free)]) if ev.ok else ev.failure
+
+        lo, hi = obj.lower[free], obj.upper[free]
+        r = trust_region(fun, np.clip(full[free], lo, hi), lo, hi, max_iter=max_iter, **TOLERANCES)
+        if r.status == "failed" and not math.isfinite(r.f):
+            return None
+        full[free] = r.x
+        return r.f, full.copy()
+
+    def to_natural(i, v):
+        return float(from_scale(np.array([v]), [obj.scales[i]])[0])
+
+    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
+    prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural)
+    object.__setattr__(estimate, "_profiler", prof)
 
 
 def _small_sample_note(problem, n):

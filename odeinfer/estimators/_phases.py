@@ -382,7 +382,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         est, replace(S.problem, fixed=_fixed(S)), names, vals, cov, lm.status, t_start=t_start, message=lm.message,
         n_iter=int(hist["cost"].size), cost=cost, nobs=N, sigma=sigma, residuals=-raw, history=hist,
         extras=extras, warnings=tuple(warn),
-        provenance={"solver": est.solver.as_dict()})
+        provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})}})
     _attach_profiler(est, S, estimate, u, r, cov_u)
     return estimate
 

@@ -62,7 +62,8 @@ class TrustResult:
     message : str
         Why it stopped, in words, with the objective's last failure reason if any.
     n_iter, n_eval, n_fail : int
-        Iterations, calls of ``fun`` and calls that failed.
+        Iterations (trial steps, accepted or rejected: one call of ``fun`` each), calls of ``fun``
+        (``n_iter + 1``) and calls that failed.
     history : ndarray (n_iter + 1,)
         ``f`` at the start and after each iteration.
     """
@@ -227,7 +228,7 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
     lower, upper : array-like (n,)
         Bounds, ``lower < upper``; ``-inf`` / ``inf`` for none.
     max_iter : int, default 1000
-        Iterations before status ``"max_iter"``.
+        Trial steps (accepted or rejected) before status ``"max_iter"``.
     fatol, frtol : float, default 1e-10, 1e-12
         Converged when an accepted step changes ``f`` by less than ``fatol + frtol * |f|``.
     xtol : float, default 1e-10

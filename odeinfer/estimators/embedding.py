@@ -83,9 +83,10 @@ class Embedding(Estimator):
         Processes for the starts (``-1``: all cores).
     rng : int or None, default 0
         Seed of the start sampler.
-    solver : Dopri5 or Rodas, optional
+    solver : Dopri5, Rodas or Auto, optional
         The IVP solver (its tolerances also control the sensitivities); default
-        ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's); ``oi.Rodas(...)`` for stiff models.
+        ``oi.Auto(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: Dopri5, and Rodas for an experiment
+        whose solve turns out stiff; ``provenance["solver"]["methods_used"]`` says which answered).
     max_iter : int, default 200
         LM iterations per phase; when reached the status is ``"max_iter"`` with the best point.
     xtol, ftol, gtol : float, default 1e-10, 1e-12, 1e-10

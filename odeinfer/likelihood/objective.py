@@ -2,7 +2,8 @@
 and its Fisher information, on the estimation scale.
 
 Per experiment the model runs from ``t0`` (or from the steady state of its pre-equilibration)
-through segments cut at dose times and at the knots of step inputs; each segment is one
+through segments cut at dose times and at the knots of inputs (a linear input ``u`` runs as
+``u + u__rate t`` with constant coefficients between knots, see ``FitProblem.solve_model``); each segment is one
 prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right-hand side's
 parameters and the segment's initial state, chained to the problem's parameters through the
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
@@ -51,6 +52,7 @@ class _Run:
         prob, m = obj.problem, obj.problem.model
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
+        self.n_ps = prob.solve_model.n_params  # the solver's parameters: the model's, then input rates
         self.n_d = len(plan.doses)
         syms = [prob.symbols[n] for n in prob.names]
         est = [prob.symbols[n] for n in prob.estimated]
@@ -66,7 +68,7 @@ class _Run:
         # a parameter that moves a jump of the right-hand side (e.g. a step input's end time) is
         # fine while this experiment holds it fixed: its sensitivity columns are not needed
         held = [k for k in range(self.n_p) if all(e == 0 for e in jac.row(k))]
-        self.excluded = [k for k in held if m.params[k] in m.switching_params]
+        self.excluded = [k for k in held if m.params[k] in prob.solve_model.switching_params]
         gradient = Forward(exclude=tuple(m.params[k] for k in self.excluded))
         self.preeq = obj.steady if plan.preequilibrate else None
         self.keep_x0 = plan.keep_x0
@@ -91,9 +93,9 @@ class _Run:
                 tt = np.append(tt, b)
             seg = _Segment()
             seg.start, seg.out, seg.end_extra = a, out, extra
-            seg.solver = bind(Problem(m, tt, t0=a), solver=solver, gradient=gradient)
+            seg.solver = bind(Problem(prob.solve_model, tt, t0=a), solver=solver, gradient=gradient)
             seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
-            seg.p_inputs = [(k, float(inp(a))) for k, inp in plan.inputs.items()]
+            seg.p_inputs = [_input_at(k, inp, a, prob.rates.get(k)) for k, inp in plan.inputs.items()]
             self.segments.append(seg)
         # --- measurements grouped by observable ------------------------------------------------
         self.groups = []
@@ -138,23 +140,27 @@ class _Run:
             dx[i] += Jv[od + a]
         X = np.empty((self.times.size, n_s))
         dX = np.empty((self.times.size, n_s, ne))
+        n_ps = self.n_ps
         for seg in self.segments:
             pj, dpj = p, dp
-            if seg.p_inputs:
-                pj, dpj = p.copy(), dp.copy()
-                for k, u in seg.p_inputs:
+            if seg.p_inputs or n_ps > n_p:
+                pj, dpj = np.zeros(n_ps), np.zeros((n_ps, ne))
+                pj[:n_p], dpj[:n_p] = p, dp
+                for k, u, r, rate in seg.p_inputs:
                     pj[k] = u
                     dpj[k] = 0.0
+                    if r is not None:
+                        pj[r] = rate
             y, S, st = seg.solver(pj, np.ascontiguousarray(x))
             if st != 0:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
                                                                       max_steps=seg.solver.max_steps)
-            Sp = S[:, :, :n_p]
+            Sp = S[:, :, :n_ps]
             if self.excluded:  # their columns are NaN (not computed); their dp rows are 0
                 Sp = Sp.copy()
                 Sp[:, :, self.excluded] = 0.0
-            G = Sp @ dpj + S[:, :, n_p:] @ dx
+            G = Sp @ dpj + S[:, :, n_ps:] @ dx
             n_out = seg.out.size
             X[seg.out] = y[:n_out]
             dX[seg.out] = G[:n_out]
@@ -163,6 +169,17 @@ class _Run:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
         return X, dX
+
+
+def _input_at(k, inp, a, rate_index):
+    """``(parameter index, value, rate index, rate)`` of an input on the segment starting at ``a``:
+    a step input's value there; a linear one as ``c0 + rate * t`` between its knots."""
+    if inp.kind == "step" or rate_index is None:
+        return k, float(inp(a)), rate_index, 0.0
+    t, v = np.asarray(inp.t), np.asarray(inp.values)
+    i = int(np.searchsorted(t, a, side="right")) - 1
+    rate = float((v[i + 1] - v[i]) / (t[i + 1] - t[i])) if 0 <= i < t.size - 1 else 0.0
+    return k, float(inp(a)) - rate * a, rate_index, rate
 
 
 def _data_error(name, o, times):
@@ -256,26 +273,58 @@ class Objective:
     def predictions(self, u):
         """The observables at the measurements: ``{experiment: (t, observable names, h)}``, one row per
         measurement, in the data's order (raises :class:`~odeinfer.errors.SolverError` on a failed solve)."""
-        from odeinfer.errors import SolverError
-
-        theta = self.natural(np.asarray(u, float))
         names = self.problem.model.observable_names
         out = {}
         for run in self.runs:
-            v, Jv = run.mapping(theta)
-            res = run.states(v, Jv)
-            if isinstance(res, str):
-                raise SolverError(res)
-            X = res[0]
-            p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
             h = np.empty(run.n_rows)
             t = np.empty(run.n_rows)
             which = np.empty(run.n_rows, object)
-            for k, rows, tr, idx, *_ in run.groups:
-                h[rows] = self.obsf.h(k, tr, X[idx], p, q)[0]
-                t[rows], which[rows] = tr, names[k]
+            for k, rows, tr, hk, _ in self._observe(run, u, grad=False):
+                h[rows], t[rows], which[rows] = hk, tr, names[k]
             out[run.name] = (t, which, h)
         return out
+
+    def observe_at(self, u, experiment, t):
+        """The observables of ``experiment`` at times ``t`` (its conditions, doses, inputs) and their
+        gradients on the estimation scale: ``h`` (n_times, n_observables), ``dh`` (n_times, n_observables,
+        n_estimated). Raises :class:`~odeinfer.errors.SolverError` on a failed solve."""
+        from dataclasses import replace
+
+        names = [p.name for p in self.problem.plans]
+        if experiment not in names:
+            from odeinfer.errors import InputError
+
+            raise InputError(f"experiment: {experiment!r} is not one of the problem's experiments {names}")
+        plan = self.problem.plans[names.index(experiment)]
+        t = np.asarray(t, float)
+        n_o = len(self.problem.model.observables)
+        synth = replace(plan, t_rows=np.repeat(t, n_o), obs_rows=np.tile(np.arange(n_o), t.size),
+                        y_rows=np.ones(t.size * n_o))
+        run = _Run(self, synth)
+        h = np.empty((t.size, n_o))
+        dh = np.empty((t.size, n_o, self.n))
+        d = dnatural_dscaled(self.natural(np.asarray(u, float))[self.est_index], self.scales)
+        for k, rows, _, hk, Dh in self._observe(run, u, grad=True):
+            h[rows // n_o, k] = hk
+            dh[rows // n_o, k] = Dh * d
+        return h, dh
+
+    def _observe(self, run, u, grad):
+        """``(observable index, rows, t, h, dh/dtheta or None)`` per observable group of ``run``."""
+        from odeinfer.errors import SolverError
+
+        theta = self.natural(np.asarray(u, float))
+        v, Jv = run.mapping(theta)
+        res = run.states(v, Jv)
+        if isinstance(res, str):
+            raise SolverError(res)
+        X, dX = res
+        p, dp = v[:run.n_p], Jv[:run.n_p]
+        q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
+        for k, rows, tr, idx, *_ in run.groups:
+            h, hx, hp, hq = self.obsf.h(k, tr, X[idx], p, q)
+            Dh = np.einsum("rs,rse->re", hx, dX[idx]) + hp @ dp + hq @ dq if grad else None
+            yield k, rows, tr, h, Dh
 
 
 def _scaled(x, scale):

@@ -121,6 +121,7 @@ class FitProblem:
         self.estimated = tuple(n for n, p in params.items() if p.estimate)
         self.symbols = dict(zip(self.names, symbols_for(self.names)))
         self.plans = [self._plan(n, d, c, x0) for n, d, c in zip(data.names, data, conds)]
+        self.solve_model, self.rates = _with_linear_inputs(model, conds)
 
     # ------------------------------------------------------------------------------------------
     def _check_condition(self, name, c):
@@ -225,6 +226,35 @@ class FitProblem:
     def __repr__(self):
         return (f"FitProblem(model={self.model.name!r}, experiments={list(self.experiments.names)}, "
                 f"estimated={list(self.estimated)})")
+
+
+def _with_linear_inputs(model, conds):
+    """The model the solver runs: each parameter ``u`` driven by a linear :class:`Input` somewhere
+    becomes ``u + u__rate * t`` (a new parameter ``u__rate`` appended), so that every segment
+    between two knots has constant parameters. Returns ``(model, {u index: u__rate index})``."""
+    from dataclasses import replace
+
+    from odeinfer.model.trace import T_SYMBOL
+
+    linear = [p for p in model.params if any(isinstance(c.params.get(p), Input) and c.params[p].kind == "linear"
+                                             for c in conds)]
+    if not linear:
+        return model, {}
+    syms = dict(zip(model.params, symbols_for(model.params)))
+    rates = [f"{p}__rate" for p in linear]
+    clash = [r for r in rates if r in model.params or r in model.states]
+    if clash:
+        raise InputError(f"inputs: the model already has names {clash}; rename them (linear inputs add them)")
+    sub = {syms[p]: syms[p] + r * T_SYMBOL for p, r in zip(linear, symbols_for(rates))}
+    used = set().union(*(o.expr.free_symbols | o.sigma_expr.free_symbols for o in model.observables))
+    bad = [p for p in model.params if syms[p] in used and any(isinstance(c.params.get(p), Input) for c in conds)]
+    if bad:
+        raise InputError(f"inputs: the observables use {bad}, which an Input drives; observe the input through a "
+                         "state instead")
+    solve = replace(model, name=f"{model.name}_inputs", params=model.params + tuple(rates),
+                    exprs=tuple(e.xreplace(sub) for e in model.exprs), observables=(), obs_params=())
+    n = model.n_params
+    return solve, {model.params.index(p): n + j for j, p in enumerate(linear)}
 
 
 def _texts(c):

@@ -6,6 +6,7 @@ Matplotlib is imported on first use.
 
 - :func:`trajectories`: data with each estimate's trajectory, its delta-method band and the
   posterior predictive band;
+- :func:`observables`: a likelihood fit's observables per experiment, with data and bands;
 - :func:`residuals`: residuals of one estimate per observed state (:func:`residual_lines`: the numbers);
 - :func:`regions`: Wald confidence ellipses against the posterior's highest-density region;
 - :func:`forest`: every estimator's interval next to the posterior's (from
@@ -16,8 +17,9 @@ Matplotlib is imported on first use.
 
 from odeinfer.plots.export import to_png_base64
 from odeinfer.plots.forest import forest
+from odeinfer.plots.observables import observables
 from odeinfer.plots.regions import ellipse, regions
 from odeinfer.plots.study import study
 from odeinfer.plots.trajectories import residual_lines, residuals, trajectories
 
-__all__ = ["trajectories", "residuals", "residual_lines", "regions", "forest", "study", "to_png_base64", "ellipse"]
+__all__ = ["trajectories", "observables", "residuals", "residual_lines", "regions", "forest", "study", "to_png_base64", "ellipse"]

@@ -15,6 +15,9 @@ __all__ = ["trajectories", "residuals", "residual_lines"]
 
 def _check_states(estimates, data):
     for e in estimates:
+        if e._objective is not None:
+            raise InputError("estimates: a likelihood fit (a model with observables) is drawn by "
+                             "oi.plots.observables(fit), per experiment with its data")
         unknown = [s for s in data.states if s not in e.model.states]
         if unknown:
             raise InputError(f"data: states {unknown} are not states of model {e.model.name!r} "

@@ -146,6 +146,9 @@ class Estimate:
     #: set it after construction with ``object.__setattr__(est, "_profiler", obj)``; ``obj``
     #: has ``conf_int(alpha) -> DataFrame`` (see :mod:`odeinfer.inference.profile`).
     _profiler = None
+    #: Likelihood fits (models with observables) keep their objective here (not a field, never
+    #: serialised): :meth:`predict` then predicts the observables of an experiment.
+    _objective = None
 
     def conf_int(self, alpha: float = 0.05, method: str = "wald") -> pd.DataFrame:
         """Confidence intervals, columns ``lower`` and ``upper``.
@@ -174,6 +177,15 @@ class Estimate:
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
 
+    @property
+    def nll(self) -> float:
+        """Negative log-likelihood with all constants (PEtab's definition) at the estimate, for
+        likelihood fits (models with observables); NaN for estimators that report another cost."""
+        return float(self.extras.get("nll", float("nan")))
+
+    def _objective_words(self):
+        return "negative log-likelihood" if "nll" in self.extras else "cost"
+
     def to_priors(self, inflate: float = 10.0, **kwargs) -> dict:
         """PyMC priors centred on this estimate, ``inflate`` times wider than its standard errors.
 
@@ -190,8 +202,13 @@ class Estimate:
         d = np.sqrt(np.diag(cov))
         return pd.DataFrame(cov / np.outer(d, d), index=list(self.names), columns=list(self.names))
 
-    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None):
+    def predict(self, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=None, experiment=None):
         """The model's trajectory at this estimate with pointwise (1 - alpha) confidence bands.
+
+        For a likelihood fit (a model with observables), the observables of ``experiment``
+        (under its condition: overrides, doses, inputs, pre-equilibration; default the only
+        experiment) with bands on each observable's noise scale; ``x0``, ``t0``, ``history`` and
+        ``solver`` do not apply there.
 
         Parameters
         ----------
@@ -207,9 +224,9 @@ class Estimate:
             :class:`~odeinfer.Problem`; a parametric :class:`~odeinfer.History` takes its
             parameters from this estimate where they were estimated.
         alpha : float, default 0.05
-        solver : Dopri5, Rodas or MethodOfSteps, optional
-            Default ``oi.Dopri5(rtol=1e-8, atol=1e-10)`` (wrapped in ``oi.MethodOfSteps`` for a
-            delay model).
+        solver : Dopri5, Rodas, Auto or MethodOfSteps, optional
+            Default ``oi.Auto(rtol=1e-8, atol=1e-10)``; ``oi.MethodOfSteps(oi.Dopri5(rtol=1e-8,
+            atol=1e-10))`` for a delay model.
 
         Returns
         -------
@@ -219,8 +236,15 @@ class Estimate:
             model's noise scale (log-normal bands ``y exp(-+ z se / y)`` for the observed states
             of a model with ``noise="log"``).
         """
-        from odeinfer.results.prediction import predict
+        from odeinfer.results.prediction import predict, predict_observables
 
+        if self._objective is not None:
+            if x0 is not None or t0 is not None or history is not None or solver is not None:
+                raise InputError("predict: a likelihood fit predicts its experiments' observables; drop x0, t0, "
+                                 "history and solver (pass experiment=... instead)")
+            return predict_observables(self, t, experiment=experiment, alpha=alpha)
+        if experiment is not None:
+            raise InputError("experiment: only likelihood fits (models with observables) predict by experiment")
         return predict(self, t, x0=x0, t0=t0, history=history, alpha=alpha, solver=solver)
 
     # display ---------------------------------------------------------------------------
@@ -237,7 +261,7 @@ class Estimate:
         """A plain-text summary (estimator, status, table, warnings)."""
         head = [f"{self.estimator} estimate of {self.model.name!r}",
                 f"status: {self.status}" + (f" ({self.message})" if self.message else ""),
-                f"iterations: {self.n_iter}   cost: {self.cost:.6g}   nobs: {self.nobs}"]
+                f"iterations: {self.n_iter}   {self._objective_words()}: {self.cost:.6g}   nobs: {self.nobs}"]
         if self.fixed:
             head.append("fixed: " + ", ".join(f"{k}={v:g}" for k, v in self.fixed.items()))
         table = self.summary_frame(alpha).to_string(float_format=lambda v: f"{v:.6g}")

@@ -10,7 +10,7 @@ import numpy as np
 
 from odeinfer._lazy import pandas as pd
 
-__all__ = ["Prediction", "predict"]
+__all__ = ["Prediction", "predict", "predict_observables"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +108,43 @@ def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=N
                                               for s in model.states if s not in given]
         se = _delta_se(estimate, np.asarray(sol.sens)[:, :, cols], names)
     return _prediction(model, sol.t, sol.y, se, alpha)
+
+
+def predict_observables(estimate, t, *, experiment=None, alpha=0.05) -> Prediction:
+    """The observables of one experiment of a likelihood fit, with delta-method bands on each
+    observable's noise scale (see :meth:`Estimate.predict`)."""
+    from odeinfer.errors import InputError
+
+    obj = estimate._objective
+    names = [p.name for p in obj.problem.plans]
+    if experiment is None:
+        if len(names) > 1:
+            raise InputError(f"experiment: the fit has {len(names)} experiments {names}; say which to predict")
+        experiment = names[0]
+    t = np.asarray(t, dtype=float)
+    if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) < 0) or not np.all(np.isfinite(t)):
+        raise InputError("t: expected a non-empty sorted 1-D array of finite times")
+    u = np.asarray(estimate.extras["u"], float)
+    h, dh = obj.observe_at(u, experiment, t)
+    cov = estimate.extras.get("cov_scaled")
+    if cov is None:
+        se = np.full(h.shape, np.nan)
+    else:
+        var = np.einsum("toi,ij,toj->to", dh, np.asarray(cov, float), dh)
+        se = np.sqrt(np.where(var >= 0, var, np.nan))
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    lower, upper = h - z * se, h + z * se
+    for k, o in enumerate(obj.problem.model.observables):
+        if o.noise.scale != "lin":  # the band of log h mapped back: h exp(-+ z se / h)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                half = np.exp(z * se[:, k] / h[:, k])
+                pos = h[:, k] > 0
+                lower[:, k] = np.where(pos, h[:, k] / half, np.nan)
+                upper[:, k] = np.where(pos, h[:, k] * half, np.nan)
+    arrs = [np.array(a) for a in (t, h, se, lower, upper)]
+    for a in arrs:
+        a.flags.writeable = False
+    return Prediction(arrs[0], obj.problem.model.observable_names, arrs[1], arrs[2], arrs[3], arrs[4], float(alpha))
 
 
 def _predict_dde(estimate, t, params, values, history, t0, alpha, solver):

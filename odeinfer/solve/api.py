@@ -14,7 +14,7 @@ import numpy as np
 from odeinfer.errors import SolverError, StiffnessError
 from odeinfer.solve import shared as _shared
 from odeinfer.solve.config import Dopri5
-from odeinfer.solve.status import INFO_SIZE, Info, Status
+from odeinfer.solve.status import INFO_SIZE, Info, Status, status_message
 
 __all__ = ["Solver", "AutoSolver"]
 
@@ -183,7 +183,8 @@ class AutoSolver:
     stiff : bool
         Whether this bound solver has switched to Rodas.
     switch_reason : str or None
-        The Dopri5 failure that caused the switch (its status message).
+        The Dopri5 failure that caused the switch, e.g. ``"dopri5: the problem became stiff at
+        t=20.55 (Hairer's test in dopri5 fired 15 times)"``.
     method_used, method : str
         ``"dopri5"`` or ``"rodas"``: the method of the last (and the next) call.
     info, kernel, tier, z, work
@@ -223,9 +224,8 @@ class AutoSolver:
         info = self.explicit.info
         if not (status == Status.STIFF or status == Status.MAX_STEPS and self.stability_limited(params, x0)):
             return False
-        from odeinfer.solve.status import status_message
-
-        self.go_stiff(status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=self.max_steps))
+        what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=self.max_steps).split(";")[0]
+        self.go_stiff(f"dopri5: {what}" + (", the step limited by stability" if status == Status.MAX_STEPS else ""))
         return True
 
     def stability_limited(self, params, x0) -> bool:

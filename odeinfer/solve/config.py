@@ -6,11 +6,11 @@ tolerance or an impossible combination is refused before any work starts.
 
 >>> import odeinfer as oi
 >>> oi.Dopri5(rtol=1e-8)                       # explicit Dormand-Prince 5(4)
-Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None)
+Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None, fixed_step=None)
 >>> oi.Auto(rtol=1e-8)                         # Dopri5, switching to Rodas when stiff
 Auto(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None)
 >>> oi.MethodOfSteps(oi.Dopri5(rtol=1e-8))     # delay models
-MethodOfSteps(inner=Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None))
+MethodOfSteps(inner=Dopri5(rtol=1e-08, atol=1e-08, max_steps=100000, first_step=None, fixed_step=None))
 
 The defaults of every role (a one-off solve, a fit, the Bayesian likelihood, a view) are
 :data:`DEFAULT_SOLVERS`, in this one place; :func:`default_solver` looks them up.

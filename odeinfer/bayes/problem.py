@@ -1,0 +1,217 @@
+"""Posteriors of a :class:`~odeinfer.likelihood.FitProblem` (models with observables, noise models
+and conditions): the likelihood is the problem's (its :class:`~odeinfer.likelihood.Objective`,
+exact gradient from forward sensitivities) wrapped in a PyTensor Op, the priors live on the
+parameters' estimation scales.
+
+* :func:`build_problem_model` -- a ``pm.Model``: one variable per estimated parameter on its
+  scale (named ``"k"`` for linear, ``"log10_k"`` / ``"log_k"`` otherwise; default prior uniform
+  within the bounds on that scale, PEtab's ``parameterScaleUniform``), a deterministic
+  ``"<name>"`` in natural units for the others, and ``pm.Potential("loglik", -nll)``.
+* :func:`sample_problem` -- NUTS started at a likelihood fit (its optimum on the estimation scale,
+  the inverse Fisher information as the initial dense mass matrix).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+
+from odeinfer.errors import InputError
+
+__all__ = ["build_problem_model", "sample_problem", "scaled_name", "NLLOp"]
+
+
+def scaled_name(name, scale):
+    """The PyMC variable of a parameter on its estimation scale."""
+    return name if scale == "lin" else f"{scale}_{name}"
+
+
+class _Cache:
+    """One objective evaluation shared by the value and the gradient Ops (same point)."""
+
+    def __init__(self, objective):
+        self.objective = objective
+        self.key, self.nll, self.grad = None, math.inf, None
+        self.n_fail = 0
+
+    def at(self, u):
+        key = u.tobytes()
+        if key != self.key:
+            ev = self.objective(u)
+            if ev.ok:
+                self.nll, self.grad = ev.nll, ev.grad
+            else:  # outside the model's domain: zero density, counted (never a crash)
+                self.n_fail += 1
+                self.nll, self.grad = math.inf, np.zeros(u.size)
+            self.key = key
+        return self.nll, self.grad
+
+
+def _ops():
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class NLLGradOp(Op):
+        __props__ = ()
+
+        def __init__(self, cache):
+            self.cache = cache
+
+        def make_node(self, u):
+            u = pt.as_tensor_variable(u)
+            return Apply(self, [u], [pt.dvector()])
+
+        def perform(self, node, inputs, outputs):
+            outputs[0][0] = np.array(self.cache.at(np.asarray(inputs[0], float))[1])
+
+    class NLLOp(Op):
+        """``nll(u)`` of a FitProblem (u: estimated parameters on their scales), gradient exact."""
+
+        __props__ = ()
+
+        def __init__(self, cache):
+            self.cache = cache
+            self.grad_op = NLLGradOp(cache)
+
+        def make_node(self, u):
+            u = pt.as_tensor_variable(u)
+            return Apply(self, [u], [pt.dscalar()])
+
+        def perform(self, node, inputs, outputs):
+            outputs[0][0] = np.array(self.cache.at(np.asarray(inputs[0], float))[0])
+
+        def grad(self, inputs, output_grads):
+            return [output_grads[0] * self.grad_op(inputs[0])]
+
+    return NLLOp
+
+
+def NLLOp(objective):
+    """A PyTensor Op computing the objective's NLL (and, for its gradient, the exact gradient)."""
+    return _ops()(_Cache(objective))
+
+
+def build_problem_model(problem, *, priors=None, solver=None):
+    """A ``pm.Model`` of ``problem``'s posterior (see the module docstring).
+
+    Parameters
+    ----------
+    problem : FitProblem
+    priors : dict, optional
+        ``{parameter name: callable(name) -> RV}`` on the estimation scale (the callable gets
+        the variable's name, e.g. ``lambda name: pm.Normal(name, -2, 1)`` for a log10 parameter).
+        Default: uniform within the bounds on the estimation scale (finite bounds needed).
+    solver : Dopri5, Rodas or Auto, optional
+        Of the objective (default the ``fit`` role's).
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    from odeinfer.likelihood import FitProblem, Objective
+
+    if not isinstance(problem, FitProblem):
+        raise InputError(f"problem: expected an oi.FitProblem, got {type(problem).__name__}")
+    priors = dict(priors or {})
+    unknown = [k for k in priors if k not in problem.estimated]
+    if unknown:
+        raise InputError(f"priors: {unknown} are not estimated parameters {list(problem.estimated)}")
+    obj = Objective(problem, solver=solver)
+    op = NLLOp(obj)
+    with pm.Model() as pm_model:
+        us = []
+        for k, name in enumerate(problem.estimated):
+            scale = obj.scales[k]
+            var = scaled_name(name, scale)
+            if name in priors:
+                rv = priors[name](var)
+                if getattr(rv, "name", None) != var:
+                    raise InputError(f"priors[{name!r}]: the callable must create a variable named {var!r} (the "
+                                     f"parameter on its {scale} scale), e.g. lambda name: pm.Normal(name, 0, 1)")
+            else:
+                lo, hi = obj.lower[k], obj.upper[k]
+                if not (math.isfinite(lo) and math.isfinite(hi)):
+                    raise InputError(
+                        f"priors: {name!r} has no finite bounds on its {scale} scale, so it has no default (uniform) "
+                        f"prior; give it bounds (oi.Param(value, lower, upper)) or priors={{{name!r}: lambda name: "
+                        "pm.Normal(name, mu, sd)}")
+                rv = pm.Uniform(var, lower=lo, upper=hi)
+            us.append(rv)
+            if scale != "lin":
+                pm.Deterministic(name, (pt.exp(rv) if scale == "log" else 10.0 ** rv))
+        u = pt.stack(us)
+        pm.Potential("loglik", -op(u))
+    pm_model.odeinfer_problem = (problem, obj, op)
+    return pm_model
+
+
+def _proxy_estimate(problem, obj, init):
+    """``init`` (a likelihood fit of ``problem``) on the estimation scale, named after the PyMC variables."""
+    from odeinfer.results import Estimate
+
+    if not isinstance(init, Estimate) or "u" not in init.extras or init.extras.get("u") is None:
+        raise InputError("init: expected an Estimate from a likelihood fit of this problem "
+                         "(oi.Embedding().fit(problem)), got " + type(init).__name__)
+    if tuple(init.names) != tuple(problem.estimated):
+        raise InputError(f"init: it estimates {list(init.names)}, the problem {list(problem.estimated)}; fit this "
+                         "problem first")
+    names = [scaled_name(n, s) for n, s in zip(problem.estimated, obj.scales)]
+    u = np.asarray(init.extras["u"], float)
+    # a point on a bound has no unconstrained image: move it inward by 1e-6 of the range
+    width = np.where(np.isfinite(obj.upper - obj.lower), obj.upper - obj.lower, 1.0)
+    u = np.clip(u, obj.lower + 1e-6 * width, obj.upper - 1e-6 * width)
+    cov = init.extras.get("cov_scaled")
+    cov = None if cov is None or not np.all(np.isfinite(cov)) else np.asarray(cov, float)
+    return Estimate(init.estimator, problem.model, names, u, cov, "converged")
+
+
+def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores=None, rng=None, priors=None,
+                   solver=None, target_accept=0.8, jitter=0.1, mass_matrix_weight=100, progressbar=False):
+    """NUTS on ``problem``'s posterior (see :func:`build_problem_model`).
+
+    Parameters
+    ----------
+    problem : FitProblem
+    init : Estimate, optional
+        A likelihood fit of ``problem``: the chains start near its optimum and the dense mass
+        matrix starts from its inverse Fisher information (mapped to PyMC's unconstrained space).
+    draws, tune, chains, cores, rng, target_accept, jitter, mass_matrix_weight, progressbar
+        As :func:`odeinfer.bayes.sample` (``tune`` default 500 when seeded, else 1000).
+    priors, solver
+        As :func:`build_problem_model`.
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior`` (the variables on their scales and the parameters in natural units),
+        ``sample_stats``; ``posterior.attrs["odeinfer_failed_evaluations"]`` counts the points
+        where the objective could not be computed (zero density).
+    """
+    from odeinfer.bayes.sample import _sample_pymc
+    from odeinfer.bayes.seed import seed_from_estimate
+
+    for name, value in (("draws", draws), ("chains", chains)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InputError(f"{name}: expected a positive integer, got {value!r}")
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    pm_model = build_problem_model(problem, priors=priors, solver=solver)
+    _, obj, op = pm_model.odeinfer_problem
+    seed = None
+    if init is not None:
+        seed = seed_from_estimate(pm_model, _proxy_estimate(problem, obj, init))
+    seeded = bool(seed is not None and seed.cov is not None)
+    tune = (500 if seeded else 1000) if tune is None else int(tune)
+    cores = min(chains, 2) if cores is None else int(cores)
+    seeds = [int(s) for s in gen.integers(0, 2**31 - 1, size=chains + 2)]
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*object mode.*")
+        idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter, target_accept,
+                             mass_matrix_weight, None, progressbar, None, log_likelihood=False)
+    idata.posterior.attrs.update({"odeinfer_sampler": "pymc", "odeinfer_seeded_mass_matrix": int(seeded),
+                                  "odeinfer_tune": int(tune), "odeinfer_wall_time": time.perf_counter() - start,
+                                  "odeinfer_failed_evaluations": int(op.cache.n_fail)})
+    return idata
