@@ -392,7 +392,11 @@ def test_formulas_name_known_things_only(tmp_path):
     with pytest.raises(PetabError, match=r"line 2: the observableFormula of observable 'pSTAT5A_rel' uses 'mystery', "
                                          "which is no state"):
         load(yaml)
-    edit(table, "mystery", "specC17")
+    edit(table, "mystery", "log10(specC17)")
+    with pytest.raises(PetabError, match=r"line 2: the observableFormula of observable 'pSTAT5A_rel' calls 'log10', "
+                                         "which is no function of odeinfer's expression language"):
+        load(yaml)
+    edit(table, "log10(specC17)", "specC17")
     edit(table, "noiseParameter1_pSTAT5A_rel", "noiseParameter1_pSTAT5B_rel")
     with pytest.raises(PetabError, match=r"uses 'noiseParameter1_pSTAT5B_rel', which is a placeholder of another "
                                          "observable"):

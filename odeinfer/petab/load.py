@@ -485,6 +485,9 @@ class _Loader:
                 names[n] = sp.Symbol(n, real=True)
                 if n not in used:
                     used.append(n)
+            elif re.search(rf"(?<![\w.]){n}\s*\(", text):
+                self.fail(f"{where}: the {column} of observable {oid!r} calls {n!r}, which is no function of "
+                          f"odeinfer's expression language ({', '.join(sorted(FUNCTIONS))}); rewrite it")
             else:
                 what = ("a noise placeholder, which only the noiseFormula may use" if ph and ph[3] == oid else
                         "a placeholder of another observable" if ph else
