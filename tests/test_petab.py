@@ -413,3 +413,29 @@ def test_assignment_rules_and_powers_in_formulas(tmp_path):
     assert "exp(" in text and "Epo_degradation_BaF3" in text
     _, _, nll = benchmark("Boehm_JProteomeRes2014")
     assert pp.nll_nominal(tight()) == pytest.approx(nll, rel=1e-12)
+
+
+def test_condition_values_may_name_parameters(tmp_path):
+    folder, yaml = copy_problem(tmp_path)
+    (folder / "experimentalCondition_Boehm_JProteomeRes2014.tsv").write_text(
+        "conditionId\tconditionName\tspecC17\nmodel1_data1\tcondition1\tspecC17_cond\n")
+    table = folder / "parameters_Boehm_JProteomeRes2014.tsv"
+    table.write_text(table.read_text() + "specC17_cond\ts\tlin\t-5\t5\t0.107\t0\n")
+    pp = load(yaml)
+    assert pp.experiments.condition("model1_data1").params["specC17"] == "specC17_cond"
+    assert "specC17_cond" in pp.problem.names and "specC17" not in pp.problem.names
+    _, _, nll = benchmark("Boehm_JProteomeRes2014")  # the same value under another name: the same NLL
+    assert pp.nll_nominal(tight()) == pytest.approx(nll, rel=1e-12)
+
+
+def test_species_set_by_the_simulation_condition_override_the_preequilibrium(tmp_path):
+    folder, yaml = copy_problem(tmp_path, "Zheng_PNAS2012")
+    (folder / "experimentalCondition_Zheng_PNAS2012.tsv").write_text(
+        "conditionId\tconditionName\tdilution\tK27me0K36me0\n"
+        "preequilibration\t\t1\t0.5\nsimCondition\t\t0\t0.25\n")
+    pp = load(yaml)
+    cond = pp.experiments.condition("preequilibration->simCondition")
+    assert cond.x0 == {"K27me0K36me0": 0.25}  # set after the pre-equilibration; the rest keep its value
+    assert cond.preequilibrate.x0 == {"K27me0K36me0": 0.5}
+    plan = pp.problem.plans[0]
+    assert plan.keep_x0.tolist() == [s == "K27me0K36me0" for s in pp.model.states]
