@@ -48,7 +48,7 @@ class _Segment:
 class _Run:
     """The compiled plan of one experiment."""
 
-    def __init__(self, obj, plan):
+    def __init__(self, obj, plan, times=None, share=None):
         prob, m = obj.problem, obj.problem.model
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
@@ -74,16 +74,20 @@ class _Run:
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
         t0 = plan.t0
-        self.times, self.row_out = np.unique(plan.t_rows, return_inverse=True)
+        if times is None:
+            self.times, self.row_out = np.unique(plan.t_rows, return_inverse=True)
+        else:  # the union of the times of the experiments that share this one's trajectory
+            self.times, self.row_out = times, np.searchsorted(times, plan.t_rows)
+        self.share = share
         t_end = float(self.times[-1]) if self.times.size else t0
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
         bounds = [t0] + sorted(cuts) + ([t_end] if not cuts or max(cuts) < t_end else [])
         self.x0_doses = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time <= t0]
-        self.segments = []
+        self.segments = [] if share is None else share.segments
         solver = obj.solver
-        for j in range(len(bounds) - 1):
+        for j in range(len(bounds) - 1 if share is None else 0):
             a, b = bounds[j], bounds[j + 1]
             sel = (self.times >= a if j == 0 else self.times > a) & (self.times <= b)
             out = np.flatnonzero(sel)
@@ -171,6 +175,29 @@ class _Run:
         return X, dX
 
 
+def _runs(obj, problem):
+    """One run per experiment; experiments whose trajectories are the same (same start, right-hand side
+    parameters, initial states, doses, inputs, pre-equilibration: e.g. a PEtab condition split by its
+    per-measurement noise parameters) share one solve over the union of their times."""
+    m = problem.model
+    n_p, n_q = m.n_params, len(m.obs_params)
+    groups = {}
+    for plan in problem.plans:
+        key = (plan.t0, plan.exprs[:n_p], plan.exprs[n_p + n_q:], plan.keep_x0.tobytes(), plan.doses,
+               tuple(sorted(plan.inputs.items())), plan.preequilibrate)
+        groups.setdefault(key, []).append(plan)
+    first = {}
+    for key, plans in groups.items():
+        first[key] = np.unique(np.concatenate([p.t_rows for p in plans]))
+    runs, leaders = [], {}
+    for plan in problem.plans:
+        key = next(k for k, ps in groups.items() if any(p is plan for p in ps))
+        run = _Run(obj, plan, times=first[key], share=leaders.get(key))
+        leaders.setdefault(key, run)
+        runs.append(run)
+    return runs
+
+
 def _input_at(k, inp, a, rate_index):
     """``(parameter index, value, rate index, rate)`` of an input on the segment starting at ``a``:
     a step input's value there; a linear one as ``c0 + rate * t`` between its knots."""
@@ -212,7 +239,7 @@ class Objective:
         self.theta = problem.nominal()
         self.lower = np.array([_scaled(problem.params[n].lower, problem.params[n].scale) for n in problem.estimated])
         self.upper = np.array([_scaled(problem.params[n].upper, problem.params[n].scale) for n in problem.estimated])
-        self.runs = [_Run(self, plan) for plan in problem.plans]
+        self.runs = _runs(self, problem)
         self.n_data = sum(r.n_rows for r in self.runs)
         self.n_eval = 0
 
@@ -236,9 +263,13 @@ class Objective:
         ne = self.n
         nll, g, F = 0.0, np.zeros(ne), np.zeros((ne, ne))
         m = self.problem.model
+        solved = {}
         for run in self.runs:
             v, Jv = run.mapping(theta)
-            res = run.states(v, Jv)
+            leader = run.share or run
+            res = solved.get(id(leader))
+            if res is None:
+                res = solved[id(leader)] = run.states(v, Jv)
             if isinstance(res, str):
                 return Evaluation(failure=res)
             X, dX = res
