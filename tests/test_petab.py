@@ -18,7 +18,6 @@ Each benchmark problem is loaded and evaluated once (cached); Fujita and Zheng t
 
 import csv
 import functools
-import importlib
 import math
 import shutil
 from pathlib import Path
@@ -31,7 +30,7 @@ from odeinfer.errors import InputError, PetabError
 from odeinfer.petab import load
 
 # the module (its name is shadowed on the package by the function it defines)
-LOAD = importlib.import_module("odeinfer.petab.load")
+from odeinfer.petab import tables as LOAD  # noqa: N812
 
 PETAB = Path(__file__).parent / "data" / "petab"
 # AMICI's published log-likelihoods at the nominal parameters (see the module docstring)

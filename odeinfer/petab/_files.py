@@ -1,7 +1,7 @@
 """Reading the files of a PEtab problem safely: paths confined to a root folder (symbolic links
 resolved) and bounded reads from one open file descriptor (no file is read past its limit).
 
-Shared by :mod:`odeinfer.petab.sbml` and :mod:`odeinfer.petab.load`; messages name the argument
+Shared by :mod:`odeinfer.petab.sbml` and :mod:`odeinfer.petab.tables`; messages name the argument
 and the path, never the file's text.
 """
 
