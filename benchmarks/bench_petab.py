@@ -17,6 +17,10 @@ median and total time per start.
 
     python benchmarks/bench_petab.py --problems Boehm_JProteomeRes2014 --starts 20
     python benchmarks/bench_petab.py --starts 100 --jobs 2       # the issue's multistart
+    python benchmarks/bench_petab.py --problems Boehm_JProteomeRes2014 --starts 20 --no-scipy --sample
+
+``--sample``: after the fits, NUTS on the posterior (uniform priors in the bounds on the
+parameters' scales) seeded at the best fit, 4 chains x 1000 draws; prints r_hat, bulk ESS and time.
 """
 
 from __future__ import annotations
@@ -179,6 +183,7 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-scipy", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample", action="store_true")
     args = ap.parse_args(argv)
     from odeinfer.inference.multistart import sample_starts
     from odeinfer.likelihood import Objective
@@ -205,6 +210,28 @@ def main(argv=None):
             within = int(np.sum(nll <= best + 0.1))
             print(f"{label:28s} best {np.nanmin(nll):10.4f}  within 0.1 of {best:.4f}: {within:3d}/{len(nll)}  "
                   f"failed {fail:3d}  per start median {np.median(t):7.2f} s  total {np.sum(t):8.1f} s")
+        if args.sample:
+            sample(problem, U[int(np.nanargmin(a_nll))])
+
+
+def sample(problem, u_best):
+    import arviz as az
+
+    import odeinfer as oi
+    from odeinfer.likelihood.parameters import from_scale
+
+    start = dict(zip(problem.estimated, from_scale(u_best, [problem.params[n].scale for n in problem.estimated])))
+    fit = oi.Embedding().fit(problem, start=start)
+    t = time.perf_counter()
+    idata = oi.bayes.sample(problem, init=fit, draws=1000, chains=4, rng=0)
+    wall = time.perf_counter() - t
+    names = [v for v in idata.posterior.data_vars if v not in problem.estimated]
+    summ = az.summary(idata, var_names=names)
+    print(f"NUTS 4 x 1000 draws (tune {idata.posterior.attrs['odeinfer_tune']}), seeded at NLL {fit.nll:.4f}: "
+          f"{wall:.0f} s wall, failed evaluations {idata.posterior.attrs['odeinfer_failed_evaluations']}")
+    print(summ[["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]].to_string())
+    div = int(idata.sample_stats["diverging"].sum())
+    print(f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, divergences {div}")
 
 
 if __name__ == "__main__":
