@@ -31,12 +31,12 @@ def test_seeded_posterior_matches_the_normal_approximation(prob_and_fit):
     import arviz as az
 
     prob, fit = prob_and_fit
-    idata = oi.bayes.sample(prob, init=fit, draws=500, tune=300, chains=2, cores=1, rng=1)
+    idata = oi.bayes.sample(prob, init=fit, draws=500, tune=300, chains=4, cores=1, rng=1)  # 4 chains: r_hat < 1.01 as Vehtari et al. (2021) use it
     names = [f"log10_{n}" for n in prob.estimated]
-    summ = az.summary(idata, var_names=names)
+    summ = az.summary(idata, var_names=names, round_to="none")
     se = np.sqrt(np.diag(fit.extras["cov_scaled"]))
-    assert (summ["r_hat"] < 1.01).all(), summ
-    assert (summ["ess_bulk"] > 300).all(), summ
+    assert (summ["r_hat"] < 1.01).all(), summ["r_hat"]
+    assert (summ["ess_bulk"] > 400).all(), summ["ess_bulk"]
     expected = np.array(fit.extras["u"], float)
     n, k = fit.nobs, len(prob.estimated) - 1
     expected[list(prob.estimated).index("sd")] += 0.5 * (math.log(n / 2) - digamma((n - k) / 2)) / math.log(10)

@@ -163,9 +163,24 @@ def _proxy_estimate(problem, obj, init):
     # a point on a bound has no unconstrained image: move it inward by 1e-6 of the range
     width = np.where(np.isfinite(obj.upper - obj.lower), obj.upper - obj.lower, 1.0)
     u = np.clip(u, obj.lower + 1e-6 * width, obj.upper - 1e-6 * width)
-    cov = init.extras.get("cov_scaled")
-    cov = None if cov is None or not np.all(np.isfinite(cov)) else np.asarray(cov, float)
+    cov = _mass_matrix(obj, u)
     return Estimate(init.estimator, problem.model, names, u, cov, "converged")
+
+
+def _mass_matrix(obj, u):
+    """``(F + P)^-1``: the Fisher information at ``u`` plus the precision ``12 / width^2`` of each
+    parameter's uniform range on its scale (finite bounds), so that directions the data do not
+    identify get the prior's width instead of an infinite variance. None if not computable."""
+    ev = obj(u)
+    if not ev.ok:
+        return None
+    width = obj.upper - obj.lower
+    prec = np.where(np.isfinite(width), 12.0 / np.where(np.isfinite(width), width, 1.0) ** 2, 0.0)
+    try:
+        cov = np.linalg.inv(ev.fim + np.diag(prec))
+    except np.linalg.LinAlgError:
+        return None
+    return cov if np.all(np.isfinite(cov)) and np.all(np.linalg.eigvalsh(cov) > 0) else None
 
 
 def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores=None, rng=None, priors=None,
@@ -177,7 +192,9 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
     problem : FitProblem
     init : Estimate, optional
         A likelihood fit of ``problem``: the chains start near its optimum and the dense mass
-        matrix starts from its inverse Fisher information (mapped to PyMC's unconstrained space).
+        matrix starts from ``(F + P)^-1`` (mapped to PyMC's unconstrained space): ``F`` the Fisher
+        information there, ``P`` the precision of the uniform prior's range (so that parameters
+        the data do not identify start with the prior's width).
     draws, tune, chains, cores, rng, target_accept, jitter, mass_matrix_weight, progressbar
         As :func:`odeinfer.bayes.sample` (``tune`` default 500 when seeded, else 1000).
     priors, solver
