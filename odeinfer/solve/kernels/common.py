@@ -31,6 +31,7 @@ obeys ``S_W' = J_y S_W + J_p pdir`` with ``S_W(t0) = s0``. The kernels below tak
 stand for the identity ``W`` of the full layout above (``k = m + n``), computed without the
 products, so the full and the directional sensitivities are one implementation; with
 ``W = I`` the directional kernels give the full ones' bits (the products add exact zeros).
+Zero entries of the Jacobians are skipped (:func:`add_sens_row`).
 """
 import math
 
@@ -73,16 +74,30 @@ def no_directions(work):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def sens_forcing(a, pdir, i, j, m):
-    """Entry ``(i, j)`` of ``a @ pdir`` (``a`` (n, m): ``J_p`` or a derivative of it), or of
-    ``[a | 0]`` when ``pdir`` has no columns (the full layout): the term that the parameters add
-    to column ``j`` of the sensitivities' right-hand side."""
+def add_sens_row(i, n, m, k, pdir, ap, ay, s, out):
+    """Add row ``i`` of ``ap @ pdir + ay @ S`` to the row ``out[n + i*k : n + (i+1)*k]``, ``S`` the
+    ``(n, k)`` matrix of ``s[n:]`` and ``[ap | 0]`` in place of ``ap @ pdir`` for the full layout
+    (``pdir`` with no columns): the sensitivities' part of the augmented right-hand side (``ap =
+    J_p``, ``ay = J_y``) or of its derivatives (Rodas). The terms are added in the order of the
+    parameters, then of the states; zero entries of ``ap`` and ``ay`` are skipped (their products
+    are exact zeros: the Jacobians of reaction networks are sparse), and the inner loops run along
+    the contiguous rows of ``pdir`` and ``S``."""
+    row = n + i * k
     if pdir.shape[1] == 0:
-        return a[i, j] if j < m else 0.0
-    acc = 0.0
-    for q in range(m):
-        acc += a[i, q] * pdir[q, j]
-    return acc
+        for j in range(m):
+            out[row + j] += ap[i, j]
+    else:
+        for q in range(m):
+            a = ap[i, q]
+            if a != 0.0:
+                for j in range(k):
+                    out[row + j] += a * pdir[q, j]
+    for l in range(n):
+        a = ay[i, l]
+        if a != 0.0:
+            col = n + l * k
+            for j in range(k):
+                out[row + j] += a * s[col + j]
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
@@ -125,13 +140,10 @@ def aug_rhs(mh, t, z, zy, p, k, pdir, jy, jp, out, outy):
         return
     mh_jac_y(mh, t, zy, p, jy)
     mh_jac_p(mh, t, zy, p, jp)
+    for q in range(n, n * (1 + k)):
+        out[q] = 0.0
     for i in range(n):
-        row = n + i * k
-        for j in range(k):
-            acc = sens_forcing(jp, pdir, i, j, m)
-            for l in range(n):
-                acc += jy[i, l] * z[n + l * k + j]
-            out[row + j] = acc
+        add_sens_row(i, n, m, k, pdir, jp, jy, z, out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)

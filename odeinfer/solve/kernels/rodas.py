@@ -129,12 +129,10 @@ def _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx):
         return
     mh_jac_y_t(mh, t, ystart, p, jyt)
     mh_jac_p_t(mh, t, ystart, p, jpt)
+    for q in range(n, n * (1 + k)):
+        fx[q] = 0.0
     for i in range(n):
-        for j in range(k):
-            acc = sens_forcing(jpt, pdir, i, j, m)
-            for l in range(n):
-                acc += jyt[i, l] * z[n + l * k + j]
-            fx[n + i * k + j] = acc
+        add_sens_row(i, n, m, k, pdir, jpt, jyt, z, fx)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -156,12 +154,13 @@ def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jp
     uy = u[0:n]
     mh_jac_y_dir(mh, t, ystart, p, uy, jyd)
     mh_jac_p_dir(mh, t, ystart, p, uy, jpd)
+    for q in range(n, n * (1 + k)):
+        u[q] = r[q]
+    for i in range(n):
+        add_sens_row(i, n, m, k, pdir, jpd, jyd, z, u)
     for j in range(k):
         for i in range(n):
-            acc = r[n + i * k + j] + sens_forcing(jpd, pdir, i, j, m)
-            for l in range(n):
-                acc += jyd[i, l] * z[n + l * k + j]
-            col[i] = acc
+            col[i] = u[n + i * k + j]
         lu_solve(lu, piv, col)
         for i in range(n):
             u[n + i * k + j] = col[i]
