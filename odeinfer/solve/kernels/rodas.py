@@ -158,12 +158,7 @@ def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jp
         u[q] = r[q]
     for i in range(n):
         add_sens_row(i, n, m, k, pdir, jpd, jyd, z, u)
-    for j in range(k):
-        for i in range(n):
-            col[i] = u[n + i * k + j]
-        lu_solve(lu, piv, col)
-        for i in range(n):
-            u[n + i * k + j] = col[i]
+    lu_solve_rows(lu, piv, u, n, k)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
