@@ -184,7 +184,8 @@ class AutoSolver:
     problem stiff, then Rosenbrock (Rodas) for good.
 
     Made by :func:`odeinfer.bind`; called like :class:`Solver`: ``y, sens, status =
-    solver(params, x0)`` or, with ``Forward(directions=k)``, ``solver(params, x0, pdir, s0)`` (views of the active solver's buffers, overwritten by the next call).
+    solver(params, x0)`` or, with ``Forward(directions=k)``, ``solver(params, x0, pdir, s0)``
+    (views of the active solver's buffers, overwritten by the next call).
     When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` while its last
     step was stability-limited (:meth:`stability_limited`), the same call is redone with Rodas
     and :attr:`stiff` becomes True: every later call goes straight to Rodas (the flag survives

@@ -160,7 +160,8 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
     Solver, AutoSolver, DDESolver, VJP or DDEVJP
         ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, x0, pdir, s0)`` (ODE with
         ``Forward(directions=k)``: ``pdir`` (n_params, k), ``s0`` (n_states, k), ``sens``
-        (n_times, n_states, k)), ``bound(params, history_params)`` (delay model), or ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
+        (n_times, n_states, k)), ``bound(params, history_params)`` (delay model), or
+        ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
         ``g`` (n_times, n_states) the weights of the states at ``t``): float64 C-contiguous
         arrays in, views of buffers that the **next call overwrites** out; nothing is validated
         on this path.
@@ -224,7 +225,8 @@ def _check_directions(problem, solver, gradient):
                          "multiply its sens by [pdir; dhistory/dtheta]")
     if isinstance(solver, Dopri5) and solver.fixed_step:
         raise InputError(f"gradient: Forward(directions={k}) needs an adaptive solver, got {solver!r}; "
-                         f"pass solver={solver.replace(fixed_step=None)!r}, or gradient=oi.Forward() with the fixed step")
+                         f"pass solver={solver.replace(fixed_step=None)!r}, or gradient=oi.Forward() with the "
+                         "fixed step")
 
 
 def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None, gradient=None,

@@ -34,7 +34,8 @@ the machine code on disk. Rules for these files:
 
 Solver kernels defined by these files (documented in each file):
 ``direct.py`` (the model handle ``MODEL_HANDLE`` and ``mh_f``, ``mh_jac_y``, ``mh_jac_p``,
-through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``, ``add_sens_row``),
+through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``,
+``INFO_*`` layout, ``aug_rhs``, ``add_sens_row``),
 ``rk.py`` (the Runge-Kutta core of the ODE and delay solvers: the Dormand-Prince tableau
 ``RK_*``, stages ``rk_stage``, error norm ``rk_err2``, controller ``rk_accept`` / ``rk_reject`` /
 ``rk_next_step``, continuous extension ``rk_dense``, stiffness test ``rk_stiffness``),
