@@ -200,3 +200,21 @@ def test_directions_are_refused_for_a_delay_model():
     with pytest.raises(InputError, match=r"Forward\(directions=2\) is available for ODE models.*has delays; "
                                          r"pass gradient=oi.Forward\(\)"):
         oi.bind(prob, gradient=oi.Forward(directions=2))
+
+
+def test_exclude_with_directions_only_lifts_the_switching_check():
+    # a switching parameter held fixed: Forward(exclude=...) allows the gradient; with directions no
+    # column belongs to a parameter, so none is set to NaN (the caller keeps pdir's row of it zero)
+    m = oi.Model.from_equations({"x": "-k*x + u*heaviside(t - t_on)"}, params=["k", "u", "t_on"],
+                                name="dirsens_switch")
+    prob = oi.Problem(m, [0.5, 1.0, 2.0], t0=0.0)
+    with pytest.raises(InputError, match=r"parameters \['t_on'\] move a jump"):
+        oi.bind(prob, solver=oi.Dopri5(**TOL), gradient=oi.Forward(directions=1))
+    bound = oi.bind(prob, solver=oi.Dopri5(**TOL), gradient=oi.Forward(exclude=["t_on"], directions=1))
+    assert bound.sens_exclude == ()
+    pdir = np.array([[1.0], [0.0], [0.0]])
+    _, S, status = bound(np.array([0.5, 1.0, 0.7]), np.array([2.0]), pdir, np.zeros((1, 1)))
+    assert status == Status.SUCCESS
+    # d x / d k of x' = -k x (+ a constant input after t_on): before t_on, -t x0 exp(-k t)
+    assert abs(S[0, 0, 0] - (-0.5 * 2.0 * np.exp(-0.25))) < 1e-8
+    assert np.all(np.isfinite(S))
