@@ -361,11 +361,12 @@ class ODEOp(Op):
     __props__ = ("problem", "sensitivities", "gradient")
 
     def __init__(self, problem, sensitivities=True, gradient=None):
-        from odeinfer.solve.config import Adjoint, Forward
+        from odeinfer.solve.config import Adjoint, Forward, as_gradient
 
         gradient = Forward() if gradient is None else gradient
         if not isinstance(gradient, (Forward, Adjoint)):
             raise InputError(f"gradient: expected oi.Forward() or oi.Adjoint(), got {gradient!r}")
+        as_gradient(gradient)  # refuses Forward(directions=...): the Op's outputs are the full sensitivities
         if isinstance(gradient, Adjoint):
             problem.check_adjoint()
             sensitivities = False

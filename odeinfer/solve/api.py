@@ -40,7 +40,8 @@ class Solver:
     """A solver bound to a model, output times and options, with preallocated buffers.
 
     Made by :func:`odeinfer.bind`. Calling it runs a numba kernel (see :attr:`tier`):
-    ``y, sens, status = solver(params, x0)``.
+    ``y, sens, status = solver(params, x0)``, or with ``gradient=oi.Forward(directions=k)``
+    ``y, sens, status = solver(params, x0, pdir, s0)``.
 
     ``params`` and ``x0`` must be float64 1-D C-contiguous arrays of length
     ``n_params`` and ``n_states`` (this fast path does not convert or validate
@@ -48,7 +49,10 @@ class Solver:
     n_states) and ``sens`` (n_times, n_states, n_params + n_states; None without
     sensitivities) are views of one buffer that the **next call overwrites**:
     copy them to keep them. ``status`` is an int (0 = success; after a failure
-    the rows past ``info[0]`` = t_reached are NaN).
+    the rows past ``info[0]`` = t_reached are NaN). With directions, ``pdir``
+    (n_params, k) and ``s0`` (n_states, k) are float64 C-contiguous arrays (the
+    same fast path: wrong shapes give ``Status.BAD_INPUT``) and ``sens`` (n_times,
+    n_states, k) is ``d y / d(params, x0) @ [pdir; s0]``.
 
     Attributes
     ----------
@@ -61,16 +65,20 @@ class Solver:
     max_steps : int
     method : str
     sensitivities, sens_error_control : bool
+    directions : int or None
+        The number ``k`` of directional sensitivities (``Forward(directions=k)``), else None.
     sens_exclude : tuple of str
         Parameters whose ``sens`` columns are set to NaN after each call (see
-        :class:`~odeinfer.Forward`); calling ``kernel`` directly leaves them as integrated.
+        :class:`~odeinfer.Forward`; none with directions); calling ``kernel`` directly leaves
+        them as integrated.
     kernel : numba dispatcher
         The kernel this solver calls, for use from numba code:
-        ``module.dopri5_solve``, ``dopri5_solve_sens``, ``rodas_solve`` or
-        ``rodas_solve_sens`` (signatures in ``odeinfer/solve/kernels/dopri.py``
-        and ``rodas.py``; the ``_sens`` kernels take ``sens_error_control``
-        after ``params``).
-    z : ndarray (n_times, n_states * (1 + n_params + n_states)) or (n_times, n_states)
+        ``module.dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``, ``rodas_solve``,
+        ``rodas_solve_sens`` or ``rodas_solve_dir`` (signatures in
+        ``odeinfer/solve/kernels/dopri.py`` and ``rodas.py``; the ``_sens`` kernels take
+        ``sens_error_control`` after ``params``, the ``_dir`` kernels ``pdir, s0,
+        sens_error_control``).
+    z : ndarray (n_times, n_states * (1 + k)) or (n_times, n_states)
         The output buffer (``y`` and ``sens`` are views of it).
     work : ndarray
         The kernel's scratch buffer.
@@ -81,14 +89,15 @@ class Solver:
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "first_step", "method",
-                 "sensitivities", "sens_error_control", "sens_exclude", "fixed_step", "kernel", "z", "work", "info",
-                 "_y", "_sens", "_run", "_nan_cols", "_tiers")
+                 "sensitivities", "sens_error_control", "directions", "sens_exclude", "fixed_step", "kernel", "z",
+                 "work", "info", "_y", "_sens", "_run", "_nan_cols", "_tiers")
 
     def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=()):
         module = compiled.module
         n, m = compiled.n_states, compiled.n_params
         sensitivities = gradient is not None
-        k = n + m if sensitivities else 0
+        directions = gradient.directions if sensitivities else None
+        k = (directions or n + m) if sensitivities else 0
         method = solver.method
         self.compiled, self.solver, self.gradient = compiled, solver, gradient
         self.t, self.t0 = t, t0
@@ -98,11 +107,14 @@ class Solver:
         self.fixed_step = (solver.fixed_step or 0.0) if isinstance(solver, Dopri5) else 0.0
         self.sensitivities = sensitivities
         self.sens_error_control = gradient.error_control if sensitivities else True
-        self._nan_cols = np.array(sens_exclude if sensitivities else (), dtype=np.int64)
+        self.directions = directions
+        self._nan_cols = np.array(sens_exclude if sensitivities and not directions else (), dtype=np.int64)
         self.sens_exclude = tuple(compiled.params[i] for i in self._nan_cols)
         prefix = "dopri5" if method == "dopri5" else "rodas"
-        self.kernel = getattr(module, f"{prefix}_solve_sens" if sensitivities else f"{prefix}_solve")
-        self.work = np.empty(getattr(module, f"{prefix}_work_size")(sensitivities))
+        kind = "_dir" if directions else "_sens" if sensitivities else ""
+        self.kernel = getattr(module, f"{prefix}_solve{kind}")
+        self.work = np.empty(getattr(module, f"{prefix}_work_size_dir")(k) if directions
+                             else getattr(module, f"{prefix}_work_size")(sensitivities))
         self.info = np.zeros(INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
@@ -129,6 +141,11 @@ class Solver:
 
             def run(params, x0):
                 return fixed(t0, t, x0, params, sens_on, h, z, work, info)
+        elif self.directions:
+            sens_err = self.sens_error_control
+
+            def run(params, x0, pdir, s0):
+                return kernel(t0, t, x0, params, pdir, s0, sens_err, rtol, atol, h0, max_steps, z, work, info)
         elif self.sensitivities:
             sens_err = self.sens_error_control
 
@@ -146,9 +163,10 @@ class Solver:
                 return status
         return run
 
-    def __call__(self, params, x0):
-        """Solve for ``params`` (n_params,) and ``x0`` (n_states,); returns ``(y, sens, status)``."""
-        return self._y, self._sens, self._run(params, x0)
+    def __call__(self, params, x0, *directions):
+        """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
+        (n_params, k) and ``s0`` (n_states, k)); returns ``(y, sens, status)``."""
+        return self._y, self._sens, self._run(params, x0, *directions)
 
     def __reduce__(self):
         # rebuilt from its values in the receiving process (fresh buffers, the cached kernels);
@@ -166,7 +184,8 @@ class AutoSolver:
     problem stiff, then Rosenbrock (Rodas) for good.
 
     Made by :func:`odeinfer.bind`; called like :class:`Solver`: ``y, sens, status =
-    solver(params, x0)`` (views of the active solver's buffers, overwritten by the next call).
+    solver(params, x0)`` or, with ``Forward(directions=k)``, ``solver(params, x0, pdir, s0)``
+    (views of the active solver's buffers, overwritten by the next call).
     When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` while its last
     step was stability-limited (:meth:`stability_limited`), the same call is redone with Rodas
     and :attr:`stiff` becomes True: every later call goes straight to Rodas (the flag survives
@@ -190,12 +209,12 @@ class AutoSolver:
     info, kernel, tier, z, work
         The active solver's (see :class:`Solver`).
     compiled, gradient, t, t0, rtol, atol, max_steps, first_step, fixed_step, sensitivities,
-    sens_error_control, sens_exclude
+    sens_error_control, directions, sens_exclude
         As :class:`Solver` (the same for both methods).
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "first_step", "fixed_step",
-                 "sensitivities", "sens_error_control", "sens_exclude", "explicit", "implicit", "stiff",
+                 "sensitivities", "sens_error_control", "directions", "sens_exclude", "explicit", "implicit", "stiff",
                  "switch_reason", "_exclude", "_active", "_run", "_y", "_sens")
 
     def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=()):
@@ -203,8 +222,8 @@ class AutoSolver:
         self.compiled, self.solver, self.gradient, self.t, self.t0 = compiled, solver, gradient, t, t0
         self.rtol, self.atol, self.max_steps, self.first_step, self.fixed_step = (
             ex.rtol, ex.atol, ex.max_steps, ex.first_step, 0.0)
-        self.sensitivities, self.sens_error_control, self.sens_exclude = (
-            ex.sensitivities, ex.sens_error_control, ex.sens_exclude)
+        self.sensitivities, self.sens_error_control, self.directions, self.sens_exclude = (
+            ex.sensitivities, ex.sens_error_control, ex.directions, ex.sens_exclude)
         self.explicit, self.implicit, self.stiff, self.switch_reason = ex, None, False, None
         self._exclude = tuple(int(i) for i in sens_exclude)
         self._use(ex)
@@ -212,11 +231,12 @@ class AutoSolver:
     def _use(self, solver):
         self._active, self._run, self._y, self._sens = solver, solver._run, solver._y, solver._sens
 
-    def __call__(self, params, x0):
-        """Solve for ``params`` (n_params,) and ``x0`` (n_states,); returns ``(y, sens, status)``."""
-        status = self._run(params, x0)
+    def __call__(self, params, x0, *directions):
+        """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
+        and ``s0``, as :class:`Solver`); returns ``(y, sens, status)``."""
+        status = self._run(params, x0, *directions)
         if status and not self.stiff and self._switches(status, params, x0):
-            status = self._run(params, x0)
+            status = self._run(params, x0, *directions)
         return self._y, self._sens, status
 
     def _switches(self, status, params, x0):

@@ -236,11 +236,23 @@ class Forward:
         Control the local error of the sensitivities as well as of the states.
     exclude : tuple of str, default ()
         Parameters whose sensitivity columns are not needed (held fixed): their columns are NaN.
-        This allows sensitivities for a model whose switching parameters are held fixed.
+        This allows sensitivities for a model whose switching parameters are held fixed. With
+        ``directions``, it only lifts that check: those parameters' rows of ``pdir`` must be zero.
+    directions : int, optional
+        Integrate ``k = directions`` directional sensitivities instead of the ``n_params +
+        n_states`` columns of ``d y / d(params, x0)``: the solver that :func:`odeinfer.bind`
+        returns is called as ``y, S, status = bound(params, x0, pdir, s0)`` with ``pdir``
+        (n_params, k) and ``s0`` (n_states, k) float64 C-contiguous arrays, and ``S`` (n_times,
+        n_states, k) is ``d y / d(params, x0) @ [pdir; s0]``, integrated directly as
+        ``S' = J_y S + J_p pdir``, ``S(t0) = s0``. For a fit of ``theta``: ``pdir = dp/dtheta``,
+        ``s0 = dx0/dtheta``, and ``S = d y / d theta`` at the cost of ``k`` columns. ODE models
+        with an adaptive solver (``Dopri5``, ``Rodas``, ``Auto``) only. Default None: all
+        columns, ``bound(params, x0)``.
     """
 
     error_control: bool = True
     exclude: tuple = ()
+    directions: int | None = None
 
     def __post_init__(self):
         import numpy as np
@@ -248,6 +260,13 @@ class Forward:
         if not isinstance(self.error_control, (bool, np.bool_)):
             raise InputError(f"Forward(error_control=...): expected True or False, got {self.error_control!r}")
         object.__setattr__(self, "error_control", bool(self.error_control))
+        k = self.directions
+        if k is not None:
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+                raise InputError(f"Forward(directions=...): expected a positive integer (the number k of "
+                                 f"directions, the columns of pdir), got {k!r}; pass directions=pdir.shape[1], or "
+                                 "leave it None for all n_params + n_states columns")
+            object.__setattr__(self, "directions", int(k))
         ex = self.exclude
         if ex is None:
             ex = ()
@@ -344,8 +363,14 @@ def as_solver(solver, *, delays: bool, role: str = "solve", arg: str = "solver")
     return solver
 
 
-def as_gradient(gradient, *, arg: str = "gradient"):
-    """``gradient`` validated: None (states only), :class:`Forward` or :class:`Adjoint`."""
+def as_gradient(gradient, *, arg: str = "gradient", directions: bool = False):
+    """``gradient`` validated: None (states only), :class:`Forward` or :class:`Adjoint`;
+    ``Forward(directions=k)`` only where ``directions`` is True (the callers that take
+    ``pdir`` and ``s0``: :func:`odeinfer.bind`)."""
+    if isinstance(gradient, Forward) and gradient.directions is not None and not directions:
+        raise InputError(f"{arg}: {gradient!r} asks for directional sensitivities, which only the solver of "
+                         "oi.bind(problem, gradient=oi.Forward(directions=k)) computes (called as bound(params, x0, "
+                         f"pdir, s0)); pass {arg}=oi.Forward() here")
     if gradient is None or isinstance(gradient, (Forward, Adjoint)):
         return gradient
     if gradient is True:

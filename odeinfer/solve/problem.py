@@ -149,16 +149,19 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         Default: the ``role``'s (see :data:`odeinfer.solve.config.DEFAULT_SOLVERS`);
         :class:`~odeinfer.MethodOfSteps` for a delay model.
     gradient : None, Forward or Adjoint
-        None: states only; :class:`~odeinfer.Forward`: forward sensitivities;
-        :class:`~odeinfer.Adjoint`: vector-Jacobian products (``Dopri5`` or ``MethodOfSteps``).
+        None: states only; :class:`~odeinfer.Forward`: forward sensitivities
+        (``Forward(directions=k)``: ``k`` directional sensitivities, ODE models with an adaptive
+        solver); :class:`~odeinfer.Adjoint`: vector-Jacobian products (``Dopri5`` or ``MethodOfSteps``).
     role : str, default "solve"
         Which default solver to use when ``solver`` is None.
 
     Returns
     -------
     Solver, AutoSolver, DDESolver, VJP or DDEVJP
-        ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, history_params)``
-        (delay model), or ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
+        ``y, sens, status = bound(params, x0)`` (ODE), ``bound(params, x0, pdir, s0)`` (ODE with
+        ``Forward(directions=k)``: ``pdir`` (n_params, k), ``s0`` (n_states, k), ``sens``
+        (n_times, n_states, k)), ``bound(params, history_params)`` (delay model), or
+        ``grad, status = bound(params, x0 or history_params, g)`` (adjoint,
         ``g`` (n_times, n_states) the weights of the states at ``t``): float64 C-contiguous
         arrays in, views of buffers that the **next call overwrites** out; nothing is validated
         on this path.
@@ -171,7 +174,7 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         bound, given = None, None
     if bound is None:
         solver = as_solver(solver, delays=problem.delays, role=role)
-        gradient = as_gradient(gradient)
+        gradient = as_gradient(gradient, directions=True)
         key = (solver, gradient)
         bound = problem._bound.get(key)
         if bound is None:
@@ -198,6 +201,8 @@ def _build(problem, solver, gradient):
         return VJP(cm, problem.t, problem.t0, solver, gradient)
     exclude = gradient.exclude if gradient is not None else ()
     _inputs.check_sensitivities(cm, gradient is not None, exclude)
+    if gradient is not None and gradient.directions is not None:
+        _check_directions(problem, solver, gradient)
     if problem.delays:
         if exclude:
             raise InputError("gradient: Forward(exclude=...) is not available for delay models; pass "
@@ -209,6 +214,19 @@ def _build(problem, solver, gradient):
 
     cls = AutoSolver if isinstance(solver, Auto) else Solver
     return cls(cm, problem.t, problem.t0, solver, gradient, _inputs.sens_exclude_indices(cm, exclude))
+
+
+def _check_directions(problem, solver, gradient):
+    """Refuse ``Forward(directions=k)`` where no kernel integrates directions."""
+    k = gradient.directions
+    if problem.delays:
+        raise InputError(f"gradient: Forward(directions={k}) is available for ODE models, but "
+                         f"{model_of(problem.model).name!r} has delays; pass gradient=oi.Forward() and "
+                         "multiply its sens by [pdir; dhistory/dtheta]")
+    if isinstance(solver, Dopri5) and solver.fixed_step:
+        raise InputError(f"gradient: Forward(directions={k}) needs an adaptive solver, got {solver!r}; "
+                         f"pass solver={solver.replace(fixed_step=None)!r}, or gradient=oi.Forward() with the "
+                         "fixed step")
 
 
 def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None, gradient=None,
@@ -250,6 +268,10 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
     if isinstance(gradient, Adjoint):
         raise InputError("gradient: solve() returns states and forward sensitivities; for adjoint "
                          "vector-Jacobian products use oi.bind(problem, gradient=oi.Adjoint())(params, x0, g)")
+    if getattr(gradient, "directions", None) is not None:
+        raise InputError(f"gradient: solve() returns all sensitivity columns, got {gradient!r}; pass "
+                         "gradient=oi.Forward(), or call oi.bind(problem, gradient=oi.Forward(directions=k))"
+                         "(params, x0, pdir, s0) for directional sensitivities")
     if not isinstance(raise_on_failure, (bool, np.bool_)):
         raise InputError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
     bound = bind(problem, solver=solver, gradient=gradient)

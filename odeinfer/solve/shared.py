@@ -1,8 +1,8 @@
 """Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
 
-A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``rodas_solve``,
-``rodas_solve_sens``; ``dde_solve`` for a model with delays) have the model inlined and its sizes as constants: the fastest warm calls, but
-10-35 s of numba compilation the first time a model is solved. The *shared* module
+A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``,
+``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``; ``dde_solve`` for a model with delays)
+have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
 (``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py`` and
 ``dde.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
 text) is compiled once per machine and calls the model through C callbacks (``cfuncs.py``, plus
@@ -71,7 +71,8 @@ def tiered_mode() -> str:
 
 
 def shared_module():
-    """The model-independent module (``ptr_dopri5_solve``, ``ptr_dopri5_solve_sens``, ``ptr_dde_solve``)."""
+    """The model-independent module (``ptr_dopri5_solve``, ``ptr_dopri5_solve_sens``, ``ptr_dopri5_solve_dir``,
+    ``ptr_rodas_solve*``, ``ptr_dde_solve``, ...)."""
     with _LOCK:
         if not _SHARED:
             from odeinfer.model.cache import build_module, kernel_sources

@@ -34,14 +34,17 @@ the machine code on disk. Rules for these files:
 
 Solver kernels defined by these files (documented in each file):
 ``direct.py`` (the model handle ``MODEL_HANDLE`` and ``mh_f``, ``mh_jac_y``, ``mh_jac_p``,
-through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``, ``INFO_*`` layout, ``aug_rhs``),
+through which the shared kernels below call the model), ``common.py`` (status codes ``ST_*``,
+``INFO_*`` layout, ``aug_rhs``, ``add_sens_row``),
 ``rk.py`` (the Runge-Kutta core of the ODE and delay solvers: the Dormand-Prince tableau
 ``RK_*``, stages ``rk_stage``, error norm ``rk_err2``, controller ``rk_accept`` / ``rk_reject`` /
 ``rk_next_step``, continuous extension ``rk_dense``, stiffness test ``rk_stiffness``),
-``linalg.py`` (``lu_factor``, ``lu_solve``), ``dopri.py`` (``dopri5_solve``,
-``dopri5_solve_sens``, ``dopri5_fixed``, ``dopri5_work_size``), ``adjoint.py``
+``linalg.py`` (``lu_factor``, ``lu_solve``, ``lu_solve_rows``), ``dopri.py`` (``dopri5_solve``,
+``dopri5_solve_sens``, ``dopri5_solve_dir``, ``dopri5_fixed``, ``dopri5_work_size``,
+``dopri5_work_size_dir``), ``adjoint.py``
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
-(``rodas_solve``, ``rodas_solve_sens``, ``rodas_work_size``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
+(``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``, ``rodas_work_size``,
+``rodas_work_size_dir``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
 estimators of :mod:`odeinfer.estimators.newton`), ``collocation.py`` (``coll_constraints``:
 the collocation constraints of :class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``

@@ -130,8 +130,9 @@ def _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, 
             or rec.shape[0] < max_steps or rec.shape[1] != 3 + 5 * n
             or work.shape[0] < _adj_work_len(n, m)):
         return ST_BAD_INPUT
-    status = _dopri5_run(mh, t0, t_eval, y0, p, 0, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work, info,
-                         True, rec)
+    none = no_directions(work)
+    status = _dopri5_run(mh, t0, t_eval, y0, p, 0, none, none, n, rtol, atol, 0.0, 0.0, max_steps, z_out, work,
+                         info, True, rec)
     if status != ST_SUCCESS:
         return status
     n_rec = int(info[INFO_N_STEPS] - info[INFO_N_REJECTED])

@@ -23,6 +23,15 @@ where the columns ``j < m`` are the parameters and ``j >= m`` the initial
 states, so a row of an output buffer ``z_out[:, n:]`` reshapes (without a copy)
 to the ``(n, k)`` sensitivity matrix. ``S`` obeys
 ``S' = J_y S + [J_p | 0]`` with ``S(t0) = [0 | I]``.
+
+Directional sensitivities: given directions ``pdir`` (m, k) and ``s0`` (n, k) (the matrix
+``W = [pdir; s0]``, e.g. ``[dp/dtheta; dx0/dtheta]``), the same layout holds ``S_W = S W``, which
+obeys ``S_W' = J_y S_W + J_p pdir`` with ``S_W(t0) = s0``. The kernels below take ``pdir`` and
+``s0`` for every solve: arrays with no columns (shape ``(0, 0)``, see :func:`no_directions`)
+stand for the identity ``W`` of the full layout above (``k = m + n``), computed without the
+products, so the full and the directional sensitivities are one implementation; with
+``W = I`` the directional kernels give the full ones' bits (the products add exact zeros).
+Zero entries of the Jacobians are skipped (:func:`add_sens_row`).
 """
 import math
 
@@ -58,9 +67,43 @@ def n_sens_columns(sens):
     return N_PARAMS + N_STATES if sens else 0
 
 
+@njit(cache=True, error_model="numpy", fastmath=False)
+def no_directions(work):
+    """A ``(0, 0)`` view of ``work``: the ``pdir`` and ``s0`` of the full layout (``W = I``)."""
+    return work[0:0].reshape((0, 0))
+
+
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
-    """Augmented right-hand side ``[f; J_y S + [J_p | 0]]`` at ``(t, z)``.
+def add_sens_row(i, n, m, k, pdir, ap, ay, s, out):
+    """Add row ``i`` of ``ap @ pdir + ay @ S`` to the row ``out[n + i*k : n + (i+1)*k]``, ``S`` the
+    ``(n, k)`` matrix of ``s[n:]`` and ``[ap | 0]`` in place of ``ap @ pdir`` for the full layout
+    (``pdir`` with no columns): the sensitivities' part of the augmented right-hand side (``ap =
+    J_p``, ``ay = J_y``) or of its derivatives (Rodas). The terms are added in the order of the
+    parameters, then of the states; zero entries of ``ap`` and ``ay`` are skipped (their products
+    are exact zeros: the Jacobians of reaction networks are sparse), and the inner loops run along
+    the contiguous rows of ``pdir`` and ``S``."""
+    row = n + i * k
+    if pdir.shape[1] == 0:
+        for j in range(m):
+            out[row + j] += ap[i, j]
+    else:
+        for q in range(m):
+            a = ap[i, q]
+            if a != 0.0:
+                for j in range(k):
+                    out[row + j] += a * pdir[q, j]
+    for l in range(n):
+        a = ay[i, l]
+        if a != 0.0:
+            col = n + l * k
+            for j in range(k):
+                out[row + j] += a * s[col + j]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def aug_rhs(mh, t, z, zy, p, k, pdir, jy, jp, out, outy):
+    """Augmented right-hand side ``[f; J_y S + J_p pdir]`` at ``(t, z)``
+    (``[f; J_y S + [J_p | 0]]`` for the full layout).
 
     Inlined into the solvers. The model kernels read and write the state part
     in place through the views ``zy`` and ``outy`` (made once per solve, so no
@@ -79,6 +122,8 @@ def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
     p : (m,) float64
     k : int
         Number of sensitivity columns (0: states only).
+    pdir : (m, k) or (0, 0) float64
+        The parameter directions, or none: the full layout (``k = m + n``).
     jy : (n, n) float64
         Out: ``J_y(t, y)`` (only written when ``k > 0``).
     jp : (n, m) float64
@@ -95,23 +140,16 @@ def aug_rhs(mh, t, z, zy, p, k, jy, jp, out, outy):
         return
     mh_jac_y(mh, t, zy, p, jy)
     mh_jac_p(mh, t, zy, p, jp)
+    for q in range(n, n * (1 + k)):
+        out[q] = 0.0
     for i in range(n):
-        row = n + i * k
-        for j in range(m):
-            acc = jp[i, j]
-            for l in range(n):
-                acc += jy[i, l] * z[n + l * k + j]
-            out[row + j] = acc
-        for j in range(m, k):
-            acc = 0.0
-            for l in range(n):
-                acc += jy[i, l] * z[n + l * k + j]
-            out[row + j] = acc
+        add_sens_row(i, n, m, k, pdir, jp, jy, z, out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def init_aug_state(mh, y0, k, z):
-    """``z = [y0, 0 | I]``: states, then ``S(t0) = [0 | I]`` when ``k > 0``."""
+def init_aug_state(mh, y0, k, pdir, s0, z):
+    """``z = [y0, S(t0)]``: the states, then ``S(t0) = s0`` (``[0 | I]`` for the full layout)
+    when ``k > 0``."""
     n = mh[0]
     m = mh[1]
     for q in range(z.shape[0]):
@@ -119,8 +157,21 @@ def init_aug_state(mh, y0, k, z):
     for i in range(n):
         z[i] = y0[i]
     if k > 0:
-        for i in range(n):
-            z[n + i * k + m + i] = 1.0
+        if pdir.shape[1] == 0:
+            for i in range(n):
+                z[n + i * k + m + i] = 1.0
+        else:
+            for i in range(n):
+                for j in range(k):
+                    z[n + i * k + j] = s0[i, j]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def bad_directions(n, m, k, pdir, s0):
+    """True unless ``pdir`` has no columns (the full layout) or ``pdir`` is (m, k) and ``s0`` (n, k)."""
+    if pdir.shape[1] == 0:
+        return False
+    return pdir.shape[0] != m or pdir.shape[1] != k or s0.shape[0] != n or s0.shape[1] != k
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
@@ -174,32 +225,32 @@ def start_solve(info, t0, t_eval):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def ode_start(mh, t0, t_eval, y0, p, k, nc, order, first_step, rtol, atol, z, zy, f0, f0y,
+def ode_start(mh, t0, t_eval, y0, p, k, pdir, s0, nc, order, first_step, rtol, atol, z, zy, f0, f0y,
               z1, z1y, f1, f1y, jy, jp, z_out, info):
-    """The start of a one-step ODE solver: ``z = [y0, 0 | I]`` (:func:`init_aug_state`), the
+    """The start of a one-step ODE solver: ``z = [y0, S(t0)]`` (:func:`init_aug_state`), the
     outputs at ``t0``, ``f0`` = the right-hand side at ``(t0, z)`` and the first step
     (``first_step`` if ``> 0``, else :func:`initial_step` of the given ``order``; at most
     ``t_eval[-1] - t0``). Returns ``(status, i_out, h, n_rhs)``: nothing is left to do unless
     ``status == ST_SUCCESS`` and ``i_out < n_out`` (``info[INFO_N_RHS]`` is set on a non-finite
     start)."""
     n_out = t_eval.shape[0]
-    init_aug_state(mh, y0, k, z)
+    init_aug_state(mh, y0, k, pdir, s0, z)
     i_out = emit_initial_outputs(t0, t_eval, z, z_out)
     if i_out == n_out:
         return ST_SUCCESS, i_out, 0.0, 0
-    aug_rhs(mh, t0, z, zy, p, k, jy, jp, f0, f0y)
+    aug_rhs(mh, t0, z, zy, p, k, pdir, jy, jp, f0, f0y)
     if not (all_finite(z, z.shape[0]) and all_finite(f0, z.shape[0])):
         info[INFO_N_RHS] = 1
         return ST_NON_FINITE, i_out, 0.0, 1
     hmax = t_eval[n_out - 1] - t0
     if first_step > 0.0:
         return ST_SUCCESS, i_out, min(first_step, hmax), 1
-    h = initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol, z1, z1y, f1, f1y, jy, jp)
+    h = initial_step(mh, t0, z, f0, p, k, pdir, nc, order, hmax, rtol, atol, z1, z1y, f1, f1y, jy, jp)
     return ST_SUCCESS, i_out, h, 2
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
+def initial_step(mh, t0, z, f0, p, k, pdir, nc, order, hmax, rtol, atol,
                  z1, z1y, f1, f1y, jy, jp):
     """Hairer's initial step heuristic (HINIT of dopri5.f / Hairer, Norsett,
     Wanner, Solving ODE I, 2nd ed., Sec. II.4) for an ODE (``aug_rhs``).
@@ -214,7 +265,7 @@ def initial_step(mh, t0, z, f0, p, k, nc, order, hmax, rtol, atol,
     right-hand side (the method of steps calls them around its own).
     """
     h, dnf = initial_step_euler(z, f0, nc, hmax, rtol, atol, z1)
-    aug_rhs(mh, t0 + h, z1, z1y, p, k, jy, jp, f1, f1y)
+    aug_rhs(mh, t0 + h, z1, z1y, p, k, pdir, jy, jp, f1, f1y)
     return initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol)
 
 

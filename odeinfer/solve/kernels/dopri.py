@@ -17,6 +17,12 @@ work, info) -> int``
 ``dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step,
 max_steps, z_out, work, info) -> int``
     The same with sensitivities (``z_out`` has ``n * (1 + m + n)`` columns).
+``dopri5_solve_dir(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step,
+max_steps, z_out, work, info) -> int``
+    The same with the directional sensitivities ``S_W = S [pdir; s0]`` (``pdir`` (m, k),
+    ``s0`` (n, k) float64 C-contiguous, ``k >= 1``; see ``common.py``): ``z_out`` has
+    ``n * (1 + k)`` columns; ``work`` at least ``dopri5_work_size_dir(k)``. With
+    ``[pdir; s0]`` the identity, the results of ``dopri5_solve_sens``, bit for bit.
 ``dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info) -> int``
     Same tableau with the constant step ``h`` (last step shortened to hit
     ``t_eval[-1]``); no error control and no stiffness test. For convergence
@@ -38,15 +44,26 @@ from numba import njit
 @njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_work_size(sens):
     """Length of the ``work`` buffer of :func:`dopri5_solve` / :func:`dopri5_fixed`."""
-    n = N_STATES
-    size = n * (1 + n_sens_columns(sens))
-    return 10 * size + n * n + n * N_PARAMS  # as checked in _dopri5_run
+    return _dopri5_work_len(N_STATES, N_PARAMS, n_sens_columns(sens))
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def dopri5_work_size_dir(k):
+    """Length of the ``work`` buffer of :func:`dopri5_solve_dir` with ``k`` directions."""
+    return _dopri5_work_len(N_STATES, N_PARAMS, k)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _dopri5_work_len(n, m, k):
+    size = n * (1 + k)
+    return 10 * size + n * n + n * m  # as checked in _dopri5_run
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """Adaptive Dormand-Prince 5(4) for the states alone; see the module docstring."""
-    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, N_STATES, rtol, atol, first_step, 0.0,
+    none = no_directions(work)
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, none, none, N_STATES, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
@@ -59,7 +76,18 @@ def dopri5_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_s
     # states-only one, so that each compiles only when it is used
     k = N_PARAMS + N_STATES
     nc = N_STATES * (1 + k) if sens_err else N_STATES
-    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
+    none = no_directions(work)
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, k, none, none, nc, rtol, atol, first_step, 0.0,
+                       max_steps, z_out, work, info, False, z_out)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def dopri5_solve_dir(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step, max_steps,
+                     z_out, work, info):
+    """Adaptive Dormand-Prince 5(4) for states and directional sensitivities; see the module docstring."""
+    k = pdir.shape[1]
+    nc = N_STATES * (1 + k) if sens_err else N_STATES
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
@@ -71,12 +99,13 @@ def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     n_max = min((t_eval[t_eval.shape[0] - 1] - t0) / h + 2.0, 9.0e18)
     if not (n_max >= 0.0):
         return ST_BAD_INPUT
-    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, n_sens_columns(sens), N_STATES, 1.0, 1.0, h, h,
-                       int(n_max), z_out, work, info, False, z_out)
+    none = no_directions(work)
+    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, n_sens_columns(sens), none, none, N_STATES, 1.0, 1.0,
+                       h, h, int(n_max), z_out, work, info, False, z_out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
+def _dopri5_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, h_init, h_fixed,
                 max_steps, z_out, work, info, record, rec):
     # mh: the model handle (n, m, ...) through which aug_rhs calls the model (direct.py in a
     # model's module, pointer.py in the shared module); record: store each accepted step's
@@ -89,7 +118,8 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     n_out = t_eval.shape[0]
     status = start_solve(info, t0, t_eval)
     if (status != ST_SUCCESS or y0.shape[0] != n or p.shape[0] != m or z_out.shape[0] != n_out
-            or z_out.shape[1] != size or work.shape[0] < 10 * size + n * n + n * m):
+            or z_out.shape[1] != size or work.shape[0] < _dopri5_work_len(n, m, k)
+            or bad_directions(n, m, k, pdir, s0)):
         return ST_BAD_INPUT
     (k1, k2, k3, k4, k5, k6, k7, z, z1, zs), (k1y, k2y, k3y, k4y, k5y, k6y, k7y, zy, z1y, zsy) = \
         rk_vectors(work, size, n)
@@ -98,7 +128,7 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
     off += n * n
     jp = work[off:off + n * m].reshape((n, m))
 
-    status, i_out, h, n_rhs = ode_start(mh, t0, t_eval, y0, p, k, nc, RK_ORDER, h_init, rtol, atol,
+    status, i_out, h, n_rhs = ode_start(mh, t0, t_eval, y0, p, k, pdir, s0, nc, RK_ORDER, h_init, rtol, atol,
                                         z, zy, k1, k1y, z1, z1y, k2, k2y, jy, jp, z_out, info)
     if status != ST_SUCCESS or i_out == n_out:
         return status
@@ -123,18 +153,18 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, h_init, h_fixed,
         n_steps += 1
 
         rk_stage(2, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        aug_rhs(mh, t + RK_C2 * h, zs, zsy, p, k, jy, jp, k2, k2y)
+        aug_rhs(mh, t + RK_C2 * h, zs, zsy, p, k, pdir, jy, jp, k2, k2y)
         rk_stage(3, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        aug_rhs(mh, t + RK_C3 * h, zs, zsy, p, k, jy, jp, k3, k3y)
+        aug_rhs(mh, t + RK_C3 * h, zs, zsy, p, k, pdir, jy, jp, k3, k3y)
         rk_stage(4, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        aug_rhs(mh, t + RK_C4 * h, zs, zsy, p, k, jy, jp, k4, k4y)
+        aug_rhs(mh, t + RK_C4 * h, zs, zsy, p, k, pdir, jy, jp, k4, k4y)
         rk_stage(5, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        aug_rhs(mh, t + RK_C5 * h, zs, zsy, p, k, jy, jp, k5, k5y)
+        aug_rhs(mh, t + RK_C5 * h, zs, zsy, p, k, pdir, jy, jp, k5, k5y)
         rk_stage(6, size, z, h, k1, k2, k3, k4, k5, k6, zs)
         t_new = t_end if last else t + h
-        aug_rhs(mh, t_new, zs, zsy, p, k, jy, jp, k6, k6y)
+        aug_rhs(mh, t_new, zs, zsy, p, k, pdir, jy, jp, k6, k6y)
         rk_stage(7, size, z, h, k1, k2, k3, k4, k5, k6, z1)
-        aug_rhs(mh, t_new, z1, z1y, p, k, jy, jp, k7, k7y)
+        aug_rhs(mh, t_new, z1, z1y, p, k, pdir, jy, jp, k7, k7y)
         n_rhs += 6
 
         # mean square of the scaled error (err = sqrt(err2)); a non-finite trial step is retried shorter

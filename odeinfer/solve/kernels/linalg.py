@@ -82,3 +82,38 @@ def lu_solve(lu, piv, b):
         for j in range(i + 1, n):
             acc -= lu[i, j] * b[j]
         b[i] = acc / lu[i, i]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def lu_solve_rows(lu, piv, b, off, k):
+    """Solve ``a X = B`` in place for ``k`` right-hand sides, ``B`` the ``(n, k)`` row-major block
+    ``b[off : off + n*k]`` (a block of sensitivities, see ``common.py``), from :func:`lu_factor`
+    output. Each column sees the operations of :func:`lu_solve` in the same order (the same bits),
+    but the inner loops run along the contiguous rows, and zero entries of ``lu`` are skipped."""
+    n = lu.shape[0]
+    for c in range(n):
+        r = piv[c]
+        if r != c:
+            for j in range(k):
+                tmp = b[off + c * k + j]
+                b[off + c * k + j] = b[off + r * k + j]
+                b[off + r * k + j] = tmp
+    for i in range(1, n):
+        row = off + i * k
+        for l in range(i):
+            a = lu[i, l]
+            if a != 0.0:
+                src = off + l * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+    for i in range(n - 1, -1, -1):
+        row = off + i * k
+        for l in range(i + 1, n):
+            a = lu[i, l]
+            if a != 0.0:
+                src = off + l * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+        d = lu[i, i]
+        for j in range(k):
+            b[row + j] = b[row + j] / d

@@ -19,10 +19,10 @@ array (the delays' positions in ``p``) and callbacks ``void(double t, double *y,
 double *p, double *out)`` (``ylag`` (n, d); ``jac_ylag`` out (d, n, n)).
 
 Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
-``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)`` (``work`` has at least
-``10 * size + n * n + n * m`` entries, ``size = n * (1 + k)``), ``ptr_dopri5_adjoint_vjp``
-(``work``: ``_adj_work_len(n, m)``), ``ptr_rodas_solve`` and
-``ptr_rodas_solve_sens`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
+``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)``, ``ptr_dopri5_solve_dir``
+(``work``: ``_dopri5_work_len(n, m, k)``), ``ptr_dopri5_adjoint_vjp``
+(``work``: ``_adj_work_len(n, m)``), ``ptr_rodas_solve``,
+``ptr_rodas_solve_sens`` and ``ptr_rodas_solve_dir`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
 family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``).
@@ -73,7 +73,8 @@ def mh_jac_p(mh, t, y, p, out):
 @njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_dopri5_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``dopri5_solve`` for the model behind ``mh``."""
-    return _dopri5_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, 0.0,
+    none = no_directions(work)
+    return _dopri5_run(mh, t0, t_eval, y0, p, 0, none, none, mh[0], rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
@@ -83,7 +84,18 @@ def ptr_dopri5_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_ste
     """``dopri5_solve_sens`` for the model behind ``mh``."""
     k = mh[0] + mh[1]
     nc = mh[0] * (1 + k) if sens_err else mh[0]
-    return _dopri5_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, 0.0,
+    none = no_directions(work)
+    return _dopri5_run(mh, t0, t_eval, y0, p, k, none, none, nc, rtol, atol, first_step, 0.0,
+                       max_steps, z_out, work, info, False, z_out)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_dopri5_solve_dir(mh, t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step, max_steps,
+                         z_out, work, info):
+    """``dopri5_solve_dir`` for the model behind ``mh``."""
+    k = pdir.shape[1]
+    nc = mh[0] * (1 + k) if sens_err else mh[0]
+    return _dopri5_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, 0.0,
                        max_steps, z_out, work, info, False, z_out)
 
 
@@ -121,7 +133,9 @@ def ptr_dopri5_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub
 @njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_rodas_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``rodas_solve`` for the model behind ``mh``."""
-    return _rodas_run(mh, t0, t_eval, y0, p, 0, mh[0], rtol, atol, first_step, max_steps, z_out, work, info)
+    none = no_directions(work)
+    return _rodas_run(mh, t0, t_eval, y0, p, 0, none, none, mh[0], rtol, atol, first_step, max_steps, z_out, work,
+                      info)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -130,7 +144,19 @@ def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step
     """``rodas_solve_sens`` for the model behind ``mh``."""
     k = mh[0] + mh[1]
     nc = mh[0] * (1 + k) if sens_err else mh[0]
-    return _rodas_run(mh, t0, t_eval, y0, p, k, nc, rtol, atol, first_step, max_steps, z_out, work, info)
+    none = no_directions(work)
+    return _rodas_run(mh, t0, t_eval, y0, p, k, none, none, nc, rtol, atol, first_step, max_steps, z_out, work,
+                      info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_rodas_solve_dir(mh, t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step, max_steps,
+                        z_out, work, info):
+    """``rodas_solve_dir`` for the model behind ``mh``."""
+    k = pdir.shape[1]
+    nc = mh[0] * (1 + k) if sens_err else mh[0]
+    return _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, max_steps, z_out, work,
+                      info)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
