@@ -53,6 +53,7 @@ class _Run:
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
         self.n_ps = prob.solve_model.n_params  # the solver's parameters: the model's, then input rates
+        self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
         syms = [prob.symbols[n] for n in prob.names]
         est = [prob.symbols[n] for n in prob.estimated]
@@ -68,8 +69,13 @@ class _Run:
         # a parameter that moves a jump of the right-hand side (e.g. a step input's end time) is
         # fine while this experiment holds it fixed: its sensitivity columns are not needed
         held = [k for k in range(self.n_p) if all(e == 0 for e in jac.row(k))]
-        self.excluded = [k for k in held if m.params[k] in prob.solve_model.switching_params]
-        gradient = Forward(exclude=tuple(m.params[k] for k in self.excluded))
+        excluded = [k for k in held if m.params[k] in prob.solve_model.switching_params]
+        # directional sensitivities along the estimated parameters that move the trajectory (the
+        # right-hand side's parameters, initial states, doses, pre-equilibration): not the noise or
+        # observable-only ones, nor anything per fixed parameter or initial state
+        traj_rows = list(range(self.n_p)) + list(range(self.n_p + self.n_q, jac.rows))
+        self.traj_cols = np.array([j for j in range(jac.cols) if any(jac[i, j] != 0 for i in traj_rows)], np.int64)
+        gradient = Forward(exclude=tuple(m.params[k] for k in excluded), directions=max(self.traj_cols.size, 1))
         self.preeq = obj.steady if plan.preequilibrate else None
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
@@ -143,32 +149,34 @@ class _Run:
             x[i] += v[od + a]
             dx[i] += Jv[od + a]
         X = np.empty((self.times.size, n_s))
-        dX = np.empty((self.times.size, n_s, ne))
-        n_ps = self.n_ps
+        dX = np.zeros((self.times.size, n_s, ne))
+        n_ps, cols = self.n_ps, self.traj_cols
+        k_dir = max(cols.size, 1)
+        s0 = np.zeros((n_s, k_dir))
         for seg in self.segments:
-            pj, dpj = p, dp
+            pdir = np.zeros((n_ps, k_dir))
+            pdir[:n_p, :cols.size] = dp[:, cols]
+            pj = p
             if seg.p_inputs or n_ps > n_p:
-                pj, dpj = np.zeros(n_ps), np.zeros((n_ps, ne))
-                pj[:n_p], dpj[:n_p] = p, dp
+                pj = np.zeros(n_ps)
+                pj[:n_p] = p
                 for k, u, r, rate in seg.p_inputs:
                     pj[k] = u
-                    dpj[k] = 0.0
+                    pdir[k] = 0.0
                     if r is not None:
                         pj[r] = rate
-            y, S, st = seg.solver(pj, np.ascontiguousarray(x))
+            s0[:, :cols.size] = dx[:, cols]
+            y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
             if st != 0:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
                                                                       max_steps=seg.solver.max_steps)
-            Sp = S[:, :, :n_ps]
-            if self.excluded:  # their columns are NaN (not computed); their dp rows are 0
-                Sp = Sp.copy()
-                Sp[:, :, self.excluded] = 0.0
-            G = Sp @ dpj + S[:, :, n_ps:] @ dx
             n_out = seg.out.size
             X[seg.out] = y[:n_out]
-            dX[seg.out] = G[:n_out]
-            x, dx = y[-1].copy(), G[-1].copy()
+            dX[np.ix_(seg.out, self.all_states, cols)] = S[:n_out, :, :cols.size]
+            x = y[-1].copy()
+            dx = np.zeros((n_s, ne))
+            dx[:, cols] = S[-1, :, :cols.size]
             for i, a in seg.jumps:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
