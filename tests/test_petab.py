@@ -1,4 +1,4 @@
-"""PEtab v1 import (odeinfer.petab.load).
+"""PEtab v1 import (odeinfer.petab.load, in odeinfer.petab.tables).
 
 Expected values come from outside odeinfer:
 
@@ -29,7 +29,6 @@ import odeinfer as oi
 from odeinfer.errors import InputError, PetabError
 from odeinfer.petab import load
 
-# the module (its name is shadowed on the package by the function it defines)
 from odeinfer.petab import tables as LOAD  # noqa: N812
 
 PETAB = Path(__file__).parent / "data" / "petab"

@@ -85,7 +85,8 @@ def _check_start(problem, x):
             raise InputError(f"start[{n!r}]: {n} is estimated on the {p.scale} scale, so its start must be > 0, got "
                              f"{v!r}; give a positive start or scale='lin'")
         if not p.lower <= v <= p.upper:
-            raise InputError(f"start[{n!r}]: {v!r} lies outside its bounds [{p.lower!r}, {p.upper!r}]; move it inside")
+            raise InputError(f"start[{n!r}]: {float(v)!r} lies outside its bounds [{p.lower!r}, {p.upper!r}]; "
+                             "move it inside")
 
 
 def _box(obj, u_user):
