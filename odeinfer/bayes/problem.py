@@ -160,9 +160,10 @@ def _proxy_estimate(problem, obj, init):
                          "problem first")
     names = [scaled_name(n, s) for n, s in zip(problem.estimated, obj.scales)]
     u = np.asarray(init.extras["u"], float)
-    # a point on a bound has no unconstrained image: move it inward by 1e-6 of the range
+    # a point on or next to a bound (a parameter the data push there) maps to a far-away, badly scaled
+    # unconstrained value whose jitter lands on the bound (zero density): start 1% of the range inside
     width = np.where(np.isfinite(obj.upper - obj.lower), obj.upper - obj.lower, 1.0)
-    u = np.clip(u, obj.lower + 1e-6 * width, obj.upper - 1e-6 * width)
+    u = np.clip(u, obj.lower + 0.01 * width, obj.upper - 0.01 * width)
     cov = _mass_matrix(obj, u)
     return Estimate(init.estimator, problem.model, names, u, cov, "converged")
 
