@@ -233,3 +233,13 @@ def test_observables_plot_draws_data_fits_and_bands_per_experiment():
         oi.plots.trajectories(exps["A"], fit)
     with pytest.raises(InputError, match=r"\['C'\] are not experiments of the fit"):
         oi.plots.observables(fit, experiments=["C"])
+
+
+def test_report_of_a_likelihood_fit_shows_its_observables(tmp_path):
+    exps = two_conditions(np.random.default_rng(3))
+    fit = oi.Embedding().fit(problem(exps))
+    out = tmp_path / "report.html"
+    oi.report.export_html([fit], out)
+    html = out.read_text()
+    assert "data and fitted observables of Embedding (chain)" in html
+    assert "class='unavailable'" not in html and "data and fitted trajectories" not in html

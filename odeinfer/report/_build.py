@@ -98,12 +98,15 @@ def _auto_plots(groups, idata, alpha, dpi):
     out = []
     by_model = {}
     for e in estimates:
+        if e._objective is not None:  # a likelihood fit: its observables with its own data
+            out.append(_plot_block(f"data and fitted observables of {e.estimator} ({e.model.name})",
+                                   lambda e=e: plots.observables(e, alpha=alpha), dpi))
         by_model.setdefault(e.model.fingerprint, []).append(e)
     for ests in by_model.values() or [[]]:
         model = ests[0].model if ests else None
         data = next((d for d in datas if model is None or set(d.states) <= set(model.states)), None)
         name = f" ({model.name})" if model is not None and len(by_model) > 1 else ""
-        if data is not None:
+        if data is not None and all(e._objective is None for e in ests):
             out.append(_plot_block(f"data and fitted trajectories{name}",
                                    lambda: plots.trajectories(data, *ests, idata=idata, alpha=alpha), dpi))
             for e in ests:
