@@ -113,6 +113,8 @@ def _auto_plots(groups, idata, alpha, dpi):
                 out.append(_plot_block(f"residuals of {e.estimator}{name}", lambda e=e: plots.residuals(e, data), dpi))
         out.append(_plot_block(f"intervals{name}", lambda: plots.forest(ests, idata=idata, alpha=alpha), dpi))
         params = list(model.params) if model is not None else []
+        if ests and any(e._objective is not None for e in ests):  # the problem's parameters, not the model's
+            params = [n for n in ests[0].names if all(n in e.names for e in ests)]
         if len(params) >= 2:
             pair = (params[0], params[1])
             out.append(_plot_block(f"{int(round((1 - alpha) * 100))}% regions of {pair[0]}, {pair[1]}{name}",
