@@ -464,7 +464,7 @@ def test_an_imported_model_compiles_and_solves(problem, overrides, t_end):
 SIMPLE = {"comps": [comp("C", 1)], "species_": [species("A", conc=1)], "params": [param("k", 1)]}
 
 
-def refused(tmp_path, match, **kw):
+def assert_refused(tmp_path, match, **kw):
     parts = dict(SIMPLE, **kw)
     with pytest.raises(SBMLError, match=match):
         load_text(tmp_path, document(**parts))
@@ -474,36 +474,36 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
     ev = ('<listOfEvents><event id="dose" useValuesFromTriggerTime="true"><trigger initialValue="true" '
           f'persistent="true">{mathml("time > 1")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
           f'{mathml("2")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
-    refused(tmp_path, r"SBML model 'm': it has events \['dose'\]; events are not supported", extra=ev)
-    refused(tmp_path, r"algebraic rule \('alg'\).*not supported",
+    assert_refused(tmp_path, r"SBML model 'm': it has events \['dose'\]; events are not supported", extra=ev)
+    assert_refused(tmp_path, r"algebraic rule \('alg'\).*not supported",
             rules=[f'<algebraicRule id="alg">{mathml("A - k")}</algebraicRule>'])
-    refused(tmp_path, r"the kinetic law of reaction 'r1': the delay csymbol .* is not supported",
+    assert_refused(tmp_path, r"the kinetic law of reaction 'r1': the delay csymbol .* is not supported",
             reactions=[reaction("r1", "delay(A, 1)", [("A", 1)])])
-    refused(tmp_path, r"reaction 'r1': floor .* is not supported", reactions=[reaction("r1", "floor(A)", [("A", 1)])])
-    refused(tmp_path, r"'factorial' is not supported", reactions=[reaction("r1", "factorial(A)", [("A", 1)])])
-    refused(tmp_path, r"piecewise has no otherwise",
+    assert_refused(tmp_path, r"reaction 'r1': floor .* is not supported", reactions=[reaction("r1", "floor(A)", [("A", 1)])])
+    assert_refused(tmp_path, r"'factorial' is not supported", reactions=[reaction("r1", "factorial(A)", [("A", 1)])])
+    assert_refused(tmp_path, r"piecewise has no otherwise",
             reactions=[reaction("r1", "piecewise(k, A > 1)", [("A", 1)])])
-    refused(tmp_path, r"the math uses the id 'q', which is no compartment, species, parameter or reaction",
+    assert_refused(tmp_path, r"the math uses the id 'q', which is no compartment, species, parameter or reaction",
             reactions=[reaction("r1", "q*A", [("A", 1)])])
     for law in ("k*A/(1 - 1)", "2^(10^12)*A", "ln(0)*A", "root(1/1000000, 10)*A"):
-        refused(tmp_path, r"the math evaluates to a number that is not finite",
+        assert_refused(tmp_path, r"the math evaluates to a number that is not finite",
                 reactions=[reaction("r1", law, [("A", 1)])])
-    refused(tmp_path, r"an argument of 'plus' is a condition",
+    assert_refused(tmp_path, r"an argument of 'plus' is a condition",
             reactions=[reaction("r1", "(A > 1) + 1", [("A", 1)])])
     noncst = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference species="A" '
               f'stoichiometry="1" constant="false"/></listOfReactants>{kinetic("k*A")}</reaction>')
-    refused(tmp_path, r"species 'A' in reaction 'r1' has a non-constant stoichiometry", reactions=[noncst])
-    refused(tmp_path, r"'A' has no initial value", species_=[species("A")])
-    refused(tmp_path, r"it has no state", species_=[species("A", conc=1, constant=True)])
-    refused(tmp_path, r"reaction 'r1' refers to the species 'Q', which the model does not define",
+    assert_refused(tmp_path, r"species 'A' in reaction 'r1' has a non-constant stoichiometry", reactions=[noncst])
+    assert_refused(tmp_path, r"'A' has no initial value", species_=[species("A")])
+    assert_refused(tmp_path, r"it has no state", species_=[species("A", conc=1, constant=True)])
+    assert_refused(tmp_path, r"reaction 'r1' refers to the species 'Q', which the model does not define",
             reactions=[reaction("r1", "k", [("Q", 1)])])
-    refused(tmp_path, r"\['k'\] have no value", params=[param("k")], reactions=[reaction("r1", "k*A", [("A", 1)])])
-    refused(tmp_path, r"SBML model 'm': the assignment rules are circular \(a -> b -> a\)",
+    assert_refused(tmp_path, r"\['k'\] have no value", params=[param("k")], reactions=[reaction("r1", "k*A", [("A", 1)])])
+    assert_refused(tmp_path, r"SBML model 'm': the assignment rules are circular \(a -> b -> a\)",
             params=[param("k", 1), param("a", constant=False), param("b", constant=False)],
             rules=[f'<assignmentRule variable="a">{mathml("b + 1")}</assignmentRule>',
                    f'<assignmentRule variable="b">{mathml("a*2")}</assignmentRule>'],
             reactions=[reaction("r1", "a*A", [("A", 1)])])
-    refused(tmp_path, r"species 'A' is a concentration in compartment 'C', whose size changes",
+    assert_refused(tmp_path, r"species 'A' is a concentration in compartment 'C', whose size changes",
             comps=[comp("C", 1, constant=False)], params=[param("k", 1)],
             rules=[f'<rateRule variable="C">{mathml("k")}</rateRule>'])
 
@@ -516,47 +516,47 @@ def raw_law(rid, math_xml, species_id="A"):
 
 
 def test_malformed_math_is_refused_by_element(tmp_path):
-    refused(tmp_path, r"the kinetic law of reaction 'r1': 'minus' has 3 argument\(s\), expected 1 to 2; fix the math",
+    assert_refused(tmp_path, r"the kinetic law of reaction 'r1': 'minus' has 3 argument\(s\), expected 1 to 2; fix the math",
             reactions=[raw_law("r1", "<apply><minus/><ci>A</ci><ci>k</ci><ci>k</ci></apply>")])
-    refused(tmp_path, r"'divide' has 1 argument\(s\), expected 2",
+    assert_refused(tmp_path, r"'divide' has 1 argument\(s\), expected 2",
             reactions=[raw_law("r1", "<apply><divide/><ci>A</ci></apply>")])
-    refused(tmp_path, r"the number inf is not finite",
+    assert_refused(tmp_path, r"the number inf is not finite",
             reactions=[raw_law("r1", "<apply><times/><ci>A</ci><infinity/></apply>")])
-    refused(tmp_path, r"a rational number has the denominator 0",
+    assert_refused(tmp_path, r"a rational number has the denominator 0",
             reactions=[raw_law("r1", '<apply><times/><ci>A</ci><cn type="rational">1<sep/>0</cn></apply>')])
-    refused(tmp_path, r"a condition of a piecewise is a number, not a condition",
+    assert_refused(tmp_path, r"a condition of a piecewise is a number, not a condition",
             reactions=[reaction("r1", "piecewise(A, k, 0)", [("A", 1)])])
-    refused(tmp_path, r"a value of a piecewise is a condition",
+    assert_refused(tmp_path, r"a value of a piecewise is a condition",
             reactions=[reaction("r1", "piecewise(A > k, A > 1, 0)", [("A", 1)])])
-    refused(tmp_path, r"an argument of 'and' is a number, not a condition",
+    assert_refused(tmp_path, r"an argument of 'and' is a number, not a condition",
             reactions=[reaction("r1", "piecewise(1, A && k, 0)", [("A", 1)])])
 
 
 def test_function_definition_misuse_is_refused(tmp_path):
     fd = f'<functionDefinition id="f">{mathml("lambda(x, x*k)")}</functionDefinition>'
-    refused(tmp_path, r"a function definition uses 'k', which is not one of its arguments", functions=[fd],
+    assert_refused(tmp_path, r"a function definition uses 'k', which is not one of its arguments", functions=[fd],
             reactions=[reaction("r1", "f(A)", [("A", 1)])])
     fd = f'<functionDefinition id="f">{mathml("lambda(x, y, x*y)")}</functionDefinition>'
-    refused(tmp_path, r"the function 'f' takes 2 argument\(s\), the math passes 1", functions=[fd],
+    assert_refused(tmp_path, r"the function 'f' takes 2 argument\(s\), the math passes 1", functions=[fd],
             reactions=[reaction("r1", "f(A)", [("A", 1)])])
-    refused(tmp_path, r"the math calls 'g', which is no function definition of the model",
+    assert_refused(tmp_path, r"the math calls 'g', which is no function definition of the model",
             reactions=[reaction("r1", "g(A)", [("A", 1)])])
 
 
 def test_other_refusals(tmp_path):
-    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' is inf; give a finite number",
+    assert_refused(tmp_path, r"the local parameter 'q' of reaction 'r1' is inf; give a finite number",
             reactions=[reaction("r1", "q*A", [("A", 1)], local='<localParameter id="q" value="INF"/>')])
-    refused(tmp_path, r"the stoichiometry of species 'A' in reaction 'r1' is nan",
+    assert_refused(tmp_path, r"the stoichiometry of species 'A' in reaction 'r1' is nan",
             reactions=[reaction("r1", "k*A", [("A", "NaN")])])
-    refused(tmp_path, r"the local parameter 'q' of reaction 'r1' has no value",
+    assert_refused(tmp_path, r"the local parameter 'q' of reaction 'r1' has no value",
             reactions=[reaction("r1", "q*A", [("A", 1)], local='<localParameter id="q"/>')])
-    refused(tmp_path, r"SBML model 'm': it sets the conversion factor 'k'; conversion factors are not supported",
+    assert_refused(tmp_path, r"SBML model 'm': it sets the conversion factor 'k'; conversion factors are not supported",
             model_id='m" conversionFactor="k')
-    refused(tmp_path, r"species 'B' has the conversion factor 'k'",
+    assert_refused(tmp_path, r"species 'B' has the conversion factor 'k'",
             species_=[species("A", conc=1), species("B", conc=1).replace("/>", ' conversionFactor="k"/>')])
     ref = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference id="sr" species="A" '
            f'stoichiometry="1" constant="true"/></listOfReactants>{kinetic("k*A")}</reaction>')
-    refused(tmp_path, r"rules or initial assignments set \['sr'\], which are no compartment, species or parameter",
+    assert_refused(tmp_path, r"rules or initial assignments set \['sr'\], which are no compartment, species or parameter",
             reactions=[ref], initial=[f'<initialAssignment symbol="sr">{mathml("2")}</initialAssignment>'])
     p = tmp_path / "empty.xml"
     p.write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + HEAD[3] + "</sbml>\n")
@@ -567,36 +567,36 @@ def test_other_refusals(tmp_path):
 def test_level2_fast_reactions_and_stoichiometry_math_are_refused(tmp_path):
     fast = (f'<reaction id="r1" reversible="false" fast="true"><listOfReactants><speciesReference species="A"/>'
             f'</listOfReactants>{kinetic("k*A")}</reaction>')
-    refused(tmp_path, r"reaction 'r1' is fast .*fast reactions are not supported", level=2, reactions=[fast],
+    assert_refused(tmp_path, r"reaction 'r1' is fast .*fast reactions are not supported", level=2, reactions=[fast],
             comps=['<compartment id="C" size="1"/>'])
     smath = (f'<reaction id="r1" reversible="false"><listOfReactants><speciesReference species="A">'
              f'<stoichiometryMath>{mathml("k")}</stoichiometryMath></speciesReference></listOfReactants>'
              f'{kinetic("k*A")}</reaction>')
-    refused(tmp_path, r"species 'A' in reaction 'r1' has a stoichiometryMath", level=2, reactions=[smath],
+    assert_refused(tmp_path, r"species 'A' in reaction 'r1' has a stoichiometryMath", level=2, reactions=[smath],
             comps=['<compartment id="C" size="1"/>'])
 
 
 def test_reserved_and_keyword_ids_are_refused(tmp_path):
-    refused(tmp_path, r"the parameter id 't' cannot be an odeinfer name: it is reserved for time; rename the id in "
+    assert_refused(tmp_path, r"the parameter id 't' cannot be an odeinfer name: it is reserved for time; rename the id in "
                       r"the SBML file", params=[param("t", 1)])
-    refused(tmp_path, r"the species id 'lambda' cannot be an odeinfer name: it is a Python keyword",
+    assert_refused(tmp_path, r"the species id 'lambda' cannot be an odeinfer name: it is a Python keyword",
             species_=[species("lambda", conc=1)])
-    refused(tmp_path, r"the reaction id '_r' cannot be an odeinfer name: it starts with '_'",
+    assert_refused(tmp_path, r"the reaction id '_r' cannot be an odeinfer name: it starts with '_'",
             reactions=[reaction("_r", "k*A", [("A", 1)])])
 
 
 def test_math_depth_and_size_are_bounded(tmp_path):
     deep = "+".join(["A"] * (sb.MAX_MATH_DEPTH + 5))  # parsed as a left-nested chain of binary sums
-    refused(tmp_path, rf"the math nests more than {sb.MAX_MATH_DEPTH} levels deep",
+    assert_refused(tmp_path, rf"the math nests more than {sb.MAX_MATH_DEPTH} levels deep",
             reactions=[reaction("r1", deep, [("A", 1)])])
     # f0(x) = x + x, f_i(x) = f_{i-1}(x) + f_{i-1}(x): inlining f_20 would visit about 2**21 nodes
     fds = [f'<functionDefinition id="f0">{mathml("lambda(x, x + x)")}</functionDefinition>'] + [
         f'<functionDefinition id="f{i}">{mathml(f"lambda(x, f{i - 1}(x) + f{i - 1}(x))")}</functionDefinition>'
         for i in range(1, 21)]
-    refused(tmp_path, rf"more than {sb.MAX_MATH_NODES} nodes", functions=fds,
+    assert_refused(tmp_path, rf"more than {sb.MAX_MATH_NODES} nodes", functions=fds,
             reactions=[reaction("r1", "f20(A)", [("A", 1)])])
     loop = [f'<functionDefinition id="g">{mathml("lambda(x, g(x))")}</functionDefinition>']
-    refused(tmp_path, r"the function definition 'g' calls itself", functions=loop,
+    assert_refused(tmp_path, r"the function definition 'g' calls itself", functions=loop,
             reactions=[reaction("r1", "g(A)", [("A", 1)])])
 
 
@@ -604,19 +604,19 @@ def test_substituted_expressions_are_bounded(tmp_path, monkeypatch):
     # r_i = exp(r_{i-1}) + r_{i-1}: 60 rules whose substituted tree doubles at each step (2**60 nodes)
     rules = [f'<assignmentRule variable="r0">{mathml("k")}</assignmentRule>'] + [
         f'<assignmentRule variable="r{i}">{mathml(f"exp(r{i - 1}) + r{i - 1}")}</assignmentRule>' for i in range(1, 61)]
-    refused(tmp_path, rf"the value of 'r\d+' has \d+ nodes nested \d+ levels deep .*at most {sb.MAX_EXPR_NODES} nodes",
+    assert_refused(tmp_path, rf"the value of 'r\d+' has \d+ nodes nested \d+ levels deep .*at most {sb.MAX_EXPR_NODES} nodes",
             params=[param("k", 1)] + [param(f"r{i}", constant=False) for i in range(61)], rules=rules,
             reactions=[reaction("v", "r60*A", [("A", 1)])])
     # a chain longer than MAX_CHAIN
     n = sb.MAX_CHAIN + 2
     rules = [f'<assignmentRule variable="r0">{mathml("k")}</assignmentRule>'] + [
         f'<assignmentRule variable="r{i}">{mathml(f"r{i - 1} + 1")}</assignmentRule>' for i in range(1, n)]
-    refused(tmp_path, rf"the assignment rules nest more than {sb.MAX_CHAIN} levels deep",
+    assert_refused(tmp_path, rf"the assignment rules nest more than {sb.MAX_CHAIN} levels deep",
             params=[param("k", 1)] + [param(f"r{i}", constant=False) for i in range(n)], rules=rules,
             reactions=[reaction("v", f"r{n - 1}*A", [("A", 1)])])
     # the whole document's math
     monkeypatch.setattr(sb, "MAX_DOCUMENT_NODES", 12)
-    refused(tmp_path, r"the model's math has more than 12 nodes in all",
+    assert_refused(tmp_path, r"the model's math has more than 12 nodes in all",
             reactions=[reaction("v1", "k*A*A", [("A", 1)]), reaction("v2", "k*A*A", [("A", 1)]),
                        reaction("v3", "k*A*A", [("A", 1)])])
 
