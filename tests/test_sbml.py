@@ -430,6 +430,7 @@ def test_zheng_starts_at_its_preequilibrium():
     assert np.max(np.abs(f0)) > 1e-4  # without dilution it is no steady state: the check can fail
 
 
+@pytest.mark.slow  # tests/test_petab.py's NLL checks solve both models in the default suite
 @pytest.mark.parametrize("problem, overrides, t_end", [
     # Fujita's input is a piecewise of time: a ramp switched off at t = 10
     ("Fujita_SciSignal2010", {"EGF_0": 1.0, "EGF_rate": 0.2, "EGF_end": 10.0}, 20.0),
