@@ -117,9 +117,9 @@ def _run(kernel, lead, args):
     return kernel(*lead, *copies), copies
 
 
-@pytest.mark.parametrize("method", ["dopri5", "rodas"])
-def test_identity_directions_give_the_full_kernels_bits_on_the_shared_tier(method):
-    # the default suite's tier (the model's own kernels: the slow test below); W = I gives the full bits
+def _identity_runs(method, model_tier):
+    """Directional (W = I) then full solves of NONLINEAR on the shared tier and, with ``model_tier``,
+    on the model's own kernels: ``[(status, argument copies), ...]``."""
     spec = NONLINEAR
     cm = _inputs.compiled_model(_model(spec))
     n, m = cm.n_states, cm.n_params
@@ -127,31 +127,32 @@ def test_identity_directions_give_the_full_kernels_bits_on_the_shared_tier(metho
     args = _kernel_args(cm, spec, method, np.ascontiguousarray(eye[:m]), np.ascontiguousarray(eye[m:]))
     sens_args = args[:4] + args[6:]  # the full kernel has no pdir, s0
     module, lead = shared.shared_module(), (shared.model_handle(cm, full=method == "rodas"),)
-    (s1, a1), (s2, a2) = (_run(getattr(module, f"ptr_{method}_solve_dir"), lead, args),
-                          _run(getattr(module, f"ptr_{method}_solve_sens"), lead, sens_args))
-    assert s1 == s2 == Status.SUCCESS
-    assert np.array_equal(a1[-3], a2[-3]) and np.array_equal(a1[-1], a2[-1])
+    runs = [_run(getattr(module, f"ptr_{method}_solve_dir"), lead, args),
+            _run(getattr(module, f"ptr_{method}_solve_sens"), lead, sens_args)]
+    if model_tier:
+        runs += [_run(getattr(cm.module, f"{method}_solve_dir"), (), args),
+                 _run(getattr(cm.module, f"{method}_solve_sens"), (), sens_args)]
+    return runs
+
+
+def _assert_same_bits(runs):
+    for status, copies in runs:
+        assert status == Status.SUCCESS
+        assert np.array_equal(copies[-3], runs[0][1][-3])  # z: the same bits
+        assert np.array_equal(copies[-1], runs[0][1][-1])  # info: the same steps
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rodas"])
+def test_identity_directions_give_the_full_kernels_bits_on_the_shared_tier(method):
+    # the default suite's tier (the model's own kernels: the slow test below); W = I gives the full bits
+    _assert_same_bits(_identity_runs(method, model_tier=False))
 
 
 @pytest.mark.slow  # compiles the model's own directional kernels (about a minute each on an empty cache)
 @pytest.mark.parametrize("method", ["dopri5", "rodas"])
 def test_identity_directions_give_the_full_kernels_bits_on_both_tiers(method):
     # the model's own kernels and the shared ones (C callbacks), full and directional with W = I
-    spec = NONLINEAR
-    cm = _inputs.compiled_model(_model(spec))
-    n, m = cm.n_states, cm.n_params
-    eye = np.eye(n + m)
-    args = _kernel_args(cm, spec, method, np.ascontiguousarray(eye[:m]), np.ascontiguousarray(eye[m:]))
-    sens_args = args[:4] + args[6:]  # the full kernel has no pdir, s0
-    module, lead = shared.shared_module(), (shared.model_handle(cm, full=method == "rodas"),)
-    runs = [_run(getattr(cm.module, f"{method}_solve_dir"), (), args),
-            _run(getattr(module, f"ptr_{method}_solve_dir"), lead, args),
-            _run(getattr(cm.module, f"{method}_solve_sens"), (), sens_args),
-            _run(getattr(module, f"ptr_{method}_solve_sens"), lead, sens_args)]
-    for status, copies in runs:
-        assert status == Status.SUCCESS
-        assert np.array_equal(copies[-3], runs[0][1][-3])  # z: the same bits
-        assert np.array_equal(copies[-1], runs[0][1][-1])  # info: the same steps
+    _assert_same_bits(_identity_runs(method, model_tier=True))
 
 
 @pytest.mark.slow  # compiles the model's own directional kernels
