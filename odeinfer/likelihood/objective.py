@@ -183,6 +183,11 @@ class _Run:
         return X, dX
 
 
+def _chain(hx, dX, hp, dp, hq, dq):
+    """``dh/dtheta`` per measurement: through the states, the right-hand side's and the observable parameters."""
+    return np.einsum("rs,rse->re", hx, dX) + hp @ dp + hq @ dq
+
+
 def _runs(obj, problem):
     """One run per experiment; experiments whose trajectories are the same (same start, right-hand side
     parameters, initial states, doses, inputs, pre-equilibration: e.g. a PEtab condition split by its
@@ -298,7 +303,7 @@ class Objective:
                 terms, dh, ds, fh, fs = nll_terms(zy, jac_term, h, s, dist, scale)
                 nll += float(terms.sum())
                 if grad:
-                    Dh = np.einsum("rs,rse->re", hx, dXr) + hp @ dp + hq @ dq
+                    Dh = _chain(hx, dXr, hp, dp, hq, dq)
                     Ds = sp_ @ dp + sq @ dq + sh[:, None] * Dh
                     g += dh @ Dh + ds @ Ds
                     F += (Dh * fh[:, None]).T @ Dh + (Ds * fs[:, None]).T @ Ds
@@ -362,7 +367,7 @@ class Objective:
         q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
         for k, rows, tr, idx, *_ in run.groups:
             h, hx, hp, hq = self.obsf.h(k, tr, X[idx], p, q)
-            Dh = np.einsum("rs,rse->re", hx, dX[idx]) + hp @ dp + hq @ dq if grad else None
+            Dh = _chain(hx, dX[idx], hp, dp, hq, dq) if grad else None
             yield k, rows, tr, h, Dh
 
 
