@@ -102,28 +102,62 @@ def model_handle(compiled, full: bool = False) -> tuple:
     with _LOCK:
         hit = _HANDLES.get(key)
         if hit is None:
-            from odeinfer.model.cache import build_module
-            from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES, RODAS_CFUNC_FILES
+            from odeinfer.model.native import NotLowerable, compile_callbacks
 
-            title = f"model {model.name} C callbacks"
+            source, kernels = callback_spec(model, key[1])
+            try:
+                addr = compile_callbacks(source, kernels, f"model {model.name} C callbacks")
+            except NotLowerable:
+                addr = numba_callbacks(model, key[1])
             if model.delays:
-                from odeinfer.model.codegen_dde import dde_model_source
-
-                mod = build_module(dde_model_source(model), title=title, kernel_files=DDE_MODEL_CFUNC_FILES)
                 hit = (model.n_states, model.n_params, model.n_delays, np.array(model.delay_indices, dtype=np.int64),
-                       mod.model_f_c.address, mod.model_jac_y_c.address, mod.model_jac_ylag_c.address,
-                       mod.model_jac_p_c.address)
+                       *(addr[k] for k in ("model_f_c", "model_jac_y_c", "model_jac_ylag_c", "model_jac_p_c")))
             else:
-                from odeinfer.model.codegen import model_source
-
-                files = RODAS_CFUNC_FILES if key[1] else MODEL_CFUNC_FILES
-                mod = build_module(model_source(model.derivatives), title=title, kernel_files=files)
-                extra = ((mod.model_f_t_c.address, mod.model_jac_y_t_c.address, mod.model_jac_p_t_c.address,
-                          mod.model_jac_y_dir_c.address, mod.model_jac_p_dir_c.address) if key[1] else (0,) * 5)
-                hit = (model.n_states, model.n_params, mod.model_f_c.address, mod.model_jac_y_c.address,
-                       mod.model_jac_p_c.address, *extra)
+                extra = tuple(addr[k] for k in _RODAS_CALLBACKS) if key[1] else (0,) * 5
+                hit = (model.n_states, model.n_params, addr["model_f_c"], addr["model_jac_y_c"],
+                       addr["model_jac_p_c"], *extra)
             _HANDLES[key] = hit
         return hit
+
+
+_RODAS_CALLBACKS = ("model_f_t_c", "model_jac_y_t_c", "model_jac_p_t_c", "model_jac_y_dir_c", "model_jac_p_dir_c")
+
+
+def callback_spec(model, full: bool):
+    """The generated source of ``model``'s kernels and its C callbacks ``{callback: (function,
+    [(argument, shape)])}``, with the argument layouts of ``cfuncs.py``, ``cfuncs_rodas.py``
+    (``full``) and ``dde_cfuncs.py``."""
+    n, m = model.n_states, model.n_params
+    if model.delays:
+        from odeinfer.model.codegen_dde import dde_model_source
+
+        nd = model.n_delays
+        outs = {"model_f": (n,), "model_jac_y": (n, n), "model_jac_ylag": (nd, n, n), "model_jac_p": (n, m)}
+        return dde_model_source(model), {
+            f"{k}_c": (k, [("t", None), ("y", (n,)), ("ylag", (n, nd)), ("p", (m,)), ("out", shape)])
+            for k, shape in outs.items()}
+    from odeinfer.model.codegen import model_source
+
+    outs = {"model_f": (n,), "model_jac_y": (n, n), "model_jac_p": (n, m)}
+    if full:
+        outs.update({"model_f_t": (n,), "model_jac_y_t": (n, n), "model_jac_p_t": (n, m),
+                     "model_jac_y_dir": (n, n), "model_jac_p_dir": (n, m)})
+    base = [("t", None), ("y", (n,)), ("p", (m,))]
+    return model_source(model.derivatives), {
+        f"{k}_c": (k, base + ([("v", (n,))] if k.endswith("_dir") else []) + [("out", shape)])
+        for k, shape in outs.items()}
+
+
+def numba_callbacks(model, full: bool) -> dict:
+    """``{callback: address}`` of ``callback_spec``'s callbacks compiled by numba (``cfuncs*.py``):
+    the path for sources outside :mod:`odeinfer.model.native`'s subset, and its test oracle."""
+    from odeinfer.model.cache import build_module
+    from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES, RODAS_CFUNC_FILES
+
+    source, kernels = callback_spec(model, full)
+    files = DDE_MODEL_CFUNC_FILES if model.delays else RODAS_CFUNC_FILES if full else MODEL_CFUNC_FILES
+    mod = build_module(source, title=f"model {model.name} C callbacks", kernel_files=files)
+    return {k: getattr(mod, k).address for k in kernels}
 
 
 class TieredKernel:
