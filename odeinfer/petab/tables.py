@@ -129,6 +129,31 @@ class PetabProblem:
         names = self.problem.estimated
         return to_scale([self.nominal[n] for n in names], [self.parameters[n].scale for n in names])
 
+    def sample_starts(self, n, *, rng=0) -> np.ndarray:
+        """``n`` starts for a multistart fit: natural values of the estimated parameters, one row per
+        start (``problem.estimated``'s order), uniform within the bounds on the parameters' scales
+        (PEtab's default ``parameterScaleUniform``; a scrambled Sobol sequence seeded by ``rng``).
+        Pass them as ``oi.Embedding(starts=n).fit(pp.problem, start=...)``.
+
+        Raises
+        ------
+        InputError
+            ``n`` is not an int >= 1.
+        """
+        from odeinfer.errors import InputError
+        from odeinfer.inference.multistart import sample_starts
+        from odeinfer.likelihood.parameters import from_scale, to_scale
+
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise InputError(f"n: expected an int >= 1 (the number of starts), got {n!r}")
+        names = self.problem.estimated
+        scales = [self.parameters[k].scale for k in names]
+        lo = to_scale([self.parameters[k].lower for k in names], scales)
+        hi = to_scale([self.parameters[k].upper for k in names], scales)
+        u = sample_starts(lo, hi, int(n), rng=rng)
+        x = np.array([from_scale(row, scales) for row in u])
+        return np.clip(x, [self.parameters[k].lower for k in names], [self.parameters[k].upper for k in names])
+
     def objective(self, solver=None):
         """An :class:`~odeinfer.Objective` of the problem (``solver``: as there)."""
         from odeinfer.likelihood import Objective
