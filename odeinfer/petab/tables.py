@@ -44,9 +44,12 @@ pre-equilibration
 parameter table
     ``parameterScale`` (lin, log, log10), ``lowerBound`` / ``upperBound`` (natural units),
     ``nominalValue`` and ``estimate`` (0 or 1) give :class:`~odeinfer.Param` s. SBML parameters
-    that are not in the table and not overridden in every experiment are held at their SBML
-    value. Prior columns (``priorType``, ``objectivePriorType``, ``initializationPriorType``
-    and their parameters) are ignored: the problem is a likelihood.
+    value. ``objectivePriorType`` / ``initializationPriorType`` and their parameters (PEtab v1
+    priors of estimated parameters, :mod:`odeinfer.petab.priors`) become
+    :attr:`PetabProblem.objective_priors` / :attr:`PetabProblem.initialization_priors`: the
+    problem stays a likelihood; ``objective(priors=True)`` adds them, :meth:`PetabProblem.bayes_priors`
+    gives them to the Bayesian stage and :meth:`PetabProblem.sample_starts` draws starts from the
+    initialization priors. The legacy ``priorType`` columns are ignored.
 
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
 format version 2, more than one SBML file or problem, mapping files, steady-state measurements
@@ -62,10 +65,11 @@ lines, columns and ids, never other text of the files.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
@@ -99,12 +103,19 @@ class PetabProblem:
         The imported SBML model (before its observables were added).
     nominal : dict of str to float
         The nominal value (natural units) of every parameter of the problem.
+    objective_priors, initialization_priors : dict of str to Prior
+        The priors of the parameter table's ``objectivePrior*`` / ``initializationPrior*``
+        columns, by estimated parameter (:class:`odeinfer.petab.priors.Prior`; none where the
+        columns are empty): the first enter :meth:`objective` ``(priors=True)`` and
+        :meth:`bayes_priors`, the second :meth:`sample_starts`.
     """
 
     name: str
     problem: object
     sbml: object
     nominal: dict
+    objective_priors: dict = field(default_factory=dict)
+    initialization_priors: dict = field(default_factory=dict)
 
     @property
     def model(self):
@@ -131,9 +142,10 @@ class PetabProblem:
 
     def sample_starts(self, n, *, rng=0) -> np.ndarray:
         """``n`` starts for a multistart fit: natural values of the estimated parameters, one row per
-        start (``problem.estimated``'s order), uniform within the bounds on the parameters' scales
-        (PEtab's default ``parameterScaleUniform``; a scrambled Sobol sequence seeded by ``rng``).
-        Pass them as ``oi.Embedding(starts=n).fit(pp.problem, start=...)``.
+        start (``problem.estimated``'s order): drawn from the parameter's initialization prior where
+        the table gives one, else uniform within the bounds on the parameter's scale (PEtab's default
+        ``parameterScaleUniform``; a scrambled Sobol sequence); all clipped to the bounds and seeded
+        by ``rng``. Pass them as ``oi.Embedding(starts=n).fit(pp.problem, start=...)``.
 
         Raises
         ------
@@ -152,16 +164,42 @@ class PetabProblem:
         hi = to_scale([self.parameters[k].upper for k in names], scales)
         u = sample_starts(lo, hi, int(n), rng=rng)
         x = np.array([from_scale(row, scales) for row in u])
+        gen = np.random.default_rng(rng)
+        for k, name in enumerate(names):
+            if name in self.initialization_priors:
+                x[:, k] = self.initialization_priors[name].draw(int(n), gen)
         return np.clip(x, [self.parameters[k].lower for k in names], [self.parameters[k].upper for k in names])
 
-    def objective(self, solver=None):
-        """An :class:`~odeinfer.Objective` of the problem (``solver``: as there)."""
+    def bayes_priors(self) -> dict:
+        """The objective priors as ``{name: callable(variable name) -> RV}`` for
+        :func:`odeinfer.bayes.build_problem_model` ``priors=``: each parameter on its estimation
+        scale, uniform within its bounds there (PyMC's bounded transform) times the prior's density
+        (a ``pm.Potential`` named ``"prior_<variable>"``), i.e. the prior truncated to the bounds."""
+        out = {}
+        for name, prior in self.objective_priors.items():
+            p = self.parameters[name]
+            out[name] = functools.partial(_bayes_prior, prior=prior, bounds=(p.lower, p.upper))
+        return out
+
+    def objective(self, solver=None, *, priors=False):
+        """An :class:`~odeinfer.Objective` of the problem (``solver``: as there); ``priors=True``
+        adds the objective priors of the parameter table (:class:`~odeinfer.petab.priors.PriorObjective`)."""
         from odeinfer.likelihood import Objective
 
+        if not isinstance(priors, bool):
+            from odeinfer.errors import InputError
+
+            raise InputError(f"priors: expected True (add the parameter table's objective priors) or False, got "
+                             f"{priors!r}")
+        if priors and self.objective_priors:
+            from odeinfer.petab.priors import PriorObjective
+
+            return PriorObjective(self.problem, self.objective_priors, solver=solver)
         return Objective(self.problem, solver=solver)
 
-    def nll_nominal(self, solver=None) -> float:
-        """The negative log-likelihood at the nominal parameters (PEtab's, all constants kept).
+    def nll_nominal(self, solver=None, *, priors=False) -> float:
+        """The negative log-likelihood at the nominal parameters (PEtab's, all constants kept; with
+        ``priors=True`` plus the objective priors' negative log densities).
 
         Raises
         ------
@@ -170,7 +208,7 @@ class PetabProblem:
         """
         from odeinfer.errors import SolverError
 
-        ev = self.objective(solver)(self.u_nominal, grad=False)
+        ev = self.objective(solver, priors=priors)(self.u_nominal, grad=False)
         if not ev.ok:
             raise SolverError(f"PEtab problem {self.name!r} at its nominal parameters: {ev.failure}")
         return float(ev.nll)
@@ -179,6 +217,18 @@ class PetabProblem:
         p = self.problem
         return (f"PetabProblem({self.name!r}: {p.model.n_states} states, {len(p.estimated)} estimated parameters, "
                 f"{len(p.experiments)} experiments, {sum(pl.t_rows.size for pl in p.plans)} measurements)")
+
+
+def _bayes_prior(var, *, prior, bounds):
+    """The PyMC variable ``var`` of one parameter on its scale: uniform in its bounds times ``prior``."""
+    import pymc as pm
+
+    from odeinfer.likelihood.parameters import to_scale
+
+    lo, hi = to_scale(list(bounds), [prior.scale, prior.scale])
+    rv = pm.Uniform(var, lower=lo, upper=hi) if math.isfinite(lo) and math.isfinite(hi) else pm.Flat(var)
+    pm.Potential(f"prior_{var}", -prior.tensor_nll(rv))
+    return rv
 
 
 def load(yaml_path, *, root=None) -> PetabProblem:
@@ -413,14 +463,16 @@ class _Loader:
         parameters = self.problem_parameters(probe.names, model, conditions, groups)
         problem = FitProblem(model, experiments, parameters, x0=x0)
         nominal = {n: p.value for n, p in problem.params.items()}
-        return PetabProblem(self.yaml.stem, problem, self.sbml, nominal)
+        return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
+                            self.initialization_priors)
 
     # -- parameter table ------------------------------------------------------------------------
     def parameter_table(self, table):
         from odeinfer.errors import InputError
         from odeinfer.likelihood import Param
+        from odeinfer.petab.priors import read_prior
 
-        out = {}
+        out, self.objective_priors, self.initialization_priors = {}, {}, {}
         for r in table.rows:
             pid, where = r["parameterId"], r["_where"]
             if not _IDENT.match(pid):
@@ -447,6 +499,12 @@ class _Loader:
                     values["nominalValue"], estimate=False)
             except InputError as exc:
                 raise PetabError(f"{where}: parameter {pid!r} is invalid: {exc}") from None
+            if est:  # a fixed parameter's priors do not enter
+                for column, priors in (("objectivePrior", self.objective_priors),
+                                       ("initializationPrior", self.initialization_priors)):
+                    prior = read_prior(r, column, pid, scale, lo, hi, self.fail)
+                    if prior is not None:
+                        priors[pid] = prior
         return out
 
     # -- observable table -----------------------------------------------------------------------
