@@ -57,10 +57,12 @@ def _report(args) -> int:
 def _fit(args) -> int:
     """Fit a PEtab v1 problem (its YAML file; every file it names must lie in the YAML's folder) by
     maximum likelihood from several starts (Embedding: trust region with the exact gradient and the
-    Fisher information; starts uniform within the bounds on the parameters' scales) and write an
-    HTML report of the best fit: observables with the data, estimates, the table of all starts and
-    the negative log-likelihood (PEtab's, all constants kept)."""
+    Fisher information; starts from the parameter table's initialization priors, else uniform within
+    the bounds on the parameters' scales) and write an HTML report of the best fit: observables with
+    the data, estimates, the table of all starts and the negative log-likelihood (PEtab's, all
+    constants kept)."""
     import odeinfer as oi
+    from odeinfer._lazy import pandas as pd
     from odeinfer.errors import SolverError
     from odeinfer.estimators.base import IdentifiabilityWarning
 
@@ -85,12 +87,11 @@ def _fit(args) -> int:
     ok = sum(s == "converged" for s in fit.extras["starts"]["status"])
     say(f"best NLL {fit.nll:.6f} ({fit.status}); {ok}/{args.starts} starts converged, "
         f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best; NLL at the nominal parameters {nominal}")
-    from odeinfer._lazy import pandas as pd
-
     table = pd.DataFrame(fit.extras["starts"]).sort_values("nll", na_position="last")
     table.attrs["title"] = "All starts (sorted by NLL; parameters in natural units at each local optimum)"
     notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. Maximum-likelihood fit by Embedding from "
-             f"{args.starts} start(s) (seed {args.seed}), uniform within the bounds on the parameters' scales. "
+             f"{args.starts} start(s) (seed {args.seed}), drawn from the initialization priors of the parameter "
+             "table where given, else uniform within the bounds on the parameters' scales. "
              f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f} "
              f"(status {fit.status}); {ok} of {args.starts} starts converged, {fit.extras['n_within_0.1_of_best']} "
              f"within 0.1 of the best. NLL at the nominal parameters of the parameter table: {nominal}.")
