@@ -37,6 +37,10 @@ condition table
     the SBML initial value, or after a pre-equilibration the pre-equilibrated value). An initial
     value that uses a parameter the condition overrides is evaluated with the override (as PEtab
     evaluates initial assignments with the condition's values).
+SBML events
+    The events :func:`~odeinfer.petab.sbml.load_sbml` reads as doses become the
+    :class:`~odeinfer.Dose` s of every experiment up to its last measurement (later ones change
+    no measurement), their amounts evaluated under the simulation condition's overrides.
 pre-equilibration
     ``Condition(..., preequilibrate=Condition(params=..., x0=...))``: the model runs to steady
     state under the pre-equilibration condition; the species the simulation condition sets
@@ -44,6 +48,7 @@ pre-equilibration
 parameter table
     ``parameterScale`` (lin, log, log10), ``lowerBound`` / ``upperBound`` (natural units),
     ``nominalValue`` and ``estimate`` (0 or 1) give :class:`~odeinfer.Param` s. SBML parameters
+    that are not in the table and not overridden in every experiment are held at their SBML
     value. ``objectivePriorType`` / ``initializationPriorType`` and their parameters (PEtab v1
     priors of estimated parameters, :mod:`odeinfer.petab.priors`) become
     :attr:`PetabProblem.objective_priors` / :attr:`PetabProblem.initialization_priors`: the
@@ -447,14 +452,15 @@ class _Loader:
             for o in obs_order:
                 if o not in measured:
                     params.update({q: _DUMMY for q in counts[o][2]})
+            t_end = max(r["time"] for r in rows)
             if pre:
                 p_sim, x_sim = self.condition(conditions[sim], initial=False)
                 p_pre, x_pre = self.condition(conditions[pre], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0,
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end),
                                  preequilibrate=Condition(params=p_pre, x0=x_pre))
             else:
                 p_sim, x_sim = self.condition(conditions[sim], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0)
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end))
             datas.append(_data(rows, [o for o in obs_order if o in measured], name, Data))
             names.append(name)
             conds[name] = cond
@@ -644,13 +650,34 @@ class _Loader:
 
         params, x0 = dict(entry[0]), dict(entry[1])
         if initial:
-            subs = {self.symbols[p]: (sp.Symbol(v, real=True) if isinstance(v, str) else sp.Float(v, 17))
-                    for p, v in params.items()}
+            subs = self.overrides(params)
             for s, e in self.sbml.x0.items():
                 if s not in x0 and e.free_symbols & set(subs):
                     e = e.xreplace(subs)
                     x0[s] = float(e) if e.is_number else format_expr(e)
         return params, x0
+
+    def overrides(self, params):
+        """``{SBML parameter symbol: value}`` of a condition's parameter overrides (numbers or ids)."""
+        return {self.symbols[p]: (sp.Symbol(v, real=True) if isinstance(v, str) else sp.Float(v, 17))
+                for p, v in params.items()}
+
+    def doses(self, params, t_end):
+        """The SBML events as Doses up to ``t_end`` (later ones change no measurement), their amounts
+        evaluated under a condition's parameter overrides ``params``."""
+        from odeinfer.data import Dose
+        from odeinfer.model.equations import format_expr, parse_expression
+
+        subs, out = self.overrides(params), []
+        for d in self.sbml.doses:
+            if d.time > t_end:
+                continue
+            amount = d.amount
+            if isinstance(amount, str) and subs:
+                e = parse_expression(amount, self.symbols, f"the amount of a dose of {d.state!r}").xreplace(subs)
+                amount = float(e) if e.is_number else format_expr(e)
+            out.append(Dose(d.time, d.state, amount))
+        return tuple(out)
 
     # -- measurement table ----------------------------------------------------------------------
     def measurement_table(self, table, conditions, counts):
