@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 
 __all__ = ["main"]
 
@@ -53,6 +54,61 @@ def _report(args) -> int:
     return 0
 
 
+def _fit(args) -> int:
+    """Fit a PEtab v1 problem (its YAML file; every file it names must lie in the YAML's folder) by
+    maximum likelihood from several starts (Embedding: trust region with the exact gradient and the
+    Fisher information; starts from the parameter table's initialization priors, else uniform within
+    the bounds on the parameters' scales) and write an HTML report of the best fit: observables with
+    the data, estimates, the table of all starts and the negative log-likelihood (PEtab's, all
+    constants kept)."""
+    import odeinfer as oi
+    from odeinfer._lazy import pandas as pd
+    from odeinfer.errors import SolverError
+    from odeinfer.estimators.base import IdentifiabilityWarning
+
+    _check_out(args)
+    _check_count("--starts", args.starts, "the number of starts", lowest=1)
+    _check_count("--jobs", args.jobs, "worker processes (-1: all cores)", lowest=-1, zero=False)
+    say = _printer(args)
+    t0 = time.perf_counter()
+    pp = oi.petab.load(args.problem)
+    say(f"{args.problem}: {pp!r}")
+    starts = pp.sample_starts(args.starts, rng=args.seed)
+    say(f"fitting from {args.starts} start(s) with {args.jobs} process(es) ...")
+    with warnings.catch_warnings():  # the fit's warnings are in the report and printed below
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        fit = oi.Embedding(starts=args.starts, n_jobs=args.jobs, rng=args.seed).fit(pp.problem, start=starts)
+    for w in fit.warnings:
+        say(f"warning: {w}")
+    try:
+        nominal = f"{pp.nll_nominal():.6f}"
+    except SolverError as exc:
+        nominal = f"not computable ({exc})"
+    ok = sum(s == "converged" for s in fit.extras["starts"]["status"])
+    say(f"best NLL {fit.nll:.6f} ({fit.status}); {ok}/{args.starts} starts converged, "
+        f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best; NLL at the nominal parameters {nominal}")
+    table = pd.DataFrame(fit.extras["starts"]).sort_values("nll", na_position="last")
+    table.attrs["title"] = "All starts (sorted by NLL; parameters in natural units at each local optimum)"
+    notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. Maximum-likelihood fit by Embedding from "
+             f"{args.starts} start(s) (seed {args.seed}), drawn from the initialization priors of the parameter "
+             "table where given, else uniform within the bounds on the parameters' scales. "
+             f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f} "
+             f"(status {fit.status}); {ok} of {args.starts} starts converged, {fit.extras['n_within_0.1_of_best']} "
+             f"within 0.1 of the best. NLL at the nominal parameters of the parameter table: {nominal}.")
+    oi.report.export_html([notes, fit, table], args.out, title=f"odeinfer fit: PEtab problem {pp.name}")
+    say(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _check_count(flag, value, what, *, lowest, zero=True):
+    """Refuse an integer option below ``lowest`` (or 0 when ``zero`` is False) before any work."""
+    from odeinfer.errors import InputError
+
+    if value < lowest or (value == 0 and not zero):
+        allowed = f"an integer >= {lowest}" + ("" if zero else ", not 0")
+        raise InputError(f"{flag}: expected {allowed} ({what}), got {value}; pass e.g. {flag} {max(lowest, 1)}")
+
+
 def _check_out(args):
     """Refuse an unusable report path (missing or read-only directory, a directory) before any work."""
     from odeinfer._io import check_target
@@ -92,6 +148,15 @@ def main(argv=None) -> int:
     report.add_argument("-o", "--out", default="odeinfer-report.html", help="report path (default: %(default)s)")
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     report.set_defaults(func=_report)
+    fit = sub.add_parser("fit", help="fit a PEtab problem from several starts and write an HTML report",
+                         description=_fit.__doc__)
+    fit.add_argument("problem", help="the PEtab v1 YAML file")
+    fit.add_argument("-o", "--out", default="odeinfer-fit.html", help="report path (default: %(default)s)")
+    fit.add_argument("--starts", type=int, default=20, help="number of starts (default: %(default)s)")
+    fit.add_argument("--jobs", type=int, default=1, help="worker processes, -1 for all cores (default: %(default)s)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the starts (default: %(default)s)")
+    fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    fit.set_defaults(func=_fit)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

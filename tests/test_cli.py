@@ -1,8 +1,11 @@
 """The odeinfer command line: demo, report, help, errors."""
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +156,57 @@ def test_pipeline_notes_report_fit_times_without_compilation(monkeypatch):
     assert oc.startswith("OrthogonalConditions: converged; k1 = ") and not re.search(r"\d s\b", oc)
     assert nuts.startswith("NUTS: sampled in 1.2 s (without compilation); diagnostics "), nuts
     assert "31.5" not in nuts and res.timings["OrthogonalConditions"] > 0
+
+
+PETAB = Path(__file__).parent / "data" / "petab"
+BOEHM = PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml"
+BOEHM_NOMINAL_NLL = 138.222  # AMICI's benchmark log-likelihood -138.222 (tests/test_petab.py)
+
+
+def test_fit_command_writes_a_report_of_a_petab_multistart(tmp_path, capsys):
+    out = tmp_path / "boehm.html"
+    assert main(["fit", str(BOEHM), "-o", str(out), "--starts", "2", "--seed", "0"]) == 0
+    text = capsys.readouterr().out
+    line = next(s for s in text.splitlines() if s.startswith("best NLL"))
+    best = float(line.split()[2])
+    assert best <= BOEHM_NOMINAL_NLL + 0.01  # one of the two seeded starts reaches the published optimum
+    html = out.read_text()
+    assert f"{best:.6f}" in html and "negative log-likelihood" in html
+    for name in ("Epo_degradation_BaF3", "k_exp_hetero", "k_phos", "sd_pSTAT5A_rel"):  # estimated parameters
+        assert name in html
+    assert "All starts" in html and "data and fitted observables" in html and "Boehm_JProteomeRes2014.yaml" in html
+    assert "<script" not in html
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--starts", "0"], r"--starts: expected an integer >= 1 \(the number of starts\), got 0"),
+    (["--jobs", "0"], r"--jobs: expected an integer >= -1, not 0 .* got 0"),
+    (["--jobs", "-2"], r"--jobs: expected an integer >= -1, not 0 .* got -2"),
+])
+def test_fit_command_refuses_bad_counts_before_any_work(tmp_path, capsys, argv, message):
+    out = tmp_path / "r.html"
+    assert main(["fit", str(tmp_path / "missing.yaml"), "-o", str(out), *argv]) == 1
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+def test_fit_command_refuses_a_missing_yaml_and_an_unwritable_output(tmp_path, capsys):
+    assert main(["fit", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "r.html")]) == 1
+    assert re.search(r"yaml_path: cannot open '.*missing.yaml' .*; pass an existing PEtab YAML file",
+                     capsys.readouterr().err)
+    # the output is checked first: a missing directory is reported before the YAML is read
+    assert main(["fit", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "no" / "r.html")]) == 1
+    assert re.search(r"-o/--out: the directory '.*no' of '.*r.html' does not exist", capsys.readouterr().err)
+    assert main(["fit", str(BOEHM), "-o", str(tmp_path)]) == 1
+    assert re.search(r"-o/--out: '.*' is a directory; give a file name", capsys.readouterr().err)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running with permissions that ignore the read-only bit")
+        assert main(["fit", str(BOEHM), "-o", str(ro / "r.html")]) == 1
+        assert re.search(r"-o/--out: no permission to write in the directory '.*ro'", capsys.readouterr().err)
+    finally:
+        ro.chmod(0o755)

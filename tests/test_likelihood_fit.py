@@ -243,3 +243,24 @@ def test_report_of_a_likelihood_fit_shows_its_observables(tmp_path):
     html = out.read_text()
     assert "data and fitted observables of Embedding (chain)" in html
     assert "class='unavailable'" not in html and "data and fitted trajectories" not in html
+
+
+def test_a_start_matrix_gives_one_local_fit_per_row(monkeypatch):
+    import odeinfer.estimators._likelihood_fit as lf
+
+    prob = problem(two_conditions(np.random.default_rng(5)))
+    rows = [[1.0, 2.0, 0.1, 0.3, 0.5], [0.5, 3.0, 0.2, 0.2, 0.7]]  # k1, s, sd, k2_A, k2_B (problem.estimated)
+    assert list(prob.estimated) == ["k1", "s", "sd", "k2_A", "k2_B"]
+    seen, local = [], lf._local
+    monkeypatch.setattr(lf, "_local", lambda obj, u0, max_iter: (seen.append(np.array(u0)), local(obj, u0, 5))[1])
+    fit = oi.Embedding(starts=3).fit(prob, start=np.array(rows))
+    assert len(seen) == 3 and fit.extras["n_starts"] == 3
+    np.testing.assert_allclose(seen[0], np.log10(rows[0]), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(seen[1], np.log10(rows[1]), rtol=0, atol=1e-15)
+    assert not np.allclose(seen[2], np.log10(rows[0]))  # the third start is sampled within the bounds
+    with pytest.raises(InputError, match=r"start\[1\]\['k1'\]: -1.0 lies outside its bounds|start\[1\]\['k1'\]: k1 is "):
+        oi.Embedding(starts=2).fit(prob, start=[rows[0], [-1.0, 3.0, 0.2, 0.2, 0.7]])
+    with pytest.raises(InputError, match=r"start: expected rows of 5 values .* got an array of shape \(2, 2\)"):
+        oi.Embedding(starts=2).fit(prob, start=[[1.0, 2.0], [1.0, 2.0]])
+    with pytest.raises(InputError, match=r"start: every row of a start matrix needs a finite value"):
+        oi.Embedding(starts=2).fit(prob, start=[rows[0], [math.nan, 3.0, 0.2, 0.2, 0.7]])

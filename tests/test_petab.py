@@ -437,3 +437,67 @@ def test_species_set_by_the_simulation_condition_override_the_preequilibrium(tmp
     assert cond.preequilibrate.x0 == {"K27me0K36me0": 0.5}
     plan = pp.problem.plans[0]
     assert plan.keep_x0.tolist() == [s == "K27me0K36me0" for s in pp.model.states]
+
+
+# -- SBML events as doses ---------------------------------------------------------------------------
+def _dosed_problem(tmp_path):
+    """A -> (degradation k), doses amt at t = 2 and 3 at t = 5 (SBML events); A measured at 1, 3, 6."""
+    import libsbml
+
+    def ml(formula):
+        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+
+    def ev(eid, t, amount):
+        return (f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="false" persistent="true">'
+                f'{ml(f"time >= {t}")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
+                f'{ml(f"A + {amount}")}</eventAssignment></listOfEventAssignments></event>')
+
+    sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
+            'level="3" version="2"><model id="dosed"><listOfCompartments><compartment id="C" spatialDimensions="3" '
+            'size="1" constant="true"/></listOfCompartments><listOfSpecies><species id="A" compartment="C" '
+            'initialConcentration="1.5" hasOnlySubstanceUnits="false" boundaryCondition="false" constant="false"/>'
+            '</listOfSpecies><listOfParameters><parameter id="k" value="0.4" constant="true"/><parameter id="amt" '
+            'value="4" constant="true"/></listOfParameters><listOfReactions><reaction id="deg" reversible="false">'
+            f'<listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>'
+            f'<kineticLaw>{ml("k * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
+            f'{ev("dose1", 2, "amt")}{ev("dose2", 5, 3)}</listOfEvents></model></sbml>\n')
+    folder = tmp_path / "dosed"
+    folder.mkdir()
+    (folder / "model.xml").write_text(sbml)
+    (folder / "conditions.tsv").write_text("conditionId\tamt\nc1\t\nc2\t1\n")
+    (folder / "observables.tsv").write_text("observableId\tobservableFormula\tnoiseFormula\nobs_A\tA\t0.1\n")
+    data = [("c1", 1.0, 1.1), ("c1", 3.0, 4.2), ("c1", 6.0, 4.4), ("c2", 1.0, 1.0), ("c2", 3.0, 1.3),
+            ("c2", 4.0, 0.9)]
+    (folder / "measurements.tsv").write_text("observableId\tsimulationConditionId\tmeasurement\ttime\n" + "".join(
+        f"obs_A\t{c}\t{y}\t{t}\n" for c, t, y in data))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.001\t10\t0.4\t1\namt\tlin\t0\t10\t4\t1\n")
+    (folder / "dosed.yaml").write_text(
+        "format_version: 1\nparameter_file: parameters.tsv\nproblems:\n- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n  observable_files: [observables.tsv]\n  sbml_files: [model.xml]\n")
+    return load(folder / "dosed.yaml"), data
+
+
+def test_sbml_events_are_doses_of_every_experiment(tmp_path):
+    pp, data = _dosed_problem(tmp_path)
+    doses = {n: pp.experiments.condition(n).doses for n in ("c1", "c2")}
+    assert [(d.time, d.state, d.amount) for d in doses["c1"]] == [(2.0, "A", "amt"), (5.0, "A", 3.0)]
+    # c2 ends at t = 4 (the dose at 5 changes nothing measured) and sets amt = 1 in the dose's amount
+    assert [(d.time, d.state, d.amount) for d in doses["c2"]] == [(2.0, "A", 1.0)]
+
+    def a_of(t, k, amt):  # the closed form: decay from 1.5 with boluses amt at 2 and 3 at 5
+        return 1.5 * math.exp(-k * t) + (t >= 2) * amt * math.exp(-k * (t - 2)) + (t >= 5) * 3 * math.exp(-k * (t - 5))
+
+    def nll(k, amt):
+        return sum(0.5 * math.log(2 * math.pi * 0.1**2) + 0.5 * ((y - a_of(t, k, amt if c == "c1" else 1.0)) / 0.1)**2
+                   for c, t, y in data)
+
+    obj = pp.objective(tight())
+    u = np.array([math.log10(0.4), 4.0])
+    assert list(pp.problem.estimated) == ["k", "amt"]
+    ev = obj(u)
+    assert ev.nll == pytest.approx(nll(0.4, 4.0), rel=1e-8)
+    h = 1e-6
+    fd = [(nll(10 ** (u[0] + h), 4.0) - nll(10 ** (u[0] - h), 4.0)) / (2 * h), (nll(0.4, 4.0 + h) - nll(0.4, 4.0 - h)) / (2 * h)]
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-5)

@@ -475,7 +475,9 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
     ev = ('<listOfEvents><event id="dose" useValuesFromTriggerTime="true"><trigger initialValue="true" '
           f'persistent="true">{mathml("time > 1")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
           f'{mathml("2")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
-    assert_refused(tmp_path, r"SBML model 'm': it has events \['dose'\]; events are not supported", extra=ev)
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': event 'dose' sets 'A' to a value that is not A \+ an "
+                             r"amount of parameters \(a reset or a state-dependent change\); events are supported as "
+                             r"doses only", extra=ev)
     assert_refused(tmp_path, r"algebraic rule \('alg'\).*not supported",
             rules=[f'<algebraicRule id="alg">{mathml("A - k")}</algebraicRule>'])
     assert_refused(tmp_path, r"the kinetic law of reaction 'r1': the delay csymbol .* is not supported",
@@ -697,3 +699,54 @@ def test_level1_and_errors_are_typed(tmp_path):
     assert issubclass(SBMLError, ModelDefinitionError)
     assert "SBMLError" in __import__("odeinfer.errors").errors.__all__
     assert os.fspath(PETAB)  # the data folder ships with the tests
+
+
+# -- events as doses ---------------------------------------------------------------------------------
+def event(eid, trigger, assignments, extra_attrs="", inner=""):
+    """An SBML L3 event: ``assignments`` is [(variable, formula)]."""
+    ea = "".join(f'<eventAssignment variable="{v}">{mathml(f)}</eventAssignment>' for v, f in assignments)
+    return (f'<event id="{eid}" useValuesFromTriggerTime="true"{extra_attrs}><trigger initialValue="false" '
+            f'persistent="true">{mathml(trigger)}</trigger>{inner}<listOfEventAssignments>{ea}'
+            '</listOfEventAssignments></event>')
+
+
+DOSED = {"comps": [comp("C", 2.0)], "species_": [species("A", conc=1.0), species("B", amount=0.5, only_substance=True)],
+         "params": [param("k", 0.3), param("amt", 4.0)],
+         "reactions": [reaction("r1", "k * A * C", [("A", 1)], [("B", 1)])]}
+
+
+def test_time_triggered_additions_are_doses(tmp_path):
+    from odeinfer.data import Dose
+
+    events = [event("first", "time >= 2", [("A", "A + amt / C")]),
+              event("second", "5 < time", [("A", "2.5 + A"), ("B", "B + amt * k")])]
+    sbml = load_text(tmp_path, document(**DOSED, extra=f"<listOfEvents>{''.join(events)}</listOfEvents>"))
+    doses = sbml.doses
+    assert [(d.time, d.state) for d in doses] == [(2.0, "A"), (5.0, "A"), (5.0, "B")]
+    assert all(isinstance(d, Dose) for d in doses)
+    assert doses[1].amount == 2.5
+    # amounts as expressions of the parameters: amt / C = 2 and amt * k = 1.2 at the SBML values
+    from odeinfer.model.equations import parse_expression
+
+    names = {n: sp.Symbol(n, real=True) for n in sbml.values}
+    for d, want in ((doses[0], 2.0), (doses[2], 1.2)):
+        assert number(parse_expression(d.amount, names, "amount"), sbml) == pytest.approx(want, rel=1e-15)
+
+
+@pytest.mark.parametrize("ev, match", [
+    (event("late", "time >= 2", [("A", "A + 1")], inner=f"<delay>{mathml('1')}</delay>"),
+     r"'model.xml': SBML model 'm': event 'late' has a delay; delayed events are not supported"),
+    (event("prio", "time >= 2", [("A", "A + 1")], inner=f"<priority>{mathml('1')}</priority>"),
+     r"event 'prio' has a priority; event priorities are not supported"),
+    (event("thr", "A > 0.5", [("A", "A + 1")]),
+     r"event 'thr' has a trigger that is not of the form 'time >= T'; events are supported as doses only"),
+    (event("zero", "time >= 0", [("A", "A + 1")]), r"the trigger time of event 'zero' is not a positive number"),
+    (event("par", "time >= k", [("A", "A + 1")]), r"the trigger time of event 'par' is not a positive number"),
+    (event("reset", "time >= 2", [("A", "3")]), r"event 'reset' sets 'A' to a value that is not A \+ an amount"),
+    (event("scale", "time >= 2", [("A", "2 * A")]), r"event 'scale' sets 'A' to a value that is not A \+ an amount"),
+    (event("cross", "time >= 2", [("A", "A + B")]), r"event 'cross' sets 'A' to a value that is not A \+ an amount"),
+    (event("knob", "time >= 2", [("k", "k + 1")]), r"event 'knob' assigns 'k', which is no state"),
+])
+def test_other_events_are_refused_naming_the_event_and_the_file(tmp_path, ev, match):
+    with pytest.raises(SBMLError, match=match):
+        load_text(tmp_path, document(**DOSED, extra=f"<listOfEvents>{ev}</listOfEvents>"))

@@ -5,7 +5,8 @@ parameters' estimation scales.
 
 * :func:`build_problem_model` -- a ``pm.Model``: one variable per estimated parameter on its
   scale (named ``"k"`` for linear, ``"log10_k"`` / ``"log_k"`` otherwise; default prior uniform
-  within the bounds on that scale, PEtab's ``parameterScaleUniform``), a deterministic
+  within the bounds on that scale, PEtab's ``parameterScaleUniform``; a PEtab problem's objective
+  priors where its parameter table gives them), a deterministic
   ``"<name>"`` in natural units for the others, and ``pm.Potential("loglik", -nll)``.
 * :func:`sample_problem` -- NUTS started at a likelihood fit (its optimum on the estimation scale,
   the inverse Fisher information as the initial dense mass matrix).
@@ -95,12 +96,24 @@ def NLLOp(objective):
     return _ops()(_Cache(objective))
 
 
+def _unwrap(problem, priors):
+    """``(FitProblem, priors)``: a PetabProblem gives its FitProblem and its objective priors
+    (:meth:`~odeinfer.petab.PetabProblem.bayes_priors`; those in ``priors`` win)."""
+    from odeinfer.petab.tables import PetabProblem
+
+    if isinstance(problem, PetabProblem):
+        return problem.problem, {**problem.bayes_priors(), **dict(priors or {})}
+    return problem, priors
+
+
 def build_problem_model(problem, *, priors=None, solver=None):
     """A ``pm.Model`` of ``problem``'s posterior (see the module docstring).
 
     Parameters
     ----------
-    problem : FitProblem
+    problem : FitProblem or PetabProblem
+        A PetabProblem (:func:`odeinfer.petab.load`) brings the objective priors of its parameter
+        table (the other parameters keep the default).
     priors : dict, optional
         ``{parameter name: callable(name) -> RV}`` on the estimation scale (the callable gets
         the variable's name, e.g. ``lambda name: pm.Normal(name, -2, 1)`` for a log10 parameter).
@@ -113,6 +126,7 @@ def build_problem_model(problem, *, priors=None, solver=None):
 
     from odeinfer.likelihood import FitProblem, Objective
 
+    problem, priors = _unwrap(problem, priors)
     if not isinstance(problem, FitProblem):
         raise InputError(f"problem: expected an oi.FitProblem, got {type(problem).__name__}")
     priors = dict(priors or {})
@@ -190,7 +204,8 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
 
     Parameters
     ----------
-    problem : FitProblem
+    problem : FitProblem or PetabProblem
+        As :func:`build_problem_model`.
     init : Estimate, optional
         A likelihood fit of ``problem``: the chains start near its optimum and the dense mass
         matrix starts from ``(F + P)^-1`` (mapped to PyMC's unconstrained space): ``F`` the Fisher
@@ -215,6 +230,7 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(f"{name}: expected a positive integer, got {value!r}")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    problem, priors = _unwrap(problem, priors)
     pm_model = build_problem_model(problem, priors=priors, solver=solver)
     _, obj, op = pm_model.odeinfer_problem
     seed = None

@@ -26,10 +26,12 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
 
     Parameters
     ----------
-    model : Model or pymc.Model
+    model : Model, pymc.Model, FitProblem or PetabProblem
         An odeinfer model (then ``data`` is required and the PyMC model is made
         by :func:`~odeinfer.bayes.build_model` with ``init`` and ``build_kwargs``), or a
-        PyMC model made by :func:`~odeinfer.bayes.build_model` (possibly extended).
+        PyMC model made by :func:`~odeinfer.bayes.build_model` (possibly extended), or a
+        FitProblem / PetabProblem (:func:`~odeinfer.bayes.sample_problem`; a PetabProblem's
+        objective priors replace the default uniform priors of their parameters).
     data : Data or Experiments, optional
     init : Estimate, optional
         Start every chain at this estimate (jittered) and, with
@@ -101,8 +103,9 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     """
     from odeinfer.bayes.build import build_info, build_model, check_init
     from odeinfer.likelihood import FitProblem
+    from odeinfer.petab.tables import PetabProblem
 
-    if isinstance(model, FitProblem):
+    if isinstance(model, (FitProblem, PetabProblem)):
         from odeinfer.bayes.problem import sample_problem
 
         if data is not None:

@@ -76,16 +76,38 @@ def _start_vector(problem, start):
     return arr
 
 
-def _check_start(problem, x):
+def _start_rows(problem, start):
+    """Natural start values, one row per start: ``start`` as a 2-D array (several complete starts)
+    or as :func:`_start_vector` reads it (one row, NaN where none)."""
+    names = problem.estimated
+    if isinstance(start, (np.ndarray, list, tuple)) and len(start) and not isinstance(start[0], (dict, str)) \
+            and np.ndim(start[0]) == 1:
+        try:
+            arr = np.asarray(start, float)
+        except (TypeError, ValueError):
+            raise InputError(f"start: a list of starts must be rows of {len(names)} numbers each (one per parameter "
+                             f"{list(names)}); got rows of unequal lengths or non-numbers") from None
+        if arr.ndim != 2 or arr.shape[1] != len(names):
+            raise InputError(f"start: expected rows of {len(names)} values for {list(names)}, got an array of shape "
+                             f"{arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise InputError("start: every row of a start matrix needs a finite value for each estimated parameter "
+                             f"{list(names)}; fill the missing values or pass one start with NaN and starts > 1")
+        return arr
+    return _start_vector(problem, start)[None, :]
+
+
+def _check_start(problem, x, row=None):
+    at = "" if row is None else f"[{row}]"
     for n, v in zip(problem.estimated, x):
         p = problem.params[n]
         if not math.isfinite(v):
             continue
         if p.scale != "lin" and v <= 0:
-            raise InputError(f"start[{n!r}]: {n} is estimated on the {p.scale} scale, so its start must be > 0, got "
+            raise InputError(f"start{at}[{n!r}]: {n} is estimated on the {p.scale} scale, so its start must be > 0, got "
                              f"{v!r}; give a positive start or scale='lin'")
         if not p.lower <= v <= p.upper:
-            raise InputError(f"start[{n!r}]: {float(v)!r} lies outside its bounds [{p.lower!r}, {p.upper!r}]; "
+            raise InputError(f"start{at}[{n!r}]: {float(v)!r} lies outside its bounds [{p.lower!r}, {p.upper!r}]; "
                              "move it inside")
 
 
@@ -144,23 +166,26 @@ def fit_likelihood(est, problem, start, t_start):
     if not problem.estimated:
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
     obj = Objective(problem, solver=est.solver)
-    x = _start_vector(problem, start)
-    _check_start(problem, x)
+    X = _start_rows(problem, start)
+    for k, x in enumerate(X):
+        _check_start(problem, x, None if X.shape[0] == 1 else k)
+    x = X[0]
     scales = obj.scales
-    u_user = to_scale(np.where(np.isfinite(x), x, 1.0), scales)
-    u_user[~np.isfinite(x)] = np.nan
-    complete = bool(np.all(np.isfinite(u_user)))
+    U_user = np.array([to_scale(np.where(np.isfinite(x), x, 1.0), scales) for x in X])
+    U_user[~np.isfinite(X)] = np.nan
+    u_user = U_user[0]
+    complete = bool(np.all(np.isfinite(U_user)))
     if est.starts == 1 and not complete:
         missing = [n for n, v in zip(problem.estimated, x) if not math.isfinite(v)]
         raise InputError(f"start: no start value for {missing}; pass start={{name: value}}, give the parameters "
                          "values (oi.Param(value, ...)), or use starts > 1 with finite bounds")
-    n_user = 1 if complete else 0
+    n_user = X.shape[0] if complete else 0
     if est.starts > n_user:
         lo, hi = _box(obj, u_user)
         pts = sample_starts(lo, hi, est.starts - n_user, sampler=est.sampler, rng=est.rng)
     else:
         pts = np.zeros((0, obj.n))
-    U = np.vstack([u_user[None, :]] * n_user + [pts])
+    U = np.vstack([U_user[:n_user], pts])
     if est.n_jobs == 1 or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:

@@ -235,7 +235,9 @@ class Embedding(Estimator):
         start : dict, array-like or Estimate, optional
             Start of the free parameters (required for each unless ``starts > 1`` with finite
             bounds) and optionally of initial states (``"x0[state]"``, ``"x0[state]@exp"``);
-            observed initial states default to their first observation.
+            observed initial states default to their first observation. For a FitProblem,
+            a 2-D array (one row per start, natural units, ``problem.estimated``'s order)
+            gives several starts; ``starts`` beyond its rows are sampled within the bounds.
         fixed : dict, optional
             Parameters held fixed, name -> value.
         x0 : dict, array-like or dict of dicts, optional

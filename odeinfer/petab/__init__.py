@@ -3,7 +3,8 @@ observable, measurement and parameter tables) into a :class:`PetabProblem` holdi
 :class:`~odeinfer.FitProblem`.
 
 :mod:`odeinfer.petab.sbml` turns an SBML file into an odeinfer :class:`~odeinfer.model.Model`
-(:func:`~odeinfer.petab.sbml.load_sbml`); :mod:`odeinfer.petab.tables` maps the PEtab tables.
+(:func:`~odeinfer.petab.sbml.load_sbml`); :mod:`odeinfer.petab.tables` maps the PEtab tables;
+:mod:`odeinfer.petab.priors` holds the parameter table's priors.
 
 >>> import odeinfer as oi
 >>> pp = oi.petab.load("Boehm_JProteomeRes2014.yaml")  # doctest: +SKIP

@@ -38,7 +38,16 @@ math
     operators, the ``time`` csymbol (``t``), ``pi``, ``exponentiale``, ``avogadro``, ``true``,
     ``false`` and numbers (integer, real, e-notation, rational).
 
-Not supported (an :class:`SBMLError` naming the element): events, algebraic rules, fast
+events
+    Doses: an event whose trigger is ``time >= T`` (or ``time > T``) with a number ``T > 0``, with
+    neither delay nor priority, and whose assignments have the form ``s = s + amount`` (``s`` a
+    state, ``amount`` an expression of the parameters) becomes the doses ``(T, s, amount)``
+    (:attr:`SBMLModel.doses`; a species that is a concentration gets the amount in concentration
+    units, as SBML's math reads it). As for :class:`~odeinfer.Dose`, a measurement at exactly
+    ``T`` sees the state before the dose.
+
+Not supported (an :class:`SBMLError` naming the element): other events (delays, priorities,
+triggers other than a time, resets ``s = value``, assignments to parameters), algebraic rules, fast
 reactions, variable stoichiometry (``stoichiometryMath`` or a species reference changed by a
 rule), conversion factors, concentrations in a compartment whose size changes, the ``delay``
 and ``rateOf`` csymbols, ``floor``, ``ceiling``, ``factorial``, ``quotient``, ``rem``,
@@ -58,6 +67,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import os
 import xml.parsers.expat
 from dataclasses import dataclass
 from itertools import pairwise
@@ -102,12 +112,16 @@ class SBMLModel:
     expressions : dict of str to sympy expression
         Assignment-rule targets and constants defined by initial assignments, fully
         substituted: expressions of the states, parameters and ``t`` (observables may name them).
+    doses : tuple of Dose
+        The events as :class:`~odeinfer.Dose` s (see the module's notes), in document order; each
+        amount is a number or an expression of the parameters.
     """
 
     model: Model
     x0: dict
     values: dict
     expressions: dict
+    doses: tuple = ()
 
     def initial_state(self, values=None) -> dict:
         """The initial state as numbers, ``{state: float}``.
@@ -166,7 +180,7 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
     file = _resolve(path, root)
     data = _read(file, path)
     doc = _parse(data, path)
-    return _Import(doc.getModel(), name).build()
+    return _Import(doc.getModel(), name, os.path.basename(os.fspath(path))).build()
 
 
 # -- the file ----------------------------------------------------------------------------------
@@ -511,9 +525,9 @@ class _Substitution:
 
 
 class _Import:
-    def __init__(self, m, name):
+    def __init__(self, m, name, file_name):
         self.m = m
-        self.label = f"SBML model {m.getId()!r}" if m.getId() else "the SBML model"
+        self.label = f"{file_name!r}: " + (f"SBML model {m.getId()!r}" if m.getId() else "the SBML model")
         self.name = name if name is not None else (m.getId() or "sbml")
 
     def fail(self, what, fix):
@@ -585,8 +599,57 @@ class _Import:
             self.only(rhs, allowed, f"the derivative of {s!r}")
             exprs.append(rhs)
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
+        doses = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size)
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
-        return SBMLModel(model, x0, values, expressions)
+        return SBMLModel(model, x0, values, expressions, doses)
+
+    def events(self, conv, dyn, states, psyms, size):
+        """The events as Doses ``(time, state, amount)``, one per assignment ``s = s + amount`` of an
+        event triggered by ``time >= T`` (or ``time > T``) with a number ``T > 0``, no delay and no
+        priority; ``amount`` is an expression of the parameters (sympy)."""
+        from odeinfer.data import Dose
+        from odeinfer.model.equations import format_expr
+
+        out = []
+        for k, e in enumerate(self.m.getListOfEvents()):
+            eid = e.getId() or f"#{k + 1}"
+            where = f"event {eid!r}"
+            if e.isSetDelay():
+                self.fail(f"{where} has a delay; delayed events are not supported",
+                          "events are read as doses at a fixed time: remove the delay and trigger at the dose time")
+            if e.getLevel() >= 3 and e.isSetPriority():
+                self.fail(f"{where} has a priority; event priorities are not supported", "remove the priority")
+            trigger = e.getTrigger()
+            if trigger is None or trigger.getMath() is None:
+                self.fail(f"{where} has no trigger", "give it a trigger 'time >= T'")
+            cond = conv.convert(trigger.getMath(), f"{self.label}: the trigger of {where}")
+            if isinstance(cond, (sp.GreaterThan, sp.StrictGreaterThan)) and cond.lhs == T_SYMBOL:
+                when = dyn.expr(cond.rhs)
+            elif isinstance(cond, (sp.LessThan, sp.StrictLessThan)) and cond.rhs == T_SYMBOL:
+                when = dyn.expr(cond.lhs)
+            else:
+                self.fail(f"{where} has a trigger that is not of the form 'time >= T'; events are supported as "
+                          "doses only (a trigger time >= T, assignments s = s + amount)",
+                          "express other events in the model (e.g. a piecewise of time)")
+            if not (when.is_number and when.is_real and math.isfinite(float(when)) and float(when) > 0):
+                self.fail(f"the trigger time of {where} is not a positive number; events are supported as doses at "
+                          "fixed times only", "give the trigger a number T > 0 (time >= T)")
+            for a in e.getListOfEventAssignments():
+                var = a.getVariable()
+                if var not in states:
+                    self.fail(f"{where} assigns {var!r}, which is no state; events are supported as doses of "
+                              "states only", "remove the assignment or make it a dose of a state")
+                if a.getMath() is None:
+                    self.fail(f"the assignment of {var!r} in {where} has no math", "give it one")
+                value = dyn.expr(conv.convert(a.getMath(), f"{self.label}: the assignment of {var!r} in {where}"))
+                amount = value - states[var]
+                if not amount.free_symbols <= psyms:
+                    self.fail(f"{where} sets {var!r} to a value that is not {var} + an amount of parameters (a reset "
+                              "or a state-dependent change); events are supported as doses only",
+                              f"write the assignment as {var} + amount")
+                size.check(amount, f"the amount of {var!r} in {where}")
+                out.append(Dose(float(when), var, float(amount) if amount.is_number else format_expr(amount)))
+        return tuple(out)
 
     def classify(self, items, rate, assign, initial):
         """(states, params, derived constants) in document order; the rest are assignment-rule targets."""
@@ -647,10 +710,6 @@ class _Import:
         import libsbml as L
 
         m = self.m
-        if m.getNumEvents():
-            ids = [e.getId() or f"#{k + 1}" for k, e in enumerate(m.getListOfEvents())]
-            self.fail(f"it has events {ids[:10]}; events are not supported",
-                      "remove them (e.g. express a step input with a piecewise of time in an assignment rule)")
         for r in m.getListOfRules():
             if r.getTypeCode() == L.SBML_ALGEBRAIC_RULE:
                 rid = r.getIdAttribute()

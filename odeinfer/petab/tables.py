@@ -37,6 +37,10 @@ condition table
     the SBML initial value, or after a pre-equilibration the pre-equilibrated value). An initial
     value that uses a parameter the condition overrides is evaluated with the override (as PEtab
     evaluates initial assignments with the condition's values).
+SBML events
+    The events :func:`~odeinfer.petab.sbml.load_sbml` reads as doses become the
+    :class:`~odeinfer.Dose` s of every experiment up to its last measurement (later ones change
+    no measurement), their amounts evaluated under the simulation condition's overrides.
 pre-equilibration
     ``Condition(..., preequilibrate=Condition(params=..., x0=...))``: the model runs to steady
     state under the pre-equilibration condition; the species the simulation condition sets
@@ -45,8 +49,12 @@ parameter table
     ``parameterScale`` (lin, log, log10), ``lowerBound`` / ``upperBound`` (natural units),
     ``nominalValue`` and ``estimate`` (0 or 1) give :class:`~odeinfer.Param` s. SBML parameters
     that are not in the table and not overridden in every experiment are held at their SBML
-    value. Prior columns (``priorType``, ``objectivePriorType``, ``initializationPriorType``
-    and their parameters) are ignored: the problem is a likelihood.
+    value. ``objectivePriorType`` / ``initializationPriorType`` and their parameters (PEtab v1
+    priors of estimated parameters, :mod:`odeinfer.petab.priors`) become
+    :attr:`PetabProblem.objective_priors` / :attr:`PetabProblem.initialization_priors`: the
+    problem stays a likelihood; ``objective(priors=True)`` adds them, :meth:`PetabProblem.bayes_priors`
+    gives them to the Bayesian stage and :meth:`PetabProblem.sample_starts` draws starts from the
+    initialization priors. The legacy ``priorType`` columns are ignored.
 
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
 format version 2, more than one SBML file or problem, mapping files, steady-state measurements
@@ -62,10 +70,11 @@ lines, columns and ids, never other text of the files.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
@@ -99,12 +108,19 @@ class PetabProblem:
         The imported SBML model (before its observables were added).
     nominal : dict of str to float
         The nominal value (natural units) of every parameter of the problem.
+    objective_priors, initialization_priors : dict of str to Prior
+        The priors of the parameter table's ``objectivePrior*`` / ``initializationPrior*``
+        columns, by estimated parameter (:class:`odeinfer.petab.priors.Prior`; none where the
+        columns are empty): the first enter :meth:`objective` ``(priors=True)`` and
+        :meth:`bayes_priors`, the second :meth:`sample_starts`.
     """
 
     name: str
     problem: object
     sbml: object
     nominal: dict
+    objective_priors: dict = field(default_factory=dict)
+    initialization_priors: dict = field(default_factory=dict)
 
     @property
     def model(self):
@@ -129,14 +145,66 @@ class PetabProblem:
         names = self.problem.estimated
         return to_scale([self.nominal[n] for n in names], [self.parameters[n].scale for n in names])
 
-    def objective(self, solver=None):
-        """An :class:`~odeinfer.Objective` of the problem (``solver``: as there)."""
+    def sample_starts(self, n, *, rng=0) -> np.ndarray:
+        """``n`` starts for a multistart fit: natural values of the estimated parameters, one row per
+        start (``problem.estimated``'s order): drawn from the parameter's initialization prior where
+        the table gives one, else uniform within the bounds on the parameter's scale (PEtab's default
+        ``parameterScaleUniform``; a scrambled Sobol sequence); all clipped to the bounds and seeded
+        by ``rng``. Pass them as ``oi.Embedding(starts=n).fit(pp.problem, start=...)``.
+
+        Raises
+        ------
+        InputError
+            ``n`` is not an int >= 1.
+        """
+        from odeinfer.errors import InputError
+        from odeinfer.inference.multistart import sample_starts
+        from odeinfer.likelihood.parameters import from_scale, to_scale
+
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise InputError(f"n: expected an int >= 1 (the number of starts), got {n!r}")
+        names = self.problem.estimated
+        scales = [self.parameters[k].scale for k in names]
+        lo = to_scale([self.parameters[k].lower for k in names], scales)
+        hi = to_scale([self.parameters[k].upper for k in names], scales)
+        u = sample_starts(lo, hi, int(n), rng=rng)
+        x = np.array([from_scale(row, scales) for row in u])
+        gen = np.random.default_rng(rng)
+        for k, name in enumerate(names):
+            if name in self.initialization_priors:
+                x[:, k] = self.initialization_priors[name].draw(int(n), gen)
+        return np.clip(x, [self.parameters[k].lower for k in names], [self.parameters[k].upper for k in names])
+
+    def bayes_priors(self) -> dict:
+        """The objective priors as ``{name: callable(variable name) -> RV}`` for
+        :func:`odeinfer.bayes.build_problem_model` ``priors=``: each parameter on its estimation
+        scale, uniform within its bounds there (PyMC's bounded transform) times the prior's density
+        (a ``pm.Potential`` named ``"prior_<variable>"``), i.e. the prior truncated to the bounds."""
+        out = {}
+        for name, prior in self.objective_priors.items():
+            p = self.parameters[name]
+            out[name] = functools.partial(_bayes_prior, prior=prior, bounds=(p.lower, p.upper))
+        return out
+
+    def objective(self, solver=None, *, priors=False):
+        """An :class:`~odeinfer.Objective` of the problem (``solver``: as there); ``priors=True``
+        adds the objective priors of the parameter table (:class:`~odeinfer.petab.priors.PriorObjective`)."""
         from odeinfer.likelihood import Objective
 
+        if not isinstance(priors, bool):
+            from odeinfer.errors import InputError
+
+            raise InputError(f"priors: expected True (add the parameter table's objective priors) or False, got "
+                             f"{priors!r}")
+        if priors and self.objective_priors:
+            from odeinfer.petab.priors import PriorObjective
+
+            return PriorObjective(self.problem, self.objective_priors, solver=solver)
         return Objective(self.problem, solver=solver)
 
-    def nll_nominal(self, solver=None) -> float:
-        """The negative log-likelihood at the nominal parameters (PEtab's, all constants kept).
+    def nll_nominal(self, solver=None, *, priors=False) -> float:
+        """The negative log-likelihood at the nominal parameters (PEtab's, all constants kept; with
+        ``priors=True`` plus the objective priors' negative log densities).
 
         Raises
         ------
@@ -145,7 +213,7 @@ class PetabProblem:
         """
         from odeinfer.errors import SolverError
 
-        ev = self.objective(solver)(self.u_nominal, grad=False)
+        ev = self.objective(solver, priors=priors)(self.u_nominal, grad=False)
         if not ev.ok:
             raise SolverError(f"PEtab problem {self.name!r} at its nominal parameters: {ev.failure}")
         return float(ev.nll)
@@ -154,6 +222,18 @@ class PetabProblem:
         p = self.problem
         return (f"PetabProblem({self.name!r}: {p.model.n_states} states, {len(p.estimated)} estimated parameters, "
                 f"{len(p.experiments)} experiments, {sum(pl.t_rows.size for pl in p.plans)} measurements)")
+
+
+def _bayes_prior(var, *, prior, bounds):
+    """The PyMC variable ``var`` of one parameter on its scale: uniform in its bounds times ``prior``."""
+    import pymc as pm
+
+    from odeinfer.likelihood.parameters import to_scale
+
+    lo, hi = to_scale(list(bounds), [prior.scale, prior.scale])
+    rv = pm.Uniform(var, lower=lo, upper=hi) if math.isfinite(lo) and math.isfinite(hi) else pm.Flat(var)
+    pm.Potential(f"prior_{var}", -prior.tensor_nll(rv))
+    return rv
 
 
 def load(yaml_path, *, root=None) -> PetabProblem:
@@ -372,14 +452,15 @@ class _Loader:
             for o in obs_order:
                 if o not in measured:
                     params.update({q: _DUMMY for q in counts[o][2]})
+            t_end = max(r["time"] for r in rows)
             if pre:
                 p_sim, x_sim = self.condition(conditions[sim], initial=False)
                 p_pre, x_pre = self.condition(conditions[pre], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0,
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end),
                                  preequilibrate=Condition(params=p_pre, x0=x_pre))
             else:
                 p_sim, x_sim = self.condition(conditions[sim], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0)
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end))
             datas.append(_data(rows, [o for o in obs_order if o in measured], name, Data))
             names.append(name)
             conds[name] = cond
@@ -388,14 +469,16 @@ class _Loader:
         parameters = self.problem_parameters(probe.names, model, conditions, groups)
         problem = FitProblem(model, experiments, parameters, x0=x0)
         nominal = {n: p.value for n, p in problem.params.items()}
-        return PetabProblem(self.yaml.stem, problem, self.sbml, nominal)
+        return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
+                            self.initialization_priors)
 
     # -- parameter table ------------------------------------------------------------------------
     def parameter_table(self, table):
         from odeinfer.errors import InputError
         from odeinfer.likelihood import Param
+        from odeinfer.petab.priors import read_prior
 
-        out = {}
+        out, self.objective_priors, self.initialization_priors = {}, {}, {}
         for r in table.rows:
             pid, where = r["parameterId"], r["_where"]
             if not _IDENT.match(pid):
@@ -422,6 +505,12 @@ class _Loader:
                     values["nominalValue"], estimate=False)
             except InputError as exc:
                 raise PetabError(f"{where}: parameter {pid!r} is invalid: {exc}") from None
+            if est:  # a fixed parameter's priors do not enter
+                for column, priors in (("objectivePrior", self.objective_priors),
+                                       ("initializationPrior", self.initialization_priors)):
+                    prior = read_prior(r, column, pid, scale, lo, hi, self.fail)
+                    if prior is not None:
+                        priors[pid] = prior
         return out
 
     # -- observable table -----------------------------------------------------------------------
@@ -561,13 +650,34 @@ class _Loader:
 
         params, x0 = dict(entry[0]), dict(entry[1])
         if initial:
-            subs = {self.symbols[p]: (sp.Symbol(v, real=True) if isinstance(v, str) else sp.Float(v, 17))
-                    for p, v in params.items()}
+            subs = self.overrides(params)
             for s, e in self.sbml.x0.items():
                 if s not in x0 and e.free_symbols & set(subs):
                     e = e.xreplace(subs)
                     x0[s] = float(e) if e.is_number else format_expr(e)
         return params, x0
+
+    def overrides(self, params):
+        """``{SBML parameter symbol: value}`` of a condition's parameter overrides (numbers or ids)."""
+        return {self.symbols[p]: (sp.Symbol(v, real=True) if isinstance(v, str) else sp.Float(v, 17))
+                for p, v in params.items()}
+
+    def doses(self, params, t_end):
+        """The SBML events as Doses up to ``t_end`` (later ones change no measurement), their amounts
+        evaluated under a condition's parameter overrides ``params``."""
+        from odeinfer.data import Dose
+        from odeinfer.model.equations import format_expr, parse_expression
+
+        subs, out = self.overrides(params), []
+        for d in self.sbml.doses:
+            if d.time > t_end:
+                continue
+            amount = d.amount
+            if isinstance(amount, str) and subs:
+                e = parse_expression(amount, self.symbols, f"the amount of a dose of {d.state!r}").xreplace(subs)
+                amount = float(e) if e.is_number else format_expr(e)
+            out.append(Dose(d.time, d.state, amount))
+        return tuple(out)
 
     # -- measurement table ----------------------------------------------------------------------
     def measurement_table(self, table, conditions, counts):
