@@ -146,3 +146,31 @@ def test_oc_study_metrics_count_failures_and_label_coverage():
     assert m["coverage"] == pytest.approx([3 / 4, 2 / 4])
     assert m["coverage_all"] == pytest.approx([3 / 6, 2 / 6])
     assert math.isnan(m["ellipse"])  # no _d2 rows in this frame
+
+
+def _sim(rng):
+    return rng.normal(3.0, 1.0, 10), {"mu": 3.0}
+
+
+def _mean(x):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(params={"mu": float(np.mean(x))}, bse={"mu": 1 / math.sqrt(10)}, converged=True)
+
+
+def test_oc_study_cache_never_rereads_results_of_other_code(tmp_path, monkeypatch):
+    """tests/test_oc_studies.py's cache: a file of the old naming (no code key) and a file of other
+    code are both ignored; the study is recomputed and stored under the running code's key."""
+    import test_oc_studies as T
+
+    monkeypatch.setenv("ODEINFER_OC_CACHE", str(tmp_path))
+    stale = StudyResult(_frame(999.0).assign(param="mu", estimator="m"))
+    stale.to_csv(tmp_path / "k_seed1_rep3.csv")  # how results were cached before (key without the code)
+    f = T._study("k", _sim, {"m": _mean}, 3, 1)
+    assert len(f) == 3 and not np.any(f["estimate"] == 999.0)
+    own = tmp_path / f"k_seed1_rep3_{T._code()}.csv"
+    assert own.is_file()
+    pd.DataFrame(f).assign(estimate=-1.0).to_csv(own, index=False)  # pretend the cache holds this code's result
+    assert np.all(T._study("k", _sim, {"m": _mean}, 3, 1)["estimate"] == -1.0)  # read back
+    monkeypatch.setattr(T, "_code", lambda: "0.1.0-000000000000")  # the code changed
+    assert not np.any(T._study("k", _sim, {"m": _mean}, 3, 1)["estimate"] == -1.0)
