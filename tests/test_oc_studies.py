@@ -156,6 +156,7 @@ def _metrics(frame, names):
         out[est] = dict(
             n=r.n_ok, n_rep=r.n, n_failed=r.n_failed,
             mse=float(np.mean(np.sum(err**2, 1))), trv=float(np.nanmean(np.sum(se**2, 1))),
+            mse_param=np.mean(err**2, 0).tolist(),
             mse_median=float(np.median(np.sum(err**2, 1))), mse_max=float(np.max(np.sum(err**2, 1))),
             bias=np.mean(err, 0).tolist(), bias_mcse=(np.std(err, 0, ddof=1) / np.sqrt(len(err))).tolist(),
             sd=np.std(err, 0, ddof=1).tolist(), mean_se=np.nanmean(se, 0).tolist(),
@@ -277,7 +278,8 @@ def _run_riccati(known_Tr, i, setting):
     _record(table, setting, m)
     print(f"\nTable {table} {setting} seed={seed} reps={N_RICCATI}: " + "; ".join(
         f"{k}: MSE {_fmt(v['mse'])} TrV {_fmt(v['trv'])} cov {np.round(v['coverage'], 3).tolist()} "
-        f"ell.cov {v['ellipse']:.3f} n_failed {v['n_failed']}" for k, v in m.items())
+        f"ell.cov {v['ellipse']:.3f} n_failed {v['n_failed']} MSE per param {[_fmt(x) for x in v['mse_param']]}"
+        for k, v in m.items())
         + f" | paper {PAPER_5_3[setting] if known_Tr else PAPER_5_4[setting]}")
     return m
 
