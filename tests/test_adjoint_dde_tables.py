@@ -458,7 +458,33 @@ def test_table8_hiv_paper_mode_3000_epochs(level):
     assert rm["paper_l1"] <= paper_rmse
 
 
-# tables whose every mean (paper mode L1) lies within 2 run-to-run sds of the paper's mean (recorded)
+def test_table8_hiv_reduced():
+    """Table 8 (HIV tau, noise 0.1; paper 1.0015 +- 0.0008, RMSE 0.0017), default mode on the first 8
+    of the 20 data sets (about 5 s warm). Claim: the default recovers tau better than the paper. Rule
+    fixed before the run: our RMSE, inflated by 3 of its Monte Carlo relative s.e. (1 / sqrt(2 R)),
+    is below the paper's RMSE; the four history parameters with an identically zero gradient stay
+    at their starts with NaN standard errors."""
+    e = zoo.get("hiv")
+    clean = _ref().reference_solution(e)
+    sd = 0.1 * np.std(clean, axis=0, ddof=1)
+    pm, ps = PAPER["hiv"][0.1][1]["tau"]
+    taus, R = [], 8
+    for seed in range(R):
+        y = clean + sd * np.random.default_rng(1000 + seed).standard_normal(clean.shape)
+        start, h0, fixed = _setup_hiv(y[0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = _fit_lm(e, oi.Data(e.t, y, list(e.model.states)), start, h0, fixed)
+        taus.append(est.params["tau"])
+        for n, v in (("A[T_star]", 1.0), ("A[V_NI]", 1.0), ("omega[T_star]", 1.2), ("omega[V_NI]", 0.0)):
+            assert est.params[n] == v and np.isnan(est.bse[n]), (seed, n, est.params[n])
+    rmse = _rmse(taus, 1.0)
+    assert rmse * (1 + 3 / math.sqrt(2 * R)) <= math.hypot(pm - 1.0, ps), (rmse, taus)
+
+
+# tables whose every mean (paper mode L1) lies within 2 run-to-run sds of the paper's mean. POST HOC:
+# this list was written from the recorded run (the tables that passed), not fixed before it; 2 run-to-run
+# sds are about 9 standard errors of a 20-run mean. Tables 4, 10 (medians only), 13 and 8 fail the rule.
 L1_REPRODUCED = [("logistic_delay", 0.1), ("logistic_delay", 0.3), ("logistic_delay", 0.9), ("enso", 0.3),
                  ("enso", 0.9), ("delay_exponential_decay", 0.1), ("cheyne_stokes", 0.1), ("cheyne_stokes", 0.3),
                  ("cheyne_stokes", 0.9)]
@@ -468,8 +494,10 @@ L1_REPRODUCED = [("logistic_delay", 0.1), ("logistic_delay", 0.3), ("logistic_de
 @pytest.mark.parametrize(("name", "level"), L1_REPRODUCED)
 def test_paper_mode_l1_reproduces_table(name, level):
     """Paper mode with the l1 loss (the norm hard-coded in the paper-era `Experiment.py`, spec sec. 1.2)
-    reproduces Tables 5, 6, 7, 9, 11, 12, 14, 15, 16: every mean within 2 of the paper's run-to-run sds
-    of the paper's mean (a loose, table-level check: the paper gives no per-run values). Recorded
+    is consistent with Tables 5, 6, 7, 9, 11, 12, 14, 15, 16: every mean within 2 of the paper's
+    run-to-run sds of the paper's mean (a loose, table-level check: the paper gives no per-run values;
+    2 sds are about 9 standard errors of a 20-run mean). Post hoc: the tables were listed after the run
+    (those that passed), so this guards against regressions, it is not a pre-registered reproduction. Recorded
     examples: Table 9 (DED 0.1) tau 0.9997 +- 0.0060 vs 1.0044 +- 0.0068, b 4.0082 vs 4.0071;
     Table 15 (Cheyne-Stokes 0.1) V0 7.235 vs 7.261, a 2.169 vs 2.172 (true -5). With the squared l2
     loss the paper's stated norm does not reproduce Tables 7, 9, 15 (e.g. Table 15: the integral loss

@@ -174,40 +174,62 @@ def test_trajectory_sse_started_from_the_proxy_history():
     assert bad > 100 * good
 
 
-def test_table_6_2_blowfly_real_data():
-    """Seed 001 Table 6.2 (bf1, first 180 rows = days 40-220, tau = 14.8 fixed, sine tests,
-    proxy with 42 uniform knots on [40, 220] read as 42 distinct knots incl. the ends = 44
-    cubic B-splines, window [40 + tau, 220], N0 started at 500, L scanned by trajectory SSE).
+TABLE_6_2 = {  # paper, seed 001 Table 6.2: L -> ((P, N0, delta), their 95% intervals)
+    11: ((7.81, 381.8, 0.154), ((5.80, 9.81), (303.62, 459.94), (0.10, 0.20))),
+    9: ((7.52, 385.9, 0.153), ((5.64, 9.40), (306.59, 465.38), (0.11, 0.19))),
+    12: ((7.91, 377.7, 0.154), ((5.0416, 10.77), (289.36, 465.98), (0.10, 0.20))),
+}
 
-    **Does not reproduce.** Paper (L = 11 / 9 / 12): P = 7.81 / 7.52 / 7.91, N0 = 381.8 / 385.9
-    / 377.7, delta = 0.154 / 0.153 / 0.154. Ours: P = 4.67 / 5.00 / 4.67, N0 = 500.7 / 452.3 /
-    500.8, delta = 0.118 / 0.115 / 0.118, and the trajectory SSE picks L = 8 (P = 1.94). The
-    estimate depends strongly on the proxy, which the paper under-specifies: with 46 basis
-    functions (42 interior knots) L = 11 gives (9.59, 295.1, 0.134), with the GCV proxy (40)
-    (3.67, 553.5, 0.104). The code itself recovers the parameters from simulated DDE data
-    (tests above). What does hold: the paper's estimates and Wood's ABC means (7.39, 365.03,
-    0.15) lie inside our 95% Wald intervals at L = 9, 11 and 12, which are wider than the
-    paper's (ours at L = 11: P [-0.01, 9.35], N0 [104.6, 896.8], delta [0.064, 0.172]).
-    L = 2 gives 2 conditions for 3 parameters: refused (the scan starts at 3).
-    Full table: tests/reference/oc_tables.md."""
+
+def _table_6_2_fits():
     data = _bf1_first180()
     assert data.t[0] == 40.0 and data.t[-1] == 220.0 and data.t.size == 180
     sm = SplineSmoother(knots=tuple(uniform_knots(40.0, 220.0, 44, 3)))
+    fit = {L: OrthogonalConditions(L=L, smoother=sm).fit(BLOWFLY.model, data, fixed={"tau": 14.8},
+                                                          start={"N0": 500.0}) for L in TABLE_6_2}
+    return data, sm, fit
+
+
+def test_table_6_2_blowfly_set_up():
+    """Seed 001 Table 6.2 set-up (bf1, first 180 rows = days 40-220, tau = 14.8 fixed, sine tests,
+    proxy with 42 uniform knots on [40, 220] read as 42 distinct knots incl. the ends = 44 cubic
+    B-splines, window [40 + tau, 220], N0 started at 500, L scanned 3..15 by trajectory SSE): the
+    scan covers 3..15 on that window, a single-L fit equals its scan entry, and L = 2 (2 conditions
+    for 3 parameters) is refused. Whether the paper's numbers are reproduced is the next test."""
+    data, sm, fit = _table_6_2_fits()
     est = OrthogonalConditions(L_range=(3, 15), smoother=sm).fit(BLOWFLY.model, data, fixed={"tau": 14.8},
                                                                  start={"N0": 500.0})
     assert sorted(est.extras["L_scan"]) == list(range(3, 16))
     assert est.extras["window"] == [(40.0 + 14.8, 220.0)]
-    paper = {11: (7.81, 381.8, 0.154), 9: (7.52, 385.9, 0.153), 12: (7.91, 377.7, 0.154)}
-    abc = (7.39, 365.03, 0.15)
-    for L, ref in paper.items():
-        e = OrthogonalConditions(L=L, smoother=sm).fit(BLOWFLY.model, data, fixed={"tau": 14.8}, start={"N0": 500.0})
+    for L, e in fit.items():
         assert e.converged
         np.testing.assert_allclose(e.values, list(est.extras["L_scan"][L]["params"].values()), rtol=1e-8)
-        ci = e.conf_int().to_numpy()
-        for v in (ref, abc):
-            assert np.all((ci[:, 0] < v) & (v < ci[:, 1])), (L, v, ci)
     with pytest.raises(EstimationError, match="L: 2 test functions give 2 conditions for 3 free parameters"):
         OrthogonalConditions(L=2, smoother=sm).fit(BLOWFLY.model, data, fixed={"tau": 14.8}, start={"N0": 500.0})
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Table 6.2 does not reproduce: at L = 11 our (P, N0) = (4.67, 500.7) lie outside the paper's 95% "
+    "intervals [5.80, 9.81] and [303.62, 459.94] (delta 0.118 is inside [0.10, 0.20]); P is outside at L = 9 and 12 too, N0 at L = 12. "
+    "The paper under-specifies the proxy, and the estimate moves with its reading by more than the paper's "
+    "own standard errors (46 basis functions: P = 9.59 at L = 11; GCV: 3.66), so no bound that fails for a "
+    "wrong implementation passes for ours; see tests/reference/oc_tables.md"))
+def test_table_6_2_blowfly_reproduces_the_paper():
+    """Reproduction criterion, fixed from the paper's numbers alone: at L = 9, 11 and 12 each of our
+    estimates (P, N0, delta) lies inside the paper's 95% interval for it (half-width 1.96 times the
+    paper's standard error, so at most about 2 of the paper's SEs from its estimate).
+
+    The previous check (the paper's estimates and Wood's ABC means inside *our* 95% intervals)
+    could not fail for any plausible estimate: our intervals are 2-5 times wider than the paper's
+    (L = 11: P [-0.01, 9.35], N0 [104.6, 896.8]). Strict xfail: if a proxy reading ever reproduces
+    the table, this test XPASSes, fails, and the record must be updated."""
+    _data, _sm, fit = _table_6_2_fits()
+    outside = []
+    for L, (_paper, ci) in TABLE_6_2.items():
+        for name, v, (lo, hi) in zip(("P", "N0", "delta"), fit[L].values, ci):
+            if not lo <= v <= hi:
+                outside.append((L, name, round(float(v), 4), (lo, hi)))
+    assert not outside, outside
 
 
 # bad input -----------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ thread), so fast replications do not drown in scheduling overhead.
 """
 
 from .montecarlo import EstimatorLike, ResultLike, monte_carlo
+from .cache import cached_frame, code_key
 from .result import StudyResult
+from .tally import Replicates, replicates
 
-__all__ = ["monte_carlo", "StudyResult", "EstimatorLike", "ResultLike"]
+__all__ = ["monte_carlo", "StudyResult", "EstimatorLike", "ResultLike", "cached_frame", "code_key",
+           "replicates", "Replicates"]

@@ -18,7 +18,7 @@ COLUMNS = ("rep", "estimator", "param", "truth", "estimate", "stderr", "converge
 
 _SUMMARY_COLUMNS = (
     "estimator", "param", "truth", "n", "n_converged", "mean", "bias", "bias_mcse", "sd", "mse",
-    "mean_stderr", "sd_ratio", "coverage", "coverage_mcse",
+    "mean_stderr", "sd_ratio", "coverage", "coverage_mcse", "n_failed", "n_coverage",
 )
 
 
@@ -125,13 +125,18 @@ class StudyResult:
             ``mean_stderr`` (mean reported standard error), ``sd_ratio``
             (``mean_stderr / sd``; near 1 when standard errors are honest),
             ``coverage`` (fraction of intervals containing the truth) and
-            ``coverage_mcse`` (``sqrt(c (1 - c) / m)``).
+            ``coverage_mcse`` (``sqrt(c (1 - c) / m)``), ``n_failed``
+            (replications left out of every statistic: not converged, raised,
+            or a non-finite estimate) and ``n_coverage`` (the denominator of
+            ``coverage``: usable replications with a finite ``stderr``).
 
         Notes
         -----
         Only converged replications with a finite estimate are used (``m`` of
         them); coverage and ``mean_stderr`` further need a finite ``stderr``.
-        Statistics with no usable replication are NaN.
+        Coverage is therefore a coverage over successful fits: read it with
+        ``n_failed`` and ``n_coverage`` next to it. Statistics with no usable
+        replication are NaN.
         """
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
             raise StudyError(
@@ -169,6 +174,8 @@ class StudyResult:
                 "sd_ratio": mean_stderr / sd if sd > 0 else math.nan,
                 "coverage": coverage,
                 "coverage_mcse": math.sqrt(coverage * (1 - coverage) / covered.size) if covered.size else math.nan,
+                "n_failed": int(len(g) - use.sum()),
+                "n_coverage": int(covered.size),
             })
         return pd.DataFrame(out, columns=list(_SUMMARY_COLUMNS))
 
