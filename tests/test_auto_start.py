@@ -1,0 +1,134 @@
+"""Trajectory fits without ``start=``: the start comes from the matching estimators
+(OrthogonalConditions, then GradientMatching), else from a multistart inside the bounds, and
+``provenance["start"]`` says which.
+
+The reference of each case is an independent fit of the same data from a hand-given start
+(the model's true values, or the start the other Embedding tests use): both must reach the same
+optimum, to a tenth of a standard error.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.errors import InputError
+from odeinfer.estimators._auto_start import FALLBACK_STARTS
+
+LV = oi.zoo.get("lotka_volterra")
+LV_START = {"alpha": 0.5, "beta": 0.03, "gamma": 0.7, "delta": 0.02}
+LV_BOUNDS = {"alpha": (0.1, 2.0), "beta": (0.005, 0.1), "gamma": (0.1, 2.0), "delta": (0.005, 0.1)}
+
+
+def _case(name):
+    if name == "lotka_volterra":
+        data, _ = oi.simulate(LV.model, LV.params, LV.x0, LV.t, noise=1.0, rng=1)
+        return LV.model, data, LV_START
+    if name == "alpha_pinene":
+        z = oi.zoo.alpha_pinene()
+        data, _ = oi.simulate(z.model, z.params, z.x0, z.t[::4], noise=0.5, rng=2)
+        return z.model, data, z.params
+    z = oi.zoo.get("fitzhugh_nagumo")
+    data, _ = oi.simulate(z.model, z.params, z.x0, z.t[1::4], noise=0.05, rng=1)
+    return z.model, data, {"a": 0.3, "b": 0.3, "c": 2.5}
+
+
+def _same_optimum(auto, hand):
+    assert auto.converged and hand.converged
+    assert auto.names == hand.names
+    se = hand.bse.to_numpy()
+    assert np.all(np.isfinite(se)) and np.all(se > 0)
+    np.testing.assert_array_less(np.abs(auto.values - hand.values), 0.1 * se)
+    assert math.isclose(auto.cost, hand.cost, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("name, source", [("lotka_volterra", "OrthogonalConditions"),
+                                          ("alpha_pinene", "OrthogonalConditions"),
+                                          ("fitzhugh_nagumo", "OrthogonalConditions")])
+def test_no_start_reaches_the_hand_started_optimum(name, source):
+    model, data, start = _case(name)
+    hand = oi.Embedding().fit(model, data, start=start)
+    auto = oi.Embedding().fit(model, data)
+    _same_optimum(auto, hand)
+    assert hand.provenance["start"]["source"] == "user"
+    info = auto.provenance["start"]
+    assert info["source"] == source
+    assert info["tried"][-1] == {"estimator": source, "outcome": "used"}
+    assert set(info["values"]) == set(model.params)
+
+
+def test_nonlinear_parameter_seeded_and_recorded():
+    """FitzHugh-Nagumo's c enters nonlinearly: OC needs a seed for it (1.0 without bounds, the
+    geometric midpoint of positive bounds)."""
+    model, data, _ = _case("fitzhugh_nagumo")
+    assert oi.Embedding().fit(model, data).provenance["start"]["seeds"] == {"c": 1.0}
+    est = oi.Embedding(bounds={"c": (0.5, 8.0)}).fit(model, data)
+    assert est.provenance["start"]["seeds"] == {"c": pytest.approx(2.0)}
+
+
+def test_user_start_wins_and_x0_start_is_kept():
+    model, data, _ = _case("lotka_volterra")
+    est = oi.Embedding(max_iter=1).fit(model, data, start=LV_START)
+    assert est.provenance["start"] == {"source": "user"}
+    # a start of the initial states only: the parameters come from OC, the initial states from the user
+    est = oi.Embedding(max_iter=1).fit(model, data, start={"x0[prey]": 30.0})
+    assert est.provenance["start"]["source"] == "OrthogonalConditions"
+    assert set(est.provenance["start"]["values"]) == set(model.params)
+    assert est.provenance["start"]["x0_from_user"] == ["x0[prey]"]
+
+
+def test_failed_matching_estimate_falls_back_to_gradient_matching(monkeypatch):
+    model, data, start = _case("lotka_volterra")
+    hand = oi.Embedding().fit(model, data, start=start)
+    real = oi.OrthogonalConditions.fit
+
+    def nan_fit(self, *args, **kwargs):
+        est = real(self, *args, **kwargs)
+        return oi.Estimate(est.estimator, est.model, est.names, np.full(len(est.names), np.nan), None, "failed")
+
+    monkeypatch.setattr(oi.OrthogonalConditions, "fit", nan_fit)
+    auto = oi.Embedding().fit(model, data)
+    _same_optimum(auto, hand)
+    info = auto.provenance["start"]
+    assert info["source"] == "GradientMatching"
+    assert info["tried"][0]["estimator"] == "OrthogonalConditions"
+    assert "failed" in info["tried"][0]["outcome"]
+
+
+def test_partially_observed_falls_back_to_multistart():
+    model, data, _ = _case("lotka_volterra")
+    m = model.with_observation(observed=["prey"])
+    prey = data.select(["prey"])
+    x0 = {"x0[predator]": 5.0}
+    fixed = {"beta": LV.params["beta"]}  # prey alone leaves the predator's scale free: fix beta
+    hand = oi.Embedding(bounds=LV_BOUNDS).fit(m, prey, start={**LV.params, **x0}, fixed=fixed)
+    auto = oi.Embedding(bounds=LV_BOUNDS).fit(m, prey, start=x0, fixed=fixed)
+    _same_optimum(auto, hand)
+    info = auto.provenance["start"]
+    assert info["source"] == "multistart"
+    assert info["starts"] == FALLBACK_STARTS > 1
+    assert [t["estimator"] for t in info["tried"]] == ["OrthogonalConditions", "GradientMatching"]
+    assert all("never observed" in t["outcome"] for t in info["tried"])
+    assert len(auto.extras["starts"]["start"]) == info["starts"]
+
+
+def test_no_start_no_matching_no_bounds_is_a_clear_error():
+    model, data, _ = _case("lotka_volterra")
+    m = model.with_observation(observed=["prey"])
+    with pytest.raises(InputError, match=r"start: no starting value for \['alpha', 'beta', 'gamma', 'delta'\].*"
+                                         r"OrthogonalConditions: .*never observed.*finite bounds for "
+                                         r"\['alpha', 'beta', 'gamma', 'delta'\].*Pass start="):
+        oi.Embedding().fit(m, data.select(["prey"]), start={"x0[predator]": 5.0})
+
+
+def test_partial_parameter_start_is_still_refused():
+    model, data, _ = _case("lotka_volterra")
+    with pytest.raises(InputError, match=r"start: no starting value for \['delta'\]"):
+        oi.Embedding().fit(model, data, start={"alpha": 0.5, "beta": 0.03, "gamma": 0.7})
+
+
+def test_user_multistart_recorded():
+    model, data, _ = _case("lotka_volterra")
+    est = oi.Embedding(starts=2, bounds=LV_BOUNDS, max_iter=2).fit(model, data)
+    assert est.provenance["start"] == {"source": "multistart", "starts": 2, "user_start": False}
