@@ -141,6 +141,7 @@ def _fit_one(name, model, data, *, start, fixed, x0, bounds):
 
 def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
     from odeinfer import bayes, diagnostics
+    from odeinfer.bayes import _idata
     from odeinfer.results import Estimate
 
     if priors is None and spec.priors:
@@ -158,7 +159,7 @@ def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
         return
     res.timings["NUTS"] = time.perf_counter() - t0
     res.diagnostics = diagnostics.check(res.idata)
-    sampling = res.idata.posterior.attrs.get("sampling_time")  # recorded by bayes.sample, without compilation
+    sampling = _idata.attrs(res.idata).get("sampling_time")  # recorded by bayes.sample, without compilation
     done = f"sampled in {sampling:.1f} s (without compilation)" if isinstance(sampling, (int, float)) else "done"
     say(f"NUTS: {done}; diagnostics "
         + ("pass" if res.diagnostics.passed else "FAIL: " + ", ".join(res.diagnostics.failed)))
@@ -166,6 +167,7 @@ def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
 
 def _prior_dists(parsed):
     """``{name: (dist, args, kwargs)}`` (from a spec) -> unnamed PyMC distributions."""
+    from odeinfer.bayes import _idata  # noqa: F401  (silences ArviZ's banner before PyMC imports it)
     import pymc as pm
 
     return {name: getattr(pm, dist).dist(*args, **kwargs) for name, (dist, args, kwargs) in parsed.items()}
