@@ -132,3 +132,25 @@ def test_user_multistart_recorded():
     model, data, _ = _case("lotka_volterra")
     est = oi.Embedding(starts=2, bounds=LV_BOUNDS, max_iter=2).fit(model, data)
     assert est.provenance["start"] == {"source": "multistart", "starts": 2, "user_start": False}
+
+
+# --- Simultaneous (Bock): no multistart machinery, so the last resort stays its 1.0 default ------------
+def test_simultaneous_without_start_uses_oc_and_reaches_the_same_optimum():
+    model, data, start = _case("lotka_volterra")
+    fit = oi.Simultaneous(dt=0.25, sigma=1.0)
+    hand = fit.fit(model, data, start=start)
+    auto = fit.fit(model, data)
+    _same_optimum(auto, hand)
+    assert hand.provenance["start"] == {"source": "user"}
+    assert auto.provenance["start"]["source"] == "OrthogonalConditions"
+
+
+def test_simultaneous_partially_observed_falls_back_to_its_default_and_says_so():
+    z = oi.zoo.get("sir")
+    data, _ = oi.simulate(z.model, z.params, z.x0, z.t, t0=0.0, noise=5.0, rng=1)
+    est = oi.Simultaneous(dt=0.05, sigma=5.0, estimate_x0=("S", "I"), max_iter=1).fit(
+        z.model, data, x0={"S": 760.0, "I": 2.0, "R": 0.0})
+    info = est.provenance["start"]
+    assert info["source"] == "default"
+    assert info["values"] == {"beta": 1.0, "gamma": 1.0}
+    assert all("never observed" in t["outcome"] for t in info["tried"])

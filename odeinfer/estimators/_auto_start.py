@@ -98,7 +98,8 @@ def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
     log_mask : sequence of bool
         Per free parameter: estimated on the log scale (needs a positive start).
     x0 : dict, optional
-        Known initial states (one dict for every experiment), passed to the matching estimator.
+        Known initial states ``{state: value}`` (for every experiment), passed to the matching
+        estimator; other forms (per experiment, arrays) are not passed.
 
     Returns
     -------
@@ -111,8 +112,8 @@ def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
 
     free = problem.free
     tried, seeds = [], {}
-    if isinstance(x0, Mapping) and any(isinstance(v, Mapping) for v in x0.values()):
-        x0 = None  # per-experiment initial states: the matching estimators estimate them from the data
+    if not isinstance(x0, Mapping) or any(isinstance(v, Mapping) for v in x0.values()):
+        x0 = None  # per-experiment or positional initial states: the matching estimators do without
     for name in MATCHING:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
