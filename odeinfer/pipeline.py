@@ -276,7 +276,7 @@ def _interval_table(fit, idata, alpha, profile):
     tab = pd.DataFrame(float("nan"), index=list(fit.names), columns=cols)
     tab["estimate"] = fit.values
     tab["se"] = fit.bse.to_numpy()
-    notes = []
+    notes = {}  # (method, note) -> params: one line per distinct reason
     for r in long.itertuples(index=False):
         if r.source == "posterior":
             if r.method == "equal-tailed":
@@ -285,10 +285,10 @@ def _interval_table(fit, idata, alpha, profile):
         else:
             tab.loc[r.param, [f"{r.method}_lower", f"{r.method}_upper"]] = [r.lower, r.upper]
             if r.note:
-                notes.append(f"{r.method} {r.param}: {r.note}")
+                notes.setdefault((r.method, r.note), []).append(r.param)
     tab.index.name = "param"
     tab.attrs["title"] = f"{fit.estimator}: Wald vs profile vs posterior {100 * (1 - alpha):g}% intervals"
-    tab.attrs["notes"] = notes
+    tab.attrs["notes"] = [f"{method} interval of {params}: {note}" for (method, note), params in notes.items()]
     return tab
 
 

@@ -115,3 +115,19 @@ def test_fast_preset():
     assert sampling_settings(fast=True) == {"draws": 100, "tune": 100, "chains": 2}
     assert sampling_settings(fast=False) == {"draws": 1000, "tune": 500, "chains": 2}
     assert sampling_settings(fast=True, draws=7) == {"draws": 7, "tune": 100, "chains": 2}
+
+
+def test_interval_table_without_profile_or_posterior(data):
+    """An estimate without a profiler (after a JSON round trip) and no posterior: NaN columns, and one
+    note for all quantities that lack a profile interval."""
+    from odeinfer.pipeline import _interval_table
+
+    fit = oi.Embedding().fit(LV.model, data, start=LV.params)
+    back = oi.Estimate.from_json(fit.to_json(), model=LV.model)
+    tab = _interval_table(back, None, 0.1, True)
+    assert tab[["profile_lower", "profile_upper", "posterior_mean", "credible_lower", "credible_upper"]].isna().all(
+        axis=None)
+    np.testing.assert_allclose(tab["wald_upper"], back.values + 1.6448536269514722 * back.bse.to_numpy(), rtol=1e-9)
+    (note,) = tab.attrs["notes"]
+    assert note.startswith(f"profile interval of {list(back.names)}: not available")
+    assert tab.attrs["title"] == "Embedding: Wald vs profile vs posterior 90% intervals"
