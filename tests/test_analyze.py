@@ -38,7 +38,7 @@ def test_result_fields(analysis, data):
     assert analysis.matching.estimator == "OrthogonalConditions"
     fit = analysis.fit
     assert fit.estimator == "Embedding" and fit.converged
-    assert fit.provenance["start"]["source"] == "user"  # the pipeline hands the OC estimate on
+    assert fit.provenance["start"] == {"source": "user", "estimate": "OrthogonalConditions"}  # handed on by run
     post = analysis.idata.posterior
     assert post.sizes["chain"] == 1 and post.sizes["draw"] == DRAWS
     assert analysis.diagnostics is not None
@@ -73,7 +73,7 @@ def test_repr_html_has_tabs_and_nothing_remote(analysis):
         assert f"<input type='radio' id='{ident}'" in page
     assert page.count("class='oi-panel'") == 5
     assert "<script" not in page.lower() and not re.search(r"(src|href)=['\"]?https?:", page)
-    assert "credible_lower" in page and "Embedding" in page
+    assert "credible_lower" in page and "Embedding" in page and "user (OrthogonalConditions)" in page
     assert analysis._repr_html_() != page  # unique ids per display (two outputs in one notebook do not clash)
 
 

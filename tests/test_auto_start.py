@@ -56,6 +56,9 @@ def test_no_start_reaches_the_hand_started_optimum(name, source):
     assert info["source"] == source
     assert info["tried"][-1] == {"estimator": source, "outcome": "used"}
     assert set(info["values"]) == set(model.params)
+    back = oi.Estimate.from_json(auto.to_json(), model=model)
+    assert back.provenance["start"]["source"] == source
+    assert back.provenance["start"]["values"] == pytest.approx(info["values"])
 
 
 def test_nonlinear_parameter_seeded_and_recorded():
@@ -71,6 +74,9 @@ def test_user_start_wins_and_x0_start_is_kept():
     model, data, _ = _case("lotka_volterra")
     est = oi.Embedding(max_iter=1).fit(model, data, start=LV_START)
     assert est.provenance["start"] == {"source": "user"}
+    oc = oi.OrthogonalConditions().fit(model, data)
+    est = oi.Embedding(max_iter=1).fit(model, data, start=oc)
+    assert est.provenance["start"] == {"source": "user", "estimate": "OrthogonalConditions"}
     # a start of the initial states only: the parameters come from OC, the initial states from the user
     est = oi.Embedding(max_iter=1).fit(model, data, start={"x0[prey]": 30.0})
     assert est.provenance["start"]["source"] == "OrthogonalConditions"

@@ -163,7 +163,12 @@ def multistart_fallback(names, lo, hi, tried):
 
 
 def start_info(start, starts):
-    """The provenance record of a fit whose start the user chose (a start and/or ``starts > 1``)."""
-    if starts > 1:
-        return {"source": "multistart", "starts": int(starts), "user_start": start is not None}
-    return {"source": "user"}
+    """The provenance record of a fit whose start the user chose (a start and/or ``starts > 1``);
+    a start given as an Estimate is named (``"estimate": "OrthogonalConditions"``)."""
+    from odeinfer.results import Estimate
+
+    out = {"source": "multistart", "starts": int(starts), "user_start": start is not None} if starts > 1 \
+        else {"source": "user"}
+    if isinstance(start, Estimate):
+        out["estimate"] = start.estimator
+    return out

@@ -50,7 +50,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators import _bock
 from odeinfer.estimators import _simultaneous_setup as setup
-from odeinfer.estimators._auto_start import has_param_start, matching_start
+from odeinfer.estimators._auto_start import has_param_start, matching_start, start_info
 from odeinfer.estimators.base import Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.results import Estimate
 from odeinfer.smooth.splines import SplineSmoother
@@ -227,13 +227,12 @@ class Simultaneous(Estimator):
             x0 = x0 or None
         problem = prepare(model, data, start=start, fixed=fixed, estimator="Simultaneous")
         prob = setup.build(self, problem, x0, start_states)
-        start_info = {"source": "user"}
+        info = start_info(start, 1)
         if not has_param_start(start):
-            found, start_info = matching_start(model, data, problem, bounds_of=lambda name: (-math.inf, math.inf),
-                                               log_mask=np.zeros(len(problem.free), bool), x0=x0)
+            found, info = matching_start(model, data, problem, bounds_of=lambda name: (-math.inf, math.inf),
+                                         log_mask=np.zeros(len(problem.free), bool), x0=x0)
             if found is None:  # no multistart here: the documented 1.0 default, said so
-                start_info = {"source": "default", "values": {n: 1.0 for n in problem.free},
-                              "tried": start_info["tried"]}
+                info = {"source": "default", "values": {n: 1.0 for n in problem.free}, "tried": info["tried"]}
             else:
                 problem = prepare(model, data, start=found, fixed=fixed, estimator="Simultaneous")
                 prob = setup.build(self, problem, x0, start_states)
@@ -283,4 +282,4 @@ class Simultaneous(Estimator):
                              history=history, extras=extras, warnings=tuple(warns),
                              provenance={"method": "Bock iteration (generalised Gauss-Newton on the KKT system), "
                                                    "Osborne (2008) ANZIAM J. 50 C107 section 2.2",
-                                         "start": start_info})
+                                         "start": info})

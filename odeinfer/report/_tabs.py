@@ -47,7 +47,9 @@ def _summary(res) -> str:
     for e in res.estimates:
         ok = "pass" if e.status == "converged" else "fail"
         info = e.provenance.get("start")
-        start = info.get("source") if isinstance(info, Mapping) else None
+        start = None
+        if isinstance(info, Mapping):
+            start = info.get("source") + (f" ({info['estimate']})" if info.get("estimate") else "")
         vals = ", ".join(f"{esc(n)} = {v:.4g}" for n, v in zip(e.names, e.values))
         rows.append(f"<tr><td>{esc(e.estimator)}</td><td>{badge(e.status, ok)}</td><td>{esc(start or '')}</td>"
                     f"<td style='text-align:left'>{vals}</td></tr>")
