@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 __all__ = ["ARVIZ_BANNER", "quiet_arviz", "arviz", "groups", "group", "posterior", "sample_stats", "sample_stat",
-           "draws_array", "rhat", "ess", "bfmi", "hdi", "summary", "attrs"]
+           "draws_array", "rhat", "ess", "bfmi", "hdi", "summary", "attrs", "set_attrs"]
 
 #: Start of the banner ArviZ 0.23 prints at import (at most once a day) about its refactor.
 ARVIZ_BANNER = r"\s*ArviZ is undergoing a major refactor"
@@ -82,6 +82,11 @@ def draws_array(idata, var) -> np.ndarray:
     """The posterior draws of variable ``var``, chains stacked: ``(n_chains * n_draws, ...)``."""
     a = np.asarray(posterior(idata)[var], dtype=float)
     return a.reshape((-1,) + a.shape[2:])
+
+
+def set_attrs(idata, **values) -> None:
+    """Record ``values`` in the attributes of the ``posterior`` group (in place)."""
+    getattr(idata, "posterior").attrs.update(values)
 
 
 def attrs(idata) -> dict:
