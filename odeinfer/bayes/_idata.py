@@ -56,7 +56,7 @@ def group(idata, name):
     if name not in groups(idata):
         return None
     node = getattr(idata, name)
-    return node.to_dataset() if hasattr(node, "to_dataset") and not hasattr(node, "data_vars") else node
+    return node.to_dataset() if type(node).__name__ == "DataTree" else node  # ArviZ 1.x: a DataTree node
 
 
 def posterior(idata):
