@@ -81,6 +81,10 @@ def test_export_html(analysis, tmp_path):
     path = analysis.export_html(tmp_path / "analysis.html")
     text = path.read_text()
     assert "Wald vs profile vs posterior" in text and "credible_lower" in text
+    with pytest.raises(InputError, match=r"path: the directory .*missing.* does not exist"):
+        analysis.export_html(tmp_path / "missing" / "analysis.html")
+    with pytest.raises(InputError, match=r"is a directory"):
+        analysis.export_html(tmp_path)
 
 
 def test_export_path_checked_before_any_work(monkeypatch, data, tmp_path):
