@@ -347,7 +347,8 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
         sp.set_sigma(np.full(sp.n, s if s > 0 else 1.0))
     out = sp.evaluate(u)
     if out is None:
-        return _failed(est, S, t_start, f"the solver failed at the final point: {sp.failure}", extras, hists, start_info)
+        return _failed(est, S, t_start, f"the solver failed at the final point: {sp.failure}", extras, hists,
+                       start_info)
     r, J = out[0].copy(), out[1][:, :k].copy()
     raw = sp.raw_residuals(r)
     # --- covariance ------------------------------------------------------------------------
