@@ -112,7 +112,8 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
     estimators : sequence of str, default ("OrthogonalConditions", "Embedding")
         Names from :data:`odeinfer.spec.ESTIMATORS`. Matching estimators run first (they need every
         state observed and are skipped with a note otherwise); each trajectory estimator starts
-        from the last successful estimate (or ``start``).
+        from the last converged estimate (or ``start``); without either it finds its own start
+        (matching estimators, else a multistart in ``bounds``; see ``oi.Embedding.fit``).
     start, fixed : dict, optional
         Starting values / fixed values of parameters, ``{name: value}``.
     x0 : dict, optional
