@@ -1,10 +1,12 @@
 """Trajectory fits without ``start=``: the start comes from the matching estimators
-(OrthogonalConditions, then GradientMatching), else from a multistart inside the bounds, and
+(OrthogonalConditions, then GradientMatching), else from a multistart inside the bounds
+(Embedding, AdjointDDE) or the documented 1.0 default (Simultaneous), and
 ``provenance["start"]`` says which.
 
 The reference of each case is an independent fit of the same data from a hand-given start
-(the model's true values, or the start the other Embedding tests use): both must reach the same
-optimum, to a tenth of a standard error.
+(the model's true values, or the start the other tests use): both must reach the same optimum,
+to a tenth of a standard error (the delay model, whose periodic history has several optima: at
+least as low a cost, and the true values within a few standard errors).
 """
 
 import math
