@@ -30,6 +30,8 @@ __all__ = [
     "IdentifiabilityWarning", "Estimate",
     # Bayesian stage and views
     "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
+    # the standard analysis in one call
+    "analyze",
 ]
 
 # Estimators pull in scipy.interpolate and numba at import; load them on first use so that
@@ -58,6 +60,7 @@ _LAZY = {
     "widgets": ("odeinfer.widgets", None),
     "report": ("odeinfer.report", None),
     "petab": ("odeinfer.petab", None),
+    "analyze": ("odeinfer.pipeline", "analyze"),
 }
 
 

@@ -11,12 +11,12 @@ __all__ = ["main"]
 
 
 def _demo(args) -> int:
-    """Lynx-hare (Hudson's Bay company, 1900-1920): the matching estimators, the embedding fit and
-    NUTS seeded by it, on Stan's Lotka-Volterra case-study model; writes a standalone HTML report."""
+    """Lynx-hare (Hudson's Bay company, 1900-1920): the matching estimators, the embedding fit, its
+    profile intervals and NUTS seeded by it (``oi.analyze``), on Stan's Lotka-Volterra case-study model;
+    writes a standalone HTML report."""
     import odeinfer as oi
     from odeinfer.bayes.build import lynx_hare_stan
-    from odeinfer.pipeline import run
-    from odeinfer.spec import BayesSpec
+    from odeinfer.pipeline import analyze
 
     _check_out(args)
     say = _printer(args)
@@ -27,11 +27,10 @@ def _demo(args) -> int:
         "(thousands of pelts); log-normal noise; initial state estimated")
     for s, e in model.equations().items():
         say(f"  d{s}/dt = {e}")
-    bayes = None if args.no_bayes else BayesSpec(draws=args.draws, tune=args.tune, chains=args.chains,
-                                                 likelihood="lognormal")
-    result = run(model, data, estimators=("OrthogonalConditions", "GradientMatching", "Embedding"),
-                 bayes=bayes, priors=priors, title="odeinfer demo: Lotka-Volterra on the lynx-hare data",
-                 progress=say, rng=args.seed)
+    result = analyze(model, data, estimators=("OrthogonalConditions", "GradientMatching", "Embedding"),
+                     sample=not args.no_bayes, draws=args.draws, tune=args.tune, chains=args.chains,
+                     likelihood="lognormal", priors=priors, title="odeinfer demo: Lotka-Volterra on the lynx-hare data",
+                     progress=say, rng=args.seed)
     say(f"writing {args.out} ...")
     result.export_html(args.out)
     say(f"done in {time.perf_counter() - t0:.1f} s: open {args.out} in a browser")

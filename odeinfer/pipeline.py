@@ -1,9 +1,14 @@
 """The standard analysis: matching estimators -> trajectory fit -> seeded NUTS -> diagnostics -> report.
 
-Used by ``odeinfer demo`` and ``odeinfer report spec.toml``; also callable from a notebook::
+:func:`analyze` (``oi.analyze``) is the one-call form for a notebook: it adds profile intervals
+and the Wald vs profile vs posterior-credible table to :func:`run`, and its result shows as a
+summary with tabs in Jupyter::
 
-    result = oi.pipeline.run(model, data, estimators=("OrthogonalConditions", "Embedding"))
+    result = oi.analyze(model, data, fast=True)     # fast: 100 draws, for a preview
+    result                                          # tabs: summary, estimates, intervals, posterior, diagnostics
     result.export_html("analysis.html")
+
+:func:`run` (used by ``odeinfer report spec.toml``) runs the estimators and the sampler only.
 """
 
 from __future__ import annotations
@@ -12,12 +17,17 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from odeinfer.errors import InputError, OdeinferError
 from odeinfer.spec import ESTIMATORS, BayesSpec
 
-__all__ = ["run", "run_spec", "PipelineResult"]
+__all__ = ["analyze", "run", "run_spec", "sampling_settings", "PipelineResult"]
 
 _MATCHING = ("OrthogonalConditions", "GradientMatching", "NewtonRaphson")
+#: NUTS settings of :func:`analyze`: the default, and the ``fast=True`` preset (tests, previews).
+_SAMPLING = {"draws": 1000, "tune": 500, "chains": 2}
+_FAST_SAMPLING = {"draws": 100, "tune": 100, "chains": 2}
 
 
 @dataclass
@@ -38,6 +48,12 @@ class PipelineResult:
     timings : dict of str to float
         Wall seconds per step, including any compilation (the notes give no estimator times
         and the sampler's time without compilation).
+    intervals : pandas.DataFrame or None
+        :func:`analyze` only: per quantity of the trajectory fit, ``estimate, se, wald_lower,
+        wald_upper, profile_lower, profile_upper, posterior_mean, credible_lower, credible_upper``
+        (equal-tailed credible intervals; NaN where not available).
+    settings : dict
+        :func:`analyze` only: ``draws, tune, chains, alpha, profile, fast``.
     """
 
     title: str
@@ -48,15 +64,34 @@ class PipelineResult:
     diagnostics: object = None
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    intervals: object = None
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def matching(self):
+        """The first matching estimate (OrthogonalConditions, GradientMatching, NewtonRaphson), or None."""
+        return next((e for e in self.estimates if e.estimator in _MATCHING), None)
+
+    @property
+    def fit(self):
+        """The last trajectory estimate (Embedding, Simultaneous), or None."""
+        return next((e for e in reversed(self.estimates) if e.estimator not in _MATCHING), None)
 
     def items(self) -> list:
         """The report items, in order."""
         out = ["\n\n".join(self.notes), self.model, self.data, *self.estimates]
+        if self.intervals is not None:
+            out.append(self.intervals)
         if self.idata is not None:
             out.append(self.idata)
         if self.diagnostics is not None:
             out.append(self.diagnostics)
         return out
+
+    def _repr_html_(self) -> str:
+        from odeinfer.report._tabs import analysis_html
+
+        return analysis_html(self)
 
     def export_html(self, path, **kwargs) -> str:
         """Write the standalone HTML report (see :func:`odeinfer.report.export_html`)."""
@@ -77,7 +112,8 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
     estimators : sequence of str, default ("OrthogonalConditions", "Embedding")
         Names from :data:`odeinfer.spec.ESTIMATORS`. Matching estimators run first (they need every
         state observed and are skipped with a note otherwise); each trajectory estimator starts
-        from the last successful estimate (or ``start``).
+        from the last converged estimate (or ``start``); without either it finds its own start
+        (matching estimators, else a multistart in ``bounds``; see ``oi.Embedding.fit``).
     start, fixed : dict, optional
         Starting values / fixed values of parameters, ``{name: value}``.
     x0 : dict, optional
@@ -124,6 +160,139 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
     return res
 
 
+def sampling_settings(*, fast=False, draws=None, tune=None, chains=None) -> dict:
+    """NUTS settings ``{"draws", "tune", "chains"}``: the default (1000, 500, 2) or, with ``fast``,
+    the preview preset (100, 100, 2); given values win.
+
+    Raises
+    ------
+    InputError
+        ``fast`` not a bool; ``draws``, ``tune`` or ``chains`` not a positive integer.
+    """
+    if not isinstance(fast, bool):
+        raise InputError(f"fast: expected True or False, got {fast!r}; fast=True samples "
+                         f"{_FAST_SAMPLING['draws']} draws for a preview")
+    out = dict(_FAST_SAMPLING if fast else _SAMPLING)
+    for name, v in (("draws", draws), ("tune", tune), ("chains", chains)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name}: expected a positive integer, got {v!r}; pass e.g. {name}={out[name]} "
+                             "or leave it out for the default")
+        out[name] = int(v)
+    return out
+
+
+def analyze(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=None, fixed=None, x0=None,
+            bounds=None, priors=None, likelihood=None, sample=True, fast=False, draws=None, tune=None, chains=None,
+            profile=True, alpha=0.05, out=None, title="odeinfer analysis", progress=print,
+            rng=0) -> PipelineResult:
+    """The standard analysis of ``model`` on ``data`` in one call.
+
+    Runs :func:`run` (matching estimators, the trajectory fit started from them, NUTS seeded by
+    the fit, diagnostics), then the profile-likelihood intervals of the trajectory fit and the
+    table of Wald vs profile vs posterior-credible intervals (``result.intervals``).
+
+    Parameters
+    ----------
+    model : Model
+    data : Data or Experiments
+    estimators : sequence of str, default ("OrthogonalConditions", "Embedding")
+        As :func:`run`; matching estimators first. A trajectory estimator without a start
+        takes it from the matching estimate (or finds it itself, see ``oi.Embedding.fit``).
+    start, fixed, x0, bounds, priors
+        As :func:`run`.
+    likelihood : str, optional
+        For :func:`odeinfer.bayes.build_model` (e.g. ``"lognormal"``); default: from the model's noise.
+    sample : bool, default True
+        False: no posterior (no credible intervals, no diagnostics).
+    fast : bool, default False
+        The preview preset: 100 draws and 100 tuning steps per chain, 2 chains (default 1000,
+        500, 2); for tests and a first look, not for conclusions.
+    draws, tune, chains : int, optional
+        NUTS settings per chain (override the preset).
+    profile : bool, default True
+        Compute the profile-likelihood intervals (NaN columns when False).
+    alpha : float, default 0.05
+        1 - level of every interval.
+    out : str or os.PathLike, optional
+        Also write the HTML report there; the path is checked before any work.
+    title : str
+    progress : callable or None, default print
+        Receives one line of text per step; None: silent.
+    rng : int, default 0
+        Seed of the sampler.
+
+    Returns
+    -------
+    PipelineResult
+        With ``intervals`` and ``settings``; displays in Jupyter as a summary with tabs;
+        ``export_html(path)`` writes the standalone report.
+
+    Raises
+    ------
+    InputError
+        Bad settings or an unusable ``out`` path (before any work); see also :func:`run`.
+    """
+    from odeinfer._io import check_target
+    from odeinfer.diagnostics.intervals import _check_alpha
+
+    if out is not None:
+        check_target(out, argument="out")
+    settings = sampling_settings(fast=fast, draws=draws, tune=tune, chains=chains)
+    alpha = _check_alpha(alpha)
+    for name, v in (("sample", sample), ("profile", profile)):
+        if not isinstance(v, bool):
+            raise InputError(f"{name}: expected True or False, got {v!r}")
+    bayes = BayesSpec(likelihood=likelihood, **settings) if sample else None
+    res = run(model, data, estimators=estimators, start=start, fixed=fixed, x0=x0, bounds=bounds, bayes=bayes,
+              priors=priors, title=title, progress=progress or (lambda msg: None), rng=rng)
+    res.settings.update(settings, alpha=alpha, profile=profile, fast=fast)
+    if res.fit is not None:
+        t0 = time.perf_counter()
+        res.intervals = _interval_table(res.fit, res.idata, alpha, profile)
+        res.timings["intervals"] = time.perf_counter() - t0
+        level = f"{100 * (1 - alpha):g}%"
+        failed = res.intervals.attrs.get("notes", [])
+        msg = f"intervals: {level} Wald" + (", profile" if profile else "") + (
+            ", posterior credible" if res.idata is not None else "") + f" for {res.fit.estimator}"
+        res.notes.append(msg + ("; " + "; ".join(failed) if failed else ""))
+        if progress is not None:
+            progress(res.notes[-1])
+    if out is not None:
+        res.export_html(out)
+    return res
+
+
+def _interval_table(fit, idata, alpha, profile):
+    """The wide Wald / profile / credible table of ``fit`` from :func:`odeinfer.compare_intervals`."""
+    import pandas as pd
+
+    from odeinfer.diagnostics import compare_intervals
+
+    methods = ("wald", "profile") if profile else ("wald",)
+    long = compare_intervals([fit], idata=idata, alpha=alpha, methods=methods)
+    cols = ["estimate", "se", "wald_lower", "wald_upper", "profile_lower", "profile_upper", "posterior_mean",
+            "credible_lower", "credible_upper"]
+    tab = pd.DataFrame(float("nan"), index=list(fit.names), columns=cols)
+    tab["estimate"] = fit.values
+    tab["se"] = fit.bse.to_numpy()
+    notes = {}  # (method, note) -> params: one line per distinct reason
+    for r in long.itertuples(index=False):
+        if r.source == "posterior":
+            if r.method == "equal-tailed":
+                tab.loc[r.param, ["posterior_mean", "credible_lower", "credible_upper"]] = [r.estimate, r.lower,
+                                                                                             r.upper]
+        else:
+            tab.loc[r.param, [f"{r.method}_lower", f"{r.method}_upper"]] = [r.lower, r.upper]
+            if r.note:
+                notes.setdefault((r.method, r.note), []).append(r.param)
+    tab.index.name = "param"
+    tab.attrs["title"] = f"{fit.estimator}: Wald vs profile vs posterior {100 * (1 - alpha):g}% intervals"
+    tab.attrs["notes"] = [f"{method} interval of {params}: {note}" for (method, note), params in notes.items()]
+    return tab
+
+
 def _fit_one(name, model, data, *, start, fixed, x0, bounds):
     import odeinfer as oi
 
@@ -141,6 +310,7 @@ def _fit_one(name, model, data, *, start, fixed, x0, bounds):
 
 def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
     from odeinfer import bayes, diagnostics
+    from odeinfer.bayes import _idata
     from odeinfer.results import Estimate
 
     if priors is None and spec.priors:
@@ -158,7 +328,7 @@ def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
         return
     res.timings["NUTS"] = time.perf_counter() - t0
     res.diagnostics = diagnostics.check(res.idata)
-    sampling = res.idata.posterior.attrs.get("sampling_time")  # recorded by bayes.sample, without compilation
+    sampling = _idata.attrs(res.idata).get("sampling_time")  # recorded by bayes.sample, without compilation
     done = f"sampled in {sampling:.1f} s (without compilation)" if isinstance(sampling, (int, float)) else "done"
     say(f"NUTS: {done}; diagnostics "
         + ("pass" if res.diagnostics.passed else "FAIL: " + ", ".join(res.diagnostics.failed)))
@@ -166,6 +336,9 @@ def _bayes(res, model, data, init, spec, priors, x0, fixed, rng, say):
 
 def _prior_dists(parsed):
     """``{name: (dist, args, kwargs)}`` (from a spec) -> unnamed PyMC distributions."""
+    from odeinfer.bayes._idata import quiet_arviz
+
+    quiet_arviz()  # before PyMC imports ArviZ
     import pymc as pm
 
     return {name: getattr(pm, dist).dist(*args, **kwargs) for name, (dist, args, kwargs) in parsed.items()}

@@ -13,6 +13,9 @@
 PyMC and PyTensor are imported on first use of these functions.
 """
 
+# first: silences ArviZ's import banner before anything (PyMC included) imports ArviZ
+from odeinfer.bayes import _idata  # noqa: E402, F401
+
 # the function shadows its module's name (odeinfer.bayes.sample); bind it eagerly so that the
 # package attribute stays the function (sample.py imports PyMC lazily, so this is cheap)
 from odeinfer.bayes.sample import SamplingInterruptedWarning, sample  # noqa: E402

@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 
+from odeinfer.bayes import _idata
 from odeinfer.errors import InputError
 
 __all__ = ["build_problem_model", "sample_problem", "scaled_name", "NLLOp"]
@@ -245,7 +246,6 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
         warnings.filterwarnings("ignore", message=".*object mode.*")
         idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter, target_accept,
                              mass_matrix_weight, None, progressbar, None, log_likelihood=False)
-    idata.posterior.attrs.update({"odeinfer_sampler": "pymc", "odeinfer_seeded_mass_matrix": int(seeded),
-                                  "odeinfer_tune": int(tune), "odeinfer_wall_time": time.perf_counter() - start,
-                                  "odeinfer_failed_evaluations": int(op.cache.n_fail)})
+    _idata.set_attrs(idata, odeinfer_sampler="pymc", odeinfer_seeded_mass_matrix=int(seeded), odeinfer_tune=int(tune),
+                     odeinfer_wall_time=time.perf_counter() - start, odeinfer_failed_evaluations=int(op.cache.n_fail))
     return idata

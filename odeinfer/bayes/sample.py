@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from odeinfer.bayes import _idata
 from odeinfer.errors import InputError, OdeinferWarning
 
 __all__ = ["sample", "SamplingInterruptedWarning", "SAMPLERS"]
@@ -160,15 +161,14 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     else:
         idata = _sample_nutpie(pm_model, seed, draws, tune, chains, cores, seeds[0], target_accept, progressbar)
     wall = time.perf_counter() - start
-    n_kept = int(idata.posterior.sizes.get("draw", 0))
+    n_kept = int(_idata.posterior(idata).sizes.get("draw", 0))
     interrupted = n_kept < draws
     if interrupted:
         warnings.warn(f"sampling was interrupted: kept {n_kept} of {draws} draws per chain (tuning draws are "
                       "discarded); the InferenceData holds the draws taken so far", SamplingInterruptedWarning,
                       stacklevel=2)
-    idata.posterior.attrs.update({"odeinfer_sampler": sampler, "odeinfer_seeded_mass_matrix": int(seeded),
-                                  "odeinfer_tune": int(tune), "odeinfer_wall_time": wall,
-                                  "odeinfer_interrupted": int(interrupted)})
+    _idata.set_attrs(idata, odeinfer_sampler=sampler, odeinfer_seeded_mass_matrix=int(seeded), odeinfer_tune=int(tune),
+                     odeinfer_wall_time=wall, odeinfer_interrupted=int(interrupted))
     if n_kept and posterior_predictive:
         _add_posterior_predictive(idata, pm_model, info, seeds[-1], n_trajectory_times)
     if init is not None:
@@ -235,7 +235,7 @@ def _sample_nutpie(pm_model, seed, draws, tune, chains, cores, rng_seed, target_
     start = time.perf_counter()
     idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores, seed=rng_seed,
                           save_warmup=False, progress_bar=progressbar, target_accept=target_accept)
-    idata.posterior.attrs["sampling_time"] = time.perf_counter() - start
+    _idata.set_attrs(idata, sampling_time=time.perf_counter() - start)
     # nutpie returns posterior and sample_stats; add the groups PyMC's sampler would
     _add_model_groups(idata, pm_model)
     pm.compute_log_likelihood(idata, model=pm_model, progressbar=False, extend_inferencedata=True)
@@ -275,7 +275,7 @@ def _add_posterior_predictive(idata, pm_model, info, rng_seed, n_fine):
         warnings.filterwarnings("ignore", category=UserWarning)
         pm.sample_posterior_predictive(idata, model=pm_model, var_names=obs_names, random_seed=rng_seed,
                                        progressbar=False, extend_inferencedata=True)
-    post = idata.posterior
+    post = _idata.posterior(idata)
     theta = np.asarray(post["theta"].transpose("chain", "draw", "param"))
     chains, draws = theta.shape[:2]
     model = info.model

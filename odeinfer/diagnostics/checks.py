@@ -166,7 +166,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     -------
     DiagnosticsReport
     """
-    import arviz as az
+    from odeinfer.bayes import _idata
 
     post = posterior_of(idata)
     rhat_max = _positive("rhat_max", rhat_max)
@@ -193,7 +193,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
         raise InputError(f"idata: the posterior has {n_draws} draws per chain; diagnostics need at least 4")
 
     ds = post[var_names]
-    rhat, bulk, tail = az.rhat(ds), az.ess(ds, method="bulk"), az.ess(ds, method="tail")
+    rhat, bulk, tail = _idata.rhat(ds), _idata.ess(ds, "bulk"), _idata.ess(ds, "tail")
     mean, sd = ds.mean(("chain", "draw")), ds.std(("chain", "draw"), ddof=1)
     rows, index = [], []
     for var in var_names:
@@ -237,7 +237,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
         else:
             checks.append(Check(f"ess_{kind}", True, value, ess_min, f"Enough effective draws for {what}."))
 
-    ss = getattr(idata, "sample_stats", None)
+    ss = _idata.sample_stats(idata)
     _, div = _stat(ss, _DIVERGING_KEYS)
     if div is None:
         checks.append(Check("divergences", None, math.nan, max_divergences,
@@ -253,7 +253,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
             checks.append(Check("divergences", True, n_div, max_divergences, "No problematic divergences."))
 
     if ss is not None and "energy" in ss.data_vars:
-        bfmi = np.atleast_1d(az.bfmi(idata))
+        bfmi = _idata.bfmi(idata)
         value = float(np.min(bfmi))
         if value < bfmi_min:
             checks.append(Check("bfmi", False, value, bfmi_min,
@@ -269,7 +269,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     _, depth = _stat(ss, _DEPTH_KEYS)
     if reached is None and depth is not None:
         max_depth = None
-        for attrs in (getattr(idata, "attrs", None) or {}, getattr(idata.posterior, "attrs", {}),
+        for attrs in (getattr(idata, "attrs", None) or {}, _idata.attrs(idata),
                       getattr(ss, "attrs", {})):
             for k in ("max_treedepth", "maxdepth", "max_depth"):
                 if k in attrs:

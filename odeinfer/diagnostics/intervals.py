@@ -69,14 +69,14 @@ def posterior_summary(idata, names, alpha=0.05):
     -------
     dict name -> dict(mean, et=(lo, hi), hdi=(lo, hi))
     """
-    import arviz as az
+    from odeinfer.bayes._idata import hdi
 
     X = draws_matrix(idata, list(names))
     out = {}
     for j, n in enumerate(names):
         x = X[:, j]
         lo, hi = np.quantile(x, [alpha / 2, 1 - alpha / 2])
-        h = np.asarray(az.hdi(x, hdi_prob=1 - alpha), dtype=float)
+        h = hdi(x, 1 - alpha)
         out[n] = {"mean": float(np.mean(x)), "et": (float(lo), float(hi)), "hdi": (float(h[0]), float(h[1]))}
     return out
 

@@ -15,7 +15,7 @@ from odeinfer.estimators._lm import levenberg_marquardt
 from odeinfer.estimators._phases import _covariance
 from odeinfer.estimators.base import IdentifiabilityWarning, make_estimate
 
-__all__ = ["run_lm", "identifiability_report", "delay_grid", "bound_check"]
+__all__ = ["run_lm", "auto_starts", "identifiability_report", "delay_grid", "bound_check"]
 
 _PHASE_START, _PHASE_REFINE, _PHASE_SIGMA = 0, 1, 2
 
@@ -170,6 +170,58 @@ def _search(est, S):
     return best[1], best[2], extras
 
 
+def auto_starts(est, S, model, data, start):
+    """Starts of a fit called without a start of any parameter: ``(list of u0 or None, provenance["start"])``.
+
+    The matching estimators first (see :mod:`odeinfer.estimators._auto_start`; for a delay model they
+    need a start or a window for a free delay, so usually they do not apply), else a multistart over
+    the parameters without a start inside their bounds (a free delay left to the delay grid).
+    None: the user's start (or nothing is missing), run as before.
+    """
+    from odeinfer.estimators import _auto_start as auto
+    from odeinfer.inference.multistart import sample_starts
+
+    if auto.has_param_start(start):
+        return None, auto.start_info(start, 1)
+    col, _ = delay_grid(est, S)
+    missing = [j for j in range(S.k) if not math.isfinite(S.u0[j]) and j != col]
+    if not missing:
+        return None, {"source": "history values and the delay grid"}
+
+    def bounds_of(name):
+        return (S.lo[S.names.index(name)], S.hi[S.names.index(name)]) if name in S.names else (-math.inf, math.inf)
+
+    found, info = auto.matching_start(model, data, S.problem, bounds_of=bounds_of,
+                                      log_mask=np.zeros(len(S.problem.free), bool))
+    if found is not None:
+        u0 = S.u0.copy()
+        for n, v in found.items():
+            u0[S.names.index(n)] = v
+        return [u0], info
+    names = [S.names[j] for j in missing]
+    info = auto.multistart_fallback(names, S.lo[missing], S.hi[missing], info["tried"])
+    pts = sample_starts(S.lo[missing], S.hi[missing], auto.FALLBACK_STARTS, sampler="sobol", rng=0)
+    U = np.tile(S.u0, (pts.shape[0], 1))
+    U[:, missing] = pts
+    return list(U), info
+
+
+def _best_of(est, S, starts):
+    """:func:`_search` from each start; the lowest cost wins (costs in ``extras["auto_starts"]``)."""
+    best, costs = None, []
+    for u0 in starts:
+        S.u0, S.live = np.asarray(u0, float), None
+        res = _search(est, S)
+        ok = res[0].r is not None and math.isfinite(res[0].cost)
+        costs.append(float(res[0].cost) if ok else math.nan)
+        if ok and (best is None or res[0].cost < best[0].cost):
+            best = res
+    best = best if best is not None else res
+    best[2]["auto_starts"] = {"cost": costs, "chosen": int(np.nanargmin(costs)) if np.isfinite(costs).any() else -1}
+    S.u0, S.live = np.asarray(starts[best[2]["auto_starts"]["chosen"]], float), None
+    return best
+
+
 def identifiability_report(names, values, J, cov_bad, rel_se, tol):
     """Per quantity: column norm of the weighted Jacobian, its relative size, and a verdict.
 
@@ -264,7 +316,7 @@ def _join(hists):
 
 
 def finish(est, S, u, t_start, *, status, message, hists, extras, mode_warnings=(), covariance=True,
-           bound_fail=True, history=None):
+           bound_fail=True, history=None, start_info=None):
     """Noise sd, covariance, identifiability, bound check and the Estimate at ``u``."""
     from odeinfer.estimators._dde_setup import fixed_for_estimate
     from odeinfer.estimators.adjoint_dde import DelayBoundWarning
@@ -327,22 +379,25 @@ def finish(est, S, u, t_start, *, status, message, hists, extras, mode_warnings=
         message=message, n_iter=int(hist["cost"].size),
         cost=0.5 * float(raw_r @ raw_r), nobs=S.n_obs, sigma=sigma, residuals=-raw_r, history=hist,
         extras=extras, warnings=tuple(warn),
-        provenance={"solver": est.solver.as_dict(), "mode": est.mode})
+        provenance={"solver": est.solver.as_dict(), "mode": est.mode, "start": start_info})
     if covariance:
         _attach_profiler(est, S, estimate, u, r, cov_u)
     return estimate
 
 
-def run_lm(est, S, t_start):
-    lm, log, extras = _search(est, S)
+def run_lm(est, S, t_start, starts=None, start_info=None):
+    """The default mode's fit: :func:`_search` from the setup's start, or the best over ``starts``
+    (from :func:`auto_starts`); ``start_info`` becomes ``provenance["start"]``."""
+    lm, log, extras = _search(est, S) if starts is None else _best_of(est, S, starts)
     hists = [(_PHASE_START if extras.get("chosen_start", "start") == "start" else _PHASE_REFINE, lm.history, log)]
     if lm.r is None:
         from odeinfer.estimators._dde_setup import fixed_for_estimate
 
         return make_estimate(est, fixed_for_estimate(S), S.names, np.full(S.k, np.nan), None, "failed",
                              t_start=t_start, message=lm.message, history=_join(hists), extras=extras,
-                             warnings=(lm.message,))
-    return finish(est, S, lm.u.copy(), t_start, status=lm.status, message=lm.message, hists=hists, extras=extras)
+                             warnings=(lm.message,), provenance={"start": start_info})
+    return finish(est, S, lm.u.copy(), t_start, status=lm.status, message=lm.message, hists=hists, extras=extras,
+                  start_info=start_info)
 
 
 def _attach_profiler(est, S, estimate, u, r, cov_u):

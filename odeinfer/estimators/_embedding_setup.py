@@ -14,7 +14,7 @@ from odeinfer.estimators._shooting import ShootingProblem
 from odeinfer.estimators.base import EstimationError, prepare
 from odeinfer.results import Estimate
 
-__all__ = ["Setup", "build_setup"]
+__all__ = ["Setup", "build_setup", "split_start"]
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Setup:
     x0_known: list
 
 
-def _split_start(start, model):
+def split_start(start, model):
     """(param dict, x0 dict) from a dict, an Estimate or an array of free params."""
     if start is None:
         return None, {}
@@ -97,7 +97,7 @@ def _log_mask(log_params, free, start_arr):
 
 def build_setup(est, model, data, start, fixed, x0) -> Setup:
     """Validate ``fit`` inputs of the Embedding estimator ``est`` and build the problems."""
-    pstart, x0start = _split_start(start, model)
+    pstart, x0start = split_start(start, model)
     prob = prepare(model, data, start=pstart, fixed=fixed, estimator="Embedding")
     exps = prob.experiments
     free_switch = [q for q in model.switching_params if q in prob.free]

@@ -286,11 +286,11 @@ def _covariance(J, rcond):
     return (cov + cov.T) / 2, rank, cond, bad
 
 
-def _failed(est, S, t_start, message, extras, hists):
+def _failed(est, S, t_start, message, extras, hists, start_info):
     sp = S.sp
     return make_estimate(est, replace(S.problem, fixed=_fixed(S)), sp.public_names, np.full(sp.n_public, np.nan),
                          None, "failed", t_start=t_start, message=message, history=_join(hists), extras=extras,
-                         warnings=(message,))
+                         warnings=(message,), provenance={"start": start_info})
 
 
 def _fixed(S):
@@ -302,7 +302,8 @@ def _fixed(S):
     return out
 
 
-def run(est, S, model, data, start, fixed, x0, t_start):
+def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
+    """The whole fit from the setup ``S``; ``start_info`` becomes ``provenance["start"]``."""
     from odeinfer.errors import InputError
 
     sp = S.sp
@@ -314,7 +315,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         u0, table, n_failed = _multistart(est, S, model, data, start, fixed, x0)
         extras.update(starts=table, n_failed_starts=n_failed)
         if u0 is None:
-            return _failed(est, S, t_start, f"all {est.starts} starts failed", extras, [])
+            return _failed(est, S, t_start, f"all {est.starts} starts failed", extras, [], start_info)
     else:
         missing = [names[j] for j in range(nf) if not math.isfinite(S.u0[j])]
         if missing:
@@ -325,7 +326,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
     hists, lm, u = fit["hist"], fit["lm"], fit["u"]
     extras.update(fit["extras"])
     if lm.r is None:
-        return _failed(est, S, t_start, lm.message, extras, hists)
+        return _failed(est, S, t_start, lm.message, extras, hists, start_info)
     # --- noise sd ------------------------------------------------------------------------
     if est.sigma == "per_state":
         for _ in range(20):
@@ -346,7 +347,8 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         sp.set_sigma(np.full(sp.n, s if s > 0 else 1.0))
     out = sp.evaluate(u)
     if out is None:
-        return _failed(est, S, t_start, f"the solver failed at the final point: {sp.failure}", extras, hists)
+        return _failed(est, S, t_start, f"the solver failed at the final point: {sp.failure}", extras, hists,
+                       start_info)
     r, J = out[0].copy(), out[1][:, :k].copy()
     raw = sp.raw_residuals(r)
     # --- covariance ------------------------------------------------------------------------
@@ -382,7 +384,8 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         est, replace(S.problem, fixed=_fixed(S)), names, vals, cov, lm.status, t_start=t_start, message=lm.message,
         n_iter=int(hist["cost"].size), cost=cost, nobs=N, sigma=sigma, residuals=-raw, history=hist,
         extras=extras, warnings=tuple(warn),
-        provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})}})
+        provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})},
+                    "start": start_info})
     _attach_profiler(est, S, estimate, u, r, cov_u)
     return estimate
 

@@ -241,6 +241,11 @@ class AdjointDDE(Estimator):
             Starting values by name (model parameters and history parameters; the history's
             own values are the default for the latter), or a sequence in the order of the
             unknowns. ``mode="lm"`` with a delay scan may leave the scanned delay out.
+            ``mode="lm"`` without a start of any parameter: the matching estimators are tried
+            (they apply only when no delay is free), else a multistart of 16 points inside
+            ``bounds`` (then required, finite, for every parameter without a start; each start
+            runs the delay scan); ``provenance["start"]`` records the source and what was
+            tried, ``extras["auto_starts"]`` the cost reached from each start.
         fixed : dict, optional
             Model parameters and history parameters held fixed, name -> value.
         t0 : float, optional
@@ -275,9 +280,10 @@ class AdjointDDE(Estimator):
                 from odeinfer.estimators._dde_paper import run_paper
 
                 return run_paper(self, S, t_start, loss=self.loss)
-            from odeinfer.estimators._dde_lm import run_lm
+            from odeinfer.estimators._dde_lm import auto_starts, run_lm
 
-            return run_lm(self, S, t_start)
+            starts, info = auto_starts(self, S, model, data, start)
+            return run_lm(self, S, t_start, starts=starts, start_info=info)
 
     def objective(self, model, data, values, *, history=None, fixed=None, t0=None):
         """The objective this estimator minimises and its exact gradient at ``values``.

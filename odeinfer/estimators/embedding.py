@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -233,11 +233,20 @@ class Embedding(Estimator):
             Several experiments share the parameters and have their own initial states
             (named ``"x0[state]@experiment"``). None for a FitProblem.
         start : dict, array-like or Estimate, optional
-            Start of the free parameters (required for each unless ``starts > 1`` with finite
-            bounds) and optionally of initial states (``"x0[state]"``, ``"x0[state]@exp"``);
-            observed initial states default to their first observation. For a FitProblem,
-            a 2-D array (one row per start, natural units, ``problem.estimated``'s order)
-            gives several starts; ``starts`` beyond its rows are sampled within the bounds.
+            Start of the free parameters and optionally of initial states (``"x0[state]"``,
+            ``"x0[state]@exp"``); observed initial states default to their first observation.
+            A start given for some parameters must give all of them (or use ``starts > 1`` with
+            finite bounds). Without a start of any parameter (and ``starts == 1``), the
+            matching estimators give it when they apply: :class:`OrthogonalConditions`, else
+            :class:`GradientMatching` (every state observed; a parameter entering nonlinearly
+            is seeded at the geometric midpoint of its bounds, or 1.0), moved inside the
+            bounds; when neither applies or their estimate fails or is not finite, a multistart
+            of 16 points inside the (then required, finite) bounds. ``provenance["start"]``
+            records the source (``"user"``, ``"OrthogonalConditions"``, ``"GradientMatching"``
+            or ``"multistart"``), the values, the seeds, and what was tried and why it failed.
+            For a FitProblem, a 2-D array (one row per start, natural units,
+            ``problem.estimated``'s order) gives several starts; ``starts`` beyond its rows are
+            sampled within the bounds.
         fixed : dict, optional
             Parameters held fixed, name -> value.
         x0 : dict, array-like or dict of dicts, optional
@@ -267,4 +276,25 @@ class Embedding(Estimator):
                 return fit_likelihood(self, problem, start, t_start)
         with single_threaded_blas():
             S = build_setup(self, model, data, start, fixed, x0)
-            return _phases.run(self, S, model, data, start, fixed, x0, t_start)
+            est, start, S, info = self._resolve_start(S, model, data, start, fixed, x0)
+            return _phases.run(est, S, model, data, start, fixed, x0, t_start, start_info=info)
+
+    def _resolve_start(self, S, model, data, start, fixed, x0):
+        """``(estimator, start, setup, provenance["start"])``: the user's start, else the matching
+        estimators' (see :mod:`odeinfer.estimators._auto_start`), else a multistart in the bounds."""
+        from odeinfer.estimators import _auto_start as auto
+        from odeinfer.estimators._embedding_setup import split_start
+
+        if self.starts > 1 or auto.has_param_start(start):
+            return self, start, S, auto.start_info(start, self.starts)
+        nf = S.sp.n_free
+        free = S.sp.public_names[:nf]
+        found, info = auto.matching_start(model, data, S.problem, bounds_of=self.bounds_of, log_mask=S.log_mask,
+                                          x0=x0)
+        user_x0 = split_start(start, model)[1]
+        if found is None:
+            info = auto.multistart_fallback(free, S.lo[:nf], S.hi[:nf], info["tried"])
+            return replace(self, starts=auto.FALLBACK_STARTS), start, S, info
+        info["x0_from_user"] = sorted(user_x0)
+        start = {**found, **user_x0}
+        return self, start, build_setup(self, model, data, start, fixed, x0), info

@@ -50,6 +50,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators import _bock
 from odeinfer.estimators import _simultaneous_setup as setup
+from odeinfer.estimators._auto_start import has_param_start, matching_start, start_info
 from odeinfer.estimators.base import Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.results import Estimate
 from odeinfer.smooth.splines import SplineSmoother
@@ -197,7 +198,11 @@ class Simultaneous(Estimator):
             Several experiments share the parameters; each has its own grid and initial state.
         start : dict, array-like (n_free,) or Estimate, optional
             Start values of the free parameters (1.0 where missing). An Estimate also
-            supplies ``x0[state]`` starts.
+            supplies ``x0[state]`` starts. Without a start of any parameter, the matching
+            estimators give it when they apply (:class:`OrthogonalConditions`, else
+            :class:`GradientMatching`; see ``oi.Embedding.fit``), else 1.0;
+            ``provenance["start"]`` records the source (``"user"``, the estimator, or
+            ``"default"``) and what was tried.
         fixed : dict, optional
             Parameters held fixed, name -> value.
         x0 : dict, array-like (n_states,), or list of those (one per experiment), optional
@@ -222,6 +227,15 @@ class Simultaneous(Estimator):
             x0 = x0 or None
         problem = prepare(model, data, start=start, fixed=fixed, estimator="Simultaneous")
         prob = setup.build(self, problem, x0, start_states)
+        info = start_info(start, 1)
+        if not has_param_start(start):
+            found, info = matching_start(model, data, problem, bounds_of=lambda name: (-math.inf, math.inf),
+                                         log_mask=np.zeros(len(problem.free), bool), x0=x0)
+            if found is None:  # no multistart here: the documented 1.0 default, said so
+                info = {"source": "default", "values": {n: 1.0 for n in problem.free}, "tried": info["tried"]}
+            else:
+                problem = prepare(model, data, start=found, fixed=fixed, estimator="Simultaneous")
+                prob = setup.build(self, problem, x0, start_states)
         from odeinfer.solve.shared import TieredKernel
 
         compiled = model.compile()
@@ -267,4 +281,5 @@ class Simultaneous(Estimator):
                              nobs=prob.nobs, sigma=prob.sigma_by_name(sigma), residuals=prob.residual_table(z),
                              history=history, extras=extras, warnings=tuple(warns),
                              provenance={"method": "Bock iteration (generalised Gauss-Newton on the KKT system), "
-                                                   "Osborne (2008) ANZIAM J. 50 C107 section 2.2"})
+                                                   "Osborne (2008) ANZIAM J. 50 C107 section 2.2",
+                                         "start": info})

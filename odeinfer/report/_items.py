@@ -176,26 +176,27 @@ def render_frame(frame) -> str:
 def idata_checks(idata):
     """Pass/fail rows: worst r_hat, smallest bulk ESS, divergent transitions (used when
     :func:`odeinfer.diagnostics.check` is not available)."""
-    import arviz as az
+    from odeinfer.bayes import _idata
 
-    post = idata.posterior
+    post = _idata.posterior(idata)
     n_chains = int(post.sizes.get("chain", 1))
     n_draws = int(post.sizes.get("draw", 0))
     rows = []
     if n_chains >= 2:
-        rhat = az.rhat(idata)
+        rhat = _idata.rhat(idata)
         worst = max((float(np.nanmax(v.values)) for v in rhat.data_vars.values()), default=np.nan)
         ok = np.isfinite(worst) and worst <= RHAT_MAX
         rows.append(("max r_hat", _num(worst), f"<= {RHAT_MAX}", badge("pass" if ok else "fail", "pass" if ok else "fail")))
     else:
         rows.append(("max r_hat", "n/a", f"<= {RHAT_MAX}", badge("needs 2+ chains", "na")))
-    ess = az.ess(idata, method="bulk")
+    ess = _idata.ess(idata, "bulk")
     low = min((float(np.nanmin(v.values)) for v in ess.data_vars.values()), default=np.nan)
     need = ESS_MIN
     ok = np.isfinite(low) and low >= need
     rows.append(("min ess_bulk", _num(low), f">= {need}", badge("pass" if ok else "fail", "pass" if ok else "fail")))
-    if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
-        n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
+    div = _idata.sample_stat(idata, "diverging")
+    if div is not None:
+        n_div = int(div.sum())
         rows.append(("divergences", str(n_div), "0", badge("pass" if n_div == 0 else "fail",
                                                                "pass" if n_div == 0 else "fail")))
     head = "<tr><th>check</th><th>value</th><th>required</th><th>result</th></tr>"
@@ -206,17 +207,14 @@ def idata_checks(idata):
 
 def render_idata(idata) -> str:
     """ArviZ summary table of the posterior (the checks are in the diagnostics section)."""
-    import arviz as az
+    from odeinfer.bayes import _idata
 
-    if "posterior" not in idata.groups():
+    post = _idata.posterior(idata)
+    if post is None:
         return unavailable("posterior summary", "the InferenceData has no posterior group")
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ArviZ warns about single chains; the checks table says it
-        summary = az.summary(idata, var_names=_parameter_vars(idata) or None)
-    n_chains = int(idata.posterior.sizes.get("chain", 1))
-    n_draws = int(idata.posterior.sizes.get("draw", 0))
+    summary = _idata.summary(idata, var_names=_parameter_vars(idata) or None)
+    n_chains = int(post.sizes.get("chain", 1))
+    n_draws = int(post.sizes.get("draw", 0))
     return (f"<div class='idata'><p class='meta'>{n_chains} chain(s) x {n_draws} draw(s)</p>"
             f"{table_html(summary, '{:.4g}')}</div>")
 
@@ -225,7 +223,9 @@ def _parameter_vars(idata):
     """Posterior variables that are parameters (see ``odeinfer.diagnostics._names``)."""
     from odeinfer.diagnostics._names import parameter_vars
 
-    return parameter_vars(idata.posterior)
+    from odeinfer.bayes._idata import posterior
+
+    return parameter_vars(posterior(idata))
 
 
 # figures and text ------------------------------------------------------------------------------

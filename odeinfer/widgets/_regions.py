@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+from odeinfer.bayes._idata import posterior
 from odeinfer.diagnostics.intervals import as_estimates, source_labels
 from odeinfer.errors import InputError
 from odeinfer.widgets._common import close_figure, message_html, png_bytes
@@ -17,7 +18,7 @@ def _posterior_names(idata):
     try:
         from odeinfer.diagnostics import parameter_names
     except Exception:  # without the diagnostics module, take the posterior's scalar variables
-        post = idata.posterior
+        post = posterior(idata)
         return [v for v in post.data_vars if post[v].ndim == 2]
     return parameter_names(idata)
 
@@ -66,7 +67,7 @@ class RegionPanel:
         import ipywidgets as w
 
         self.estimates = as_estimates(estimates)
-        if idata is not None and not (type(idata).__name__ == "InferenceData" and "posterior" in idata.groups()):
+        if idata is not None and posterior(idata) is None:
             raise InputError(f"idata: expected an arviz.InferenceData with a posterior group, got {type(idata).__name__}")
         if not self.estimates and idata is None:
             raise InputError("estimates: got no estimates and no idata; pass at least one of them")
