@@ -161,10 +161,10 @@ def fit_likelihood(est, problem, start, t_start):
     else:
         pts = np.zeros((0, obj.n))
     U = np.vstack([u_user[None, :]] * n_user + [pts])
-    if est.n_jobs == 1 or U.shape[0] == 1:
+    if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs)
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs, executor=est.executor)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:

@@ -202,13 +202,13 @@ def _multistart(est, S, model, data, start, fixed, x0):
         else np.zeros((0, nf))
     U = np.tile(np.where(np.isfinite(S.u0), S.u0, 0.0), (pts.shape[0] + n_user, 1))
     U[n_user:, :nf] = pts
-    payload = (est, model, data, start, fixed, x0, sp.sigma_state.copy())
-    if est.n_jobs == 1:
+    payload = (replace(est, executor=None), model, data, start, fixed, x0, sp.sigma_state.copy())
+    if est.n_jobs == 1 and est.executor is None:
         res = []
         for i, u0 in enumerate(U):
             res.extend(_start_chunk_local(est, S, i, u0))
     else:
-        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs)
+        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs, executor=est.executor)
     names = sp.public_names
     table = {"start": [], "status": [], "cost": [], "n_iter": [], "error": [], "optimum": []}
     for n in names:

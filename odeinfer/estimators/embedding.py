@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
 from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.inference.executor import as_executor
 from odeinfer.solve.config import as_solver
 
 __all__ = ["Embedding"]
@@ -81,6 +82,12 @@ class Embedding(Estimator):
     sampler : {"sobol", "lhs"}, default "sobol"
     n_jobs : int, default 1
         Processes for the starts (``-1``: all cores).
+    executor : concurrent.futures.Executor or Dask Client, optional
+        Run the starts on this executor instead (a Dask ``Client`` or ``client.get_executor()``,
+        Ray's, ``mpi4py.futures``', a ``ProcessPoolExecutor``); excludes ``n_jobs``. Each start's
+        fit depends on its start only, so the estimate and the table of starts are bitwise those
+        of a run in this process. See :mod:`odeinfer.inference.executor` (retries, dead workers,
+        taking the same code to a cluster).
     rng : int or None, default 0
         Seed of the start sampler.
     solver : Dopri5, Rodas or Auto, optional
@@ -137,6 +144,7 @@ class Embedding(Estimator):
     starts: int = 1
     sampler: str = "sobol"
     n_jobs: int = 1
+    executor: Any = field(default=None, compare=False)
     rng: int | None = 0
     solver: Any = None
     max_iter: int = 200
@@ -174,6 +182,10 @@ class Embedding(Estimator):
             raise InputError(f"sampler: expected 'sobol' or 'lhs', got {self.sampler!r}")
         if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs == 0 or self.n_jobs < -1:
             raise InputError(f"n_jobs: expected a positive int or -1 (all cores), got {self.n_jobs!r}")
+        set_(self, "executor", as_executor(self.executor))
+        if self.executor is not None and self.n_jobs != 1:
+            raise InputError(f"n_jobs: n_jobs={self.n_jobs!r} and executor= exclude each other (the executor's "
+                             "workers run the starts); drop n_jobs")
         set_(self, "solver", as_solver(self.solver, delays=False, role="fit"))
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise InputError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
