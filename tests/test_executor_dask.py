@@ -1,6 +1,9 @@
 """executor= on a Dask LocalCluster (one worker process, one thread): the same bits as a local run."""
 
+from types import SimpleNamespace
+
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("distributed", reason="dask.distributed is not installed; pip install 'odeinfer[dask]'")
@@ -8,7 +11,8 @@ pytest.importorskip("distributed", reason="dask.distributed is not installed; pi
 from distributed import Client, LocalCluster  # noqa: E402
 
 import odeinfer as oi  # noqa: E402
-from odeinfer.errors import InputError  # noqa: E402
+from odeinfer.errors import InputError, StudyError  # noqa: E402
+from odeinfer.studies import monte_carlo  # noqa: E402
 
 DECAY = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
 T = np.linspace(0.0, 4.0, 9)
@@ -61,3 +65,27 @@ def test_a_closed_client_is_refused_before_any_work(data):
         c.close()
     with pytest.raises(InputError, match=r"executor: the ClientExecutor given cannot take work .*Client is closed"):
         est.fit(DECAY, data)
+
+
+def simulate_mean(rng):
+    return rng.normal(1.5, 2.0, size=16), {"mu": 1.5}
+
+
+def sample_mean(x):
+    return SimpleNamespace(params={"mu": float(np.mean(x))}, bse={"mu": 0.5}, converged=True)
+
+
+def test_monte_carlo_on_an_executor_equals_the_local_run(client):
+    local = monte_carlo(simulate_mean, {"mean": sample_mean}, 12, rng=7, progress=False).frame
+    remote = monte_carlo(simulate_mean, {"mean": sample_mean}, 12, rng=7, progress=False,
+                         executor=client.get_executor(), chunk_size=5).frame
+    pd.testing.assert_frame_equal(remote.drop(columns="time"), local.drop(columns="time"))
+    assert local["estimate"].nunique() == 12  # twelve different datasets
+
+
+def test_monte_carlo_executor_excludes_n_jobs_and_client(client):
+    with pytest.raises(StudyError, match=r"`executor` and `n_jobs` exclude each other; received executor= with "
+                                         r"n_jobs=2\. .* drop n_jobs"):
+        monte_carlo(simulate_mean, {"mean": sample_mean}, 2, rng=0, n_jobs=2, executor=client)
+    with pytest.raises(StudyError, match=r"`executor` and `client` exclude each other"):
+        monte_carlo(simulate_mean, {"mean": sample_mean}, 2, rng=0, client=client, executor=client)

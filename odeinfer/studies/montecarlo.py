@@ -16,7 +16,7 @@ import numpy as np
 from odeinfer._lazy import pandas as pd
 
 from ..errors import OdeinferWarning, StudyError
-from ._worker import describe, run_chunk
+from ._worker import describe, run_chunk, run_payload_chunk
 from .result import COLUMNS, StudyResult
 
 __all__ = ["monte_carlo", "EstimatorLike", "ResultLike"]
@@ -66,7 +66,7 @@ def _root_seed(rng):
     )
 
 
-def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
+def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client, executor):
     if not callable(simulate_fn):
         raise StudyError(
             f"`simulate_fn` must be callable as simulate_fn(rng) -> (data, truth); received "
@@ -101,6 +101,12 @@ def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
         raise StudyError(
             f"`chunk_size` must be None or an int >= 1 (replications per task); received "
             f"{chunk_size!r}. Leave it None for about four tasks per worker."
+        )
+    if executor is not None and (client is not None or n_jobs != 1):
+        other = "client" if client is not None else f"n_jobs={n_jobs!r}"
+        raise StudyError(
+            f"`executor` and `{other.split('=')[0]}` exclude each other; received executor= with {other}. "
+            f"The executor's workers run the replications: drop {other.split('=')[0]}."
         )
     if client is not None:
         if n_jobs != 1:
@@ -177,7 +183,7 @@ def _raise_simulation_failure(out):
 
 
 def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True, client=None,
-                chunk_size=None):
+                chunk_size=None, executor=None):
     """Replicate simulate-then-estimate ``n_rep`` times and collect the estimates.
 
     Parameters
@@ -222,8 +228,15 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         notebook functions work; what they capture must pickle (capture the
         :class:`~odeinfer.Model`, not its solvers). Excludes ``n_jobs``. See
         Notes.
+    executor : concurrent.futures.Executor, optional
+        Run the replications on any executor (a ``ProcessPoolExecutor``, a Dask client's
+        ``client.get_executor()``, Ray's, ``mpi4py.futures``'), through
+        :func:`odeinfer.inference.executor.map_chunks`: the same rows as a local run, a chunk
+        that raises is retried once, a dead worker is reported, never a hang. Excludes
+        ``n_jobs`` and ``client`` (``client=`` stays the tuned Dask path: version checks and
+        compiled kernels sent by source).
     chunk_size : int, optional
-        Replications per task when ``n_jobs > 1`` or ``client`` is given;
+        Replications per task when ``n_jobs > 1``, ``client`` or ``executor`` is given;
         default ``ceil(n_rep / (4 * slots))`` with ``slots`` the local
         processes or the cluster's worker threads when the study starts, so
         fast replications are not sent one by one and slow ones still balance
@@ -245,6 +258,11 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         ``dask.distributed.Client``), functions that cannot be sent to workers,
         a failing ``simulate_fn``, a broken worker process or Dask worker, or
         workers with another odeinfer version.
+    InputError
+        With ``executor``: it is shut down, or the functions cannot be sent to its workers
+        (before any work).
+    ExecutionError
+        With ``executor``: a chunk raised twice or its worker died.
 
     Notes
     -----
@@ -286,14 +304,24 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
     >>> res.frame.shape
     (50, 9)
     """
-    _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client)
+    _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client, executor)
     n_rep = int(n_rep)
     estimators = dict(estimators)
     root = _root_seed(rng)
     seed = np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key, pool_size=root.pool_size)
     tasks = list(enumerate(root.spawn(n_rep)))
 
-    if client is not None:
+    if executor is not None:
+        from odeinfer.inference.executor import as_executor, map_chunks, n_slots
+
+        executor = as_executor(executor)
+        chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_slots(executor)))
+        named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
+        done = map_chunks(run_payload_chunk, (simulate_fn, estimators), chunks, executor=executor,
+                          progress=progress, desc="monte_carlo", check=named)
+        outs = (out for out in done)
+        progress = False  # map_chunks showed it
+    elif client is not None:
         from ._dask import dumps_payload, n_slots, run_on_client
 
         payload = dumps_payload(simulate_fn, estimators)
