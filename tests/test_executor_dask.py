@@ -89,3 +89,13 @@ def test_monte_carlo_executor_excludes_n_jobs_and_client(client):
         monte_carlo(simulate_mean, {"mean": sample_mean}, 2, rng=0, n_jobs=2, executor=client)
     with pytest.raises(StudyError, match=r"`executor` and `client` exclude each other"):
         monte_carlo(simulate_mean, {"mean": sample_mean}, 2, rng=0, client=client, executor=client)
+
+
+def test_bootstrap_on_a_dask_cluster_equals_the_local_run_bit_for_bit(client, data):
+    est = oi.Embedding().fit(DECAY, data, start={"k": 1.0})
+    local = est.conf_int(method="bootstrap", n_boot=12, seed=8)
+    fresh = oi.Embedding().fit(DECAY, data, start={"k": 1.0})  # nothing cached
+    remote = fresh.conf_int(method="bootstrap", n_boot=12, seed=8, executor=client)
+    np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
+    np.testing.assert_array_equal(fresh._bootstrapper.sample(12, 8)["values"], est._bootstrapper.sample(12, 8)["values"])
+    assert remote.attrs["n_failed"] == 0 and remote.attrs["n_unconverged"] == 0

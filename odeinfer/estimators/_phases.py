@@ -384,7 +384,19 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         extras=extras, warnings=tuple(warn),
         provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})}})
     _attach_profiler(est, S, estimate, u, r, cov_u)
+    _attach_bootstrap(est, S, estimate, model, data, fixed, x0)
     return estimate
+
+
+def _attach_bootstrap(est, S, estimate, model, data, fixed, x0):
+    """``estimate.conf_int(method="bootstrap")``: parametric bootstrap refits with this configuration."""
+    from odeinfer.data import Data
+    from odeinfer.inference.bootstrap import ParametricBootstrap
+
+    exp_names = S.sp.exp_names if S.sp.multi else ()
+    boot = ParametricBootstrap(est, model, S.problem.experiments, isinstance(data, Data), {"fixed": fixed, "x0": x0},
+                               estimate, exp_names)
+    object.__setattr__(estimate, "_bootstrapper", boot)
 
 
 def _attach_profiler(est, S, estimate, u, r, cov_u):

@@ -1,0 +1,223 @@
+"""Parametric bootstrap confidence intervals: refit data simulated at an estimate.
+
+For an estimate ``theta_hat`` with fitted noise sds ``sigma_hat``, replicate ``b`` draws a
+dataset ``y*_b`` from the fitted model -- the trajectory at ``theta_hat`` (estimated initial
+states included) at the observed times and states, plus Gaussian noise of sd ``sigma_hat`` per
+state (on the log scale, ``y = x exp(sigma e)``, for a model with log noise) -- and refits it
+with the same estimator, starting at ``theta_hat``. Replicate ``b`` is seeded by the ``b``-th
+child of ``numpy.random.SeedSequence(seed)``, so the sample does not depend on where or in which
+order the refits run (this process, local processes, a Dask cluster).
+
+Intervals from the refits ``theta*_b`` (only refits with status ``"converged"`` are used; failed
+and unconverged refits are counted and reported):
+
+- ``"percentile"``: the ``alpha/2`` and ``1 - alpha/2`` quantiles of ``theta*``;
+- ``"studentized"`` (bootstrap-t): ``theta_hat - q_{1-alpha/2}(t*) se_hat``,
+  ``theta_hat - q_{alpha/2}(t*) se_hat`` with ``t*_b = (theta*_b - theta_hat) / se*_b``, using the
+  refits' own standard errors; exact for a linear Gaussian model with estimated noise (``t*``
+  then follows Student's t).
+
+Quantiles are numpy's default (linear interpolation). Monte Carlo error of a quantile grows as
+``1 / sqrt(n_boot)``; ``n_boot >= 1000`` is advised for 95% intervals.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import replace
+
+import numpy as np
+
+from odeinfer.errors import InputError, OdeinferWarning
+
+__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS"]
+
+#: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
+KINDS = ("percentile", "studentized")
+
+
+class BootstrapWarning(OdeinferWarning):
+    """Some bootstrap refits failed or did not converge: they are left out of the intervals
+    (counted in the frame's ``attrs``)."""
+
+
+class ParametricBootstrap:
+    """Parametric bootstrap of one fitted estimate (attached to it as ``_bootstrapper``).
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The configuration that produced the estimate; refits use it with one start (the
+        estimate), in this process (``n_jobs=1``, no executor).
+    model : Model
+    experiments : Experiments
+        The data fitted (their times, observed states, missing values and conditions are kept).
+    single : bool
+        The data were one :class:`~odeinfer.Data` (refits get a Data too).
+    fit_kwargs : dict
+        ``fixed`` and ``x0`` as given to ``fit``.
+    estimate : Estimate
+        Values (parameters, then ``x0[state]`` / ``x0[state]@experiment``), fixed values, ``sigma``
+        per observed state and standard errors.
+    exp_names : sequence of str
+        Names of the experiments in the estimate's ``x0[...]@name`` labels.
+    """
+
+    def __init__(self, estimator, model, experiments, single, fit_kwargs, estimate, exp_names):
+        self._est = replace(estimator, starts=1, n_jobs=1, executor=None)
+        self._model = model
+        self._exps = experiments
+        self._single = bool(single)
+        self._fit_kwargs = dict(fit_kwargs)
+        self.names = tuple(estimate.names)
+        self.values = np.array(estimate.values, float)
+        self.se = estimate.bse.to_numpy()
+        self._known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
+        self._sigma = dict(estimate.sigma)
+        self._exp_names = tuple(exp_names)
+        self._samples = {}
+
+    def __reduce__(self):
+        # an unpickled estimate has no bootstrap (as it has no profiler): its data are not kept
+        return (_none, ())
+
+    # ---------------------------------------------------------------------------------------
+    def _payload(self):
+        """What each refit task needs (picklable): estimator, model, fitted observations, sds."""
+        model = self._model
+        params = np.array([self._known[n] for n in model.params], float)
+        log = model.observation.noise == "log"
+        templates = []
+        for e, d in enumerate(self._exps):
+            x0 = [self._initial_state(s, e) for s in model.states]
+            t, y_hat = _trajectory(model, d, params, x0, self._est.solver)
+            cols = [model.states.index(s) for s in d.states]
+            sd = np.array([self._sigma.get(s, math.nan) for s in d.states], float)
+            bad = [s for s, v, m in zip(d.states, sd, np.asarray(d.mask).any(axis=0)) if m and not v > 0]
+            if bad:
+                raise InputError(f"method: the bootstrap needs the estimated noise sd of every observed state, but "
+                                 f"{bad} have none in this estimate (sigma={self._sigma}); refit with sigma='pooled' "
+                                 "or 'per_state', or use method='wald' or 'profile'")
+            templates.append((t, y_hat[:, cols], np.asarray(d.mask), d.states, d.t0, d.name, d.replicates, sd))
+        start = dict(zip(self.names, self.values.tolist()))
+        names = list(self._exps.names)
+        conditions = self._exps.conditions or None
+        return (self._est, model, templates, log, self._single, names, conditions, start, self._fit_kwargs)
+
+    def _initial_state(self, s, e):
+        for key in (f"x0[{s}]@{self._exp_names[e]}" if e < len(self._exp_names) else None, f"x0[{s}]"):
+            if key is not None and key in self._known:
+                return float(self._known[key])
+        raise InputError(f"method: the bootstrap simulates from the estimate, but the initial state {s!r} of "
+                         f"experiment {e} is neither estimated nor given; refit with estimate_x0=True or pass x0=")
+
+    def sample(self, n_boot, seed, *, executor=None, progress=False):
+        """The refits of replicates ``0 .. n_boot-1`` (cached per ``(n_boot, seed)``).
+
+        Returns
+        -------
+        dict
+            ``values``, ``bse`` (ndarray (n_boot, k), NaN where a refit failed), ``status`` (list
+            of str: ``"converged"``, ``"max_iter"``, ``"failed"``), ``error`` (list of str or None).
+        """
+        from odeinfer.inference.executor import map_chunks, n_slots, split
+
+        key = (int(n_boot), int(seed))
+        if key in self._samples:
+            return self._samples[key]
+        payload = self._payload()
+        tasks = list(enumerate(np.random.SeedSequence(int(seed)).spawn(int(n_boot))))
+        chunks = split(tasks, n_slots(executor) if executor is not None else 1,
+                       chunk_size=None if executor is not None else 1)
+        outs = map_chunks(refit_chunk, payload, chunks, executor=executor, progress=progress, desc="bootstrap")
+        rows = sorted((r for out in outs for r in out), key=lambda r: r[0])
+        k = len(self.names)
+        res = {"values": np.array([r[1] if r[1] is not None else np.full(k, np.nan) for r in rows], float),
+               "bse": np.array([r[2] if r[2] is not None else np.full(k, np.nan) for r in rows], float),
+               "status": [r[3] for r in rows], "error": [r[4] for r in rows]}
+        self._samples[key] = res
+        return res
+
+    def conf_int(self, alpha=0.05, *, kind="percentile", n_boot=1000, seed=0, executor=None, progress=False):
+        """Bootstrap intervals (DataFrame ``lower``, ``upper``; counts in ``attrs``)."""
+        import pandas as pd
+
+        s = self.sample(n_boot, seed, executor=executor, progress=progress)
+        ok = np.array([st == "converged" for st in s["status"]])
+        n_failed = sum(st == "failed" for st in s["status"])
+        n_unconverged = int(len(ok) - ok.sum() - n_failed)
+        theta = s["values"][ok]
+        lo_q, hi_q = alpha / 2, 1 - alpha / 2
+        lower, upper, used = [], [], []
+        for j in range(len(self.names)):
+            if kind == "percentile":
+                x = theta[:, j][np.isfinite(theta[:, j])]
+                used.append(x.size)
+                lo, hi = (np.quantile(x, [lo_q, hi_q]) if x.size else (math.nan, math.nan))
+            else:
+                tstar = (theta[:, j] - self.values[j]) / s["bse"][ok, j]
+                x = tstar[np.isfinite(tstar)]
+                used.append(x.size)
+                if x.size and math.isfinite(self.se[j]):
+                    q_lo, q_hi = np.quantile(x, [lo_q, hi_q])
+                    lo, hi = self.values[j] - q_hi * self.se[j], self.values[j] - q_lo * self.se[j]
+                else:
+                    lo, hi = math.nan, math.nan
+            lower.append(float(lo))
+            upper.append(float(hi))
+        frame = pd.DataFrame({"lower": lower, "upper": upper}, index=list(self.names))
+        frame.attrs.update(method="bootstrap", kind=kind, alpha=float(alpha), n_boot=int(n_boot), seed=int(seed),
+                           n_failed=int(n_failed), n_unconverged=n_unconverged,
+                           n_used=dict(zip(self.names, (int(u) for u in used))))
+        if n_failed or n_unconverged:
+            first = next((e for e in s["error"] if e), None)
+            warnings.warn(
+                f"bootstrap: {n_failed} of {n_boot} refits failed and {n_unconverged} did not converge; they are left "
+                f"out of the intervals (counts in the frame's attrs)" + (f"; first error: {first}" if first else "") +
+                ". Many failures make the interval unreliable: check the estimate, or raise the estimator's max_iter",
+                BootstrapWarning, stacklevel=3)
+        return frame
+
+
+def _trajectory(model, d, params, x0, solver):
+    """Observation times of ``d`` and the states at them, ``(n_times, n_states)``."""
+    from odeinfer.solve import Problem, solve
+
+    t = np.asarray(d.t, float)
+    tu, inverse = np.unique(t, return_inverse=True)
+    sol = solve(Problem(model, tu, x0=x0, t0=d.t0), params, solver=solver)
+    return t, np.asarray(sol.y, float)[inverse]
+
+
+def simulate_replicate(templates, log, single, names, conditions, rng):
+    """One bootstrap dataset (Data or Experiments) from the fitted observations."""
+    from odeinfer.data import Data, Experiments
+
+    datas = []
+    for t, y_hat, mask, states, t0, name, replicates, sd in templates:
+        e = rng.standard_normal(y_hat.shape) * sd  # every cell drawn: the stream does not depend on the mask
+        y = y_hat * np.exp(e) if log else y_hat + e
+        datas.append(Data(t, np.where(mask, y, np.nan), states, t0=t0, name=name, replicates=replicates))
+    return datas[0] if single else Experiments(datas, names=names, conditions=conditions)
+
+
+def refit_chunk(payload, chunk):
+    """Worker: ``[(b, values, bse, status, error), ...]`` for ``chunk = [(b, SeedSequence), ...]``."""
+    est, model, templates, log, single, names, conditions, start, fit_kwargs = payload
+    out = []
+    for b, seed in chunk:
+        rng = np.random.default_rng(seed)
+        try:
+            data = simulate_replicate(templates, log, single, names, conditions, rng)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # per-refit warnings are summarised by the caller
+                fit = est.fit(model, data, start=start, **fit_kwargs)
+            out.append((b, np.array(fit.values, float), fit.bse.to_numpy(), fit.status, None))
+        except Exception as exc:  # counted and reported, never fatal
+            out.append((b, None, None, "failed", f"{type(exc).__name__}: {exc}"[:300]))
+    return out
+
+
+def _none():
+    return None

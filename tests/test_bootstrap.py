@@ -1,0 +1,149 @@
+"""Estimate.conf_int(method="bootstrap"): parametric bootstrap intervals (odeinfer.inference.bootstrap).
+
+The reference is closed form: x' = a, x(0) = x0 observed with Gaussian noise at n times is the
+linear regression y = x0 + a t. Its least-squares fit, the pooled sd (RSS / (n - 2)) and the
+standard errors come from numpy's lstsq here, independently of odeinfer. A parametric bootstrap
+refit is then exactly a regression on y* = X beta_hat + sigma_hat e, so
+a* ~ N(a_hat, se_a^2) (percentile interval -> a_hat +- z se_a) and
+t* = (a* - a_hat) / se*_a ~ Student t(n - 2) (studentized interval -> the exact t interval
+a_hat +- t_{n-2} se_a). Tolerances are the Monte Carlo standard errors of sample quantiles at
+the n_boot used, sqrt(p (1 - p) / n_boot) / density(quantile).
+"""
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import odeinfer as oi
+from odeinfer.errors import InputError
+from odeinfer.inference.bootstrap import BootstrapWarning
+
+LINE = oi.Model.from_equations({"x": "a"}, params=["a"], name="line")
+T = np.linspace(0.0, 2.0, 20)
+N_BOOT = 400
+ALPHA = 0.05
+
+
+@pytest.fixture(scope="module")
+def fit():
+    data, _ = oi.simulate(LINE, {"a": 1.0}, {"x": 0.5}, T, noise=0.3, rng=4)
+    est = oi.Embedding().fit(LINE, data, start={"a": 0.5})
+    return data, est
+
+
+@pytest.fixture(scope="module")
+def regression(fit):
+    data, _ = fit
+    y = data.y[:, 0]
+    X = np.column_stack([T, np.ones_like(T)])
+    beta, rss, *_ = np.linalg.lstsq(X, y, rcond=None)
+    n, k = X.shape
+    sigma = math.sqrt(float(rss[0]) / (n - k))
+    se = sigma * np.sqrt(np.diag(np.linalg.inv(X.T @ X)))
+    return beta, se, n - k
+
+
+def _quantile_se(p, density, n):
+    return math.sqrt(p * (1 - p) / n) / density
+
+
+def test_the_fit_is_the_linear_regression(fit, regression):
+    _, est = fit
+    beta, se, _ = regression
+    np.testing.assert_allclose(est.values, beta, rtol=1e-7)
+    np.testing.assert_allclose(est.bse.to_numpy(), se, rtol=1e-6)
+
+
+def test_percentile_interval_matches_the_exact_bootstrap_distribution(fit, regression):
+    _, est = fit
+    beta, se, _ = regression
+    ci = est.conf_int(method="bootstrap", n_boot=N_BOOT, seed=11)
+    z = stats.norm.ppf(1 - ALPHA / 2)
+    tol = 4 * _quantile_se(ALPHA / 2, stats.norm.pdf(z), N_BOOT)  # in standard errors
+    for j, name in enumerate(est.names):
+        assert abs(ci.loc[name, "lower"] - (beta[j] - z * se[j])) < tol * se[j], name
+        assert abs(ci.loc[name, "upper"] - (beta[j] + z * se[j])) < tol * se[j], name
+    assert ci.attrs["n_boot"] == N_BOOT and ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    assert ci.attrs["n_used"] == {"a": N_BOOT, "x0[x]": N_BOOT}
+    # the whole sample: mean a_hat and sd se_a, within 4 Monte Carlo standard errors
+    theta = est._bootstrapper.sample(N_BOOT, 11)["values"]
+    assert np.all(np.abs(theta.mean(axis=0) - beta) < 4 * se / math.sqrt(N_BOOT))
+    assert np.all(np.abs(theta.std(axis=0, ddof=1) / se - 1) < 4 / math.sqrt(2 * (N_BOOT - 1)))
+
+
+def test_studentized_interval_matches_the_exact_t_interval(fit, regression):
+    _, est = fit
+    beta, se, dof = regression
+    before = est._bootstrapper.sample(N_BOOT, 11)
+    ci = est.conf_int(method="bootstrap", kind="studentized", n_boot=N_BOOT, seed=11)
+    assert est._bootstrapper.sample(N_BOOT, 11) is before  # the cached refits: no new work
+    q = stats.t.ppf(1 - ALPHA / 2, dof)
+    tol = 4 * _quantile_se(ALPHA / 2, stats.t.pdf(q, dof), N_BOOT)
+    for j, name in enumerate(est.names):
+        assert abs(ci.loc[name, "lower"] - (beta[j] - q * se[j])) < tol * se[j], name
+        assert abs(ci.loc[name, "upper"] - (beta[j] + q * se[j])) < tol * se[j], name
+    assert ci.attrs["kind"] == "studentized"
+
+
+def test_same_seed_same_bits_on_an_executor_and_another_seed_differs(fit):
+    data, _ = fit
+    est = oi.Embedding().fit(LINE, data, start={"a": 0.5})  # a fresh estimate: nothing cached
+    local = est.conf_int(method="bootstrap", n_boot=24, seed=3)
+    est_pool = oi.Embedding().fit(LINE, data, start={"a": 0.5})
+    with ThreadPoolExecutor(2) as pool:
+        remote = est_pool.conf_int(method="bootstrap", n_boot=24, seed=3, executor=pool)
+    np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
+    np.testing.assert_array_equal(est_pool._bootstrapper.sample(24, 3)["values"],
+                                  est._bootstrapper.sample(24, 3)["values"])
+    other = est.conf_int(method="bootstrap", n_boot=24, seed=4)
+    assert not np.array_equal(other.to_numpy(), local.to_numpy())
+
+
+def test_unconverged_refits_are_counted_and_reported(fit):
+    data, _ = fit
+    est = oi.Embedding(max_iter=1).fit(LINE, data, start={"a": 0.5})
+    with pytest.warns(BootstrapWarning, match=r"bootstrap: 0 of 10 refits failed and 10 did not converge; they are "
+                                              r"left out of the intervals"):
+        ci = est.conf_int(method="bootstrap", n_boot=10, seed=0)
+    assert ci.attrs["n_unconverged"] == 10 and ci.attrs["n_used"] == {"a": 0, "x0[x]": 0}
+    assert ci.isna().all().all()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(kind="bca"), r"kind: expected one of \['percentile', 'studentized'\], got 'bca'"),
+    (dict(n_boot=5), r"n_boot: expected an int >= 10 .* got 5"),
+    (dict(n_boot=100.0), r"n_boot: expected an int >= 10 .* got 100.0"),
+    (dict(seed=-1), r"seed: expected a non-negative int .* got -1; pass e.g. seed=2024"),
+    (dict(executor="dask"), r"executor: expected a concurrent.futures.Executor or a Dask Client, got str"),
+])
+def test_bad_bootstrap_arguments(fit, kwargs, message):
+    _, est = fit
+    with pytest.raises(InputError, match=message):
+        est.conf_int(method="bootstrap", **kwargs)
+
+
+def test_bootstrap_arguments_without_method_bootstrap(fit):
+    _, est = fit
+    with pytest.raises(InputError, match=r"n_boot: applies to method='bootstrap' only, got n_boot= with "
+                                         r"method='wald'; drop it or pass method='bootstrap'"):
+        est.conf_int(n_boot=100)
+
+
+def test_a_shut_down_executor_is_refused(fit):
+    _, est = fit
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(InputError, match=r"executor: the ThreadPoolExecutor given cannot take work"):
+        est.conf_int(method="bootstrap", n_boot=10, seed=99, executor=pool)
+    assert (10, 99) not in est._bootstrapper._samples
+
+
+def test_not_available_after_a_json_round_trip(fit):
+    _, est = fit
+    back = oi.Estimate.from_json(est.to_json(), model=LINE)
+    with pytest.raises(ValueError, match=r"method: 'bootstrap' is not available for this Embedding estimate \("
+                                         r"bootstrap intervals need an estimate fitted in this session"):
+        back.conf_int(method="bootstrap")
