@@ -147,3 +147,24 @@ def test_not_available_after_a_json_round_trip(fit):
     with pytest.raises(ValueError, match=r"method: 'bootstrap' is not available for this Embedding estimate \("
                                          r"bootstrap intervals need an estimate fitted in this session"):
         back.conf_int(method="bootstrap")
+
+
+def test_executor_does_not_apply_to_wald_intervals(fit):
+    _, est = fit
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(InputError, match=r"executor: applies to method='profile' or 'bootstrap' only, got "
+                                             r"executor= with method='wald' \(computed here, instantly\); drop it"):
+            est.conf_int(executor=pool)
+
+
+def test_profile_intervals_on_an_executor_equal_the_local_ones(fit):
+    """Each side of each profile is one task on the executor; every walk starts at the estimate."""
+    data, est = fit
+    fresh = oi.Embedding().fit(LINE, data, start={"a": 0.5})
+    local = est.conf_int(method="profile")
+    with ThreadPoolExecutor(2) as pool:
+        remote = fresh.conf_int(method="profile", executor=pool)
+    np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
+    assert fresh._profiler.traces == est._profiler.traces
+    # linear model: the profile interval is the Wald interval (the same normal quantile)
+    np.testing.assert_allclose(remote.to_numpy(), est.conf_int().to_numpy(), rtol=1e-6)

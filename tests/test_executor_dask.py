@@ -99,3 +99,13 @@ def test_bootstrap_on_a_dask_cluster_equals_the_local_run_bit_for_bit(client, da
     np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
     np.testing.assert_array_equal(fresh._bootstrapper.sample(12, 8)["values"], est._bootstrapper.sample(12, 8)["values"])
     assert remote.attrs["n_failed"] == 0 and remote.attrs["n_unconverged"] == 0
+
+
+def test_profiles_on_a_dask_cluster_equal_the_local_ones_bit_for_bit(client, data):
+    est = oi.Embedding(log_params=True).fit(DECAY, data, start={"k": 1.0})
+    local = est.conf_int(method="profile")
+    fresh = oi.Embedding(log_params=True).fit(DECAY, data, start={"k": 1.0})
+    remote = fresh.conf_int(method="profile", executor=client)
+    np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
+    assert fresh._profiler.traces == est._profiler.traces
+    assert local.loc["k", "lower"] < est.params["k"] < local.loc["k", "upper"]

@@ -383,7 +383,7 @@ def run(est, S, model, data, start, fixed, x0, t_start):
         n_iter=int(hist["cost"].size), cost=cost, nobs=N, sigma=sigma, residuals=-raw, history=hist,
         extras=extras, warnings=tuple(warn),
         provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})}})
-    _attach_profiler(est, S, estimate, u, r, cov_u)
+    _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0)
     _attach_bootstrap(est, S, estimate, model, data, fixed, x0)
     return estimate
 
@@ -399,9 +399,20 @@ def _attach_bootstrap(est, S, estimate, model, data, fixed, x0):
     object.__setattr__(estimate, "_bootstrapper", boot)
 
 
-def _attach_profiler(est, S, estimate, u, r, cov_u):
+def _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0):
     from odeinfer.inference.profile import ProfileLikelihood
 
+    sp = S.sp
+    reoptimise, to_natural = _reoptimiser(S)
+    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
+    remote = (_rebuild_reoptimiser, (replace(est, executor=None), model, data, start, fixed, x0, sp.sigma_state.copy()))
+    prof = ProfileLikelihood(sp.public_names, u, 0.5 * float(r @ r), se, S.lo, S.hi, reoptimise, to_natural,
+                             remote=remote)
+    object.__setattr__(estimate, "_profiler", prof)
+
+
+def _reoptimiser(S):
+    """``(reoptimise, to_natural)`` of the profiles of setup ``S`` (its single-shooting problem)."""
     sp = S.sp
     k = sp.n_public
 
@@ -417,6 +428,14 @@ def _attach_profiler(est, S, estimate, u, r, cov_u):
     def to_natural(i, v):
         return float(np.exp(v)) if i < sp.n_free and S.log_mask[i] else float(v)
 
-    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    prof = ProfileLikelihood(sp.public_names, u, 0.5 * float(r @ r), se, S.lo, S.hi, reoptimise, to_natural)
-    object.__setattr__(estimate, "_profiler", prof)
+    return reoptimise, to_natural
+
+
+def _rebuild_reoptimiser(payload):
+    """Worker: the setup of the fit rebuilt from its inputs, its noise sds set as at the optimum."""
+    from odeinfer.estimators._embedding_setup import build_setup
+
+    est, model, data, start, fixed, x0, sigma = payload
+    S = build_setup(est, model, data, start, fixed, x0)
+    S.sp.set_sigma(sigma)
+    return _reoptimiser(S)

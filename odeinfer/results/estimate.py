@@ -190,10 +190,11 @@ class Estimate:
             ``numpy.random.SeedSequence(seed)``, so the same seed gives the same intervals, bit
             for bit, wherever the refits run.
         executor : concurrent.futures.Executor or Dask Client, optional
-            Bootstrap only: run the refits there (default: in this process); see
+            Profile and bootstrap: run the refits (bootstrap) or the walks along each side of
+            each profile there (default: in this process), with the same results bit for bit; see
             :func:`odeinfer.inference.executor.map_chunks`.
         progress : bool, default False
-            Bootstrap only: show a progress bar (tqdm).
+            Profile and bootstrap: show a progress bar (tqdm).
 
         Examples
         --------
@@ -216,15 +217,24 @@ class Estimate:
                                 "can refit, e.g. oi.Embedding's trajectory least squares)"}.get(method, "")
             raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
                              f"available: {available}")
-        given = [k for k, v in (("kind", kind), ("n_boot", n_boot), ("seed", seed), ("executor", executor),
-                                ("progress", progress or None)) if v is not None]
+        given = [k for k, v in (("kind", kind), ("n_boot", n_boot), ("seed", seed)) if v is not None]
         if method != "bootstrap" and given:
             raise InputError(f"{given[0]}: applies to method='bootstrap' only, got {given[0]}= with method={method!r}; "
                              f"drop it or pass method='bootstrap'")
+        if method == "wald" and (executor is not None or progress):
+            arg = "executor" if executor is not None else "progress"
+            raise InputError(f"{arg}: applies to method='profile' or 'bootstrap' only, got {arg}= with "
+                             "method='wald' (computed here, instantly); drop it")
         if method == "bootstrap":
             return self._bootstrap(alpha, kind, n_boot, seed, executor, progress)
         if method == "profile":
-            return self._profiler.conf_int(alpha).reindex(list(self.names))
+            if executor is not None:
+                from odeinfer.inference.executor import as_executor, check_executor
+
+                executor = as_executor(executor)
+                check_executor(executor)
+            return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)) \
+                .reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
