@@ -243,3 +243,16 @@ def test_report_of_a_likelihood_fit_shows_its_observables(tmp_path):
     html = out.read_text()
     assert "data and fitted observables of Embedding (chain)" in html
     assert "class='unavailable'" not in html and "data and fitted trajectories" not in html
+
+
+def test_profile_of_a_likelihood_fit_on_an_executor_equals_the_local_one():
+    """The objective is rebuilt in the worker from the problem and solver: the same bits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    exps = two_conditions(np.random.default_rng(3))
+    local = oi.Embedding().fit(problem(exps))._profiler
+    remote = oi.Embedding().fit(problem(exps))._profiler
+    with ThreadPoolExecutor(2) as pool:
+        ci = remote.conf_int(names=["k1"], executor=pool)
+    np.testing.assert_array_equal(ci.to_numpy(), local.conf_int(names=["k1"]).to_numpy())
+    assert remote.traces == local.traces

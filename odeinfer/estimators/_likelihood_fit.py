@@ -249,6 +249,17 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
     """``estimate.conf_int(method="profile")``: likelihood-ratio intervals, every other parameter
     re-optimised (noise parameters included) by the same trust region."""
     from odeinfer.inference.profile import ProfileLikelihood
+
+    reoptimise, to_natural = _reoptimiser(obj, max_iter)
+    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
+    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter))
+    prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural,
+                             remote=remote)
+    object.__setattr__(estimate, "_profiler", prof)
+
+
+def _reoptimiser(obj, max_iter):
+    """``(reoptimise, to_natural)`` of the profiles of the objective ``obj``."""
     from odeinfer.likelihood.parameters import from_scale
 
     def reoptimise(u_start, i):
@@ -272,9 +283,15 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
     def to_natural(i, v):
         return float(from_scale(np.array([v]), [obj.scales[i]])[0])
 
-    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural)
-    object.__setattr__(estimate, "_profiler", prof)
+    return reoptimise, to_natural
+
+
+def _rebuild_reoptimiser(payload):
+    """Worker: the objective rebuilt from its problem and solver."""
+    from odeinfer.likelihood import Objective
+
+    problem, solver, max_iter = payload
+    return _reoptimiser(Objective(problem, solver=solver), max_iter)
 
 
 def _small_sample_note(problem, n):
