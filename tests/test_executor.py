@@ -131,3 +131,15 @@ def test_progress_bar(capsys):
     map_chunks(scale, 1, [[1, 2], [3]], progress=True, desc="multistart")
     err = capsys.readouterr().err
     assert "multistart" in err and "3/3" in err
+
+
+def test_an_estimator_holding_an_executor_pickles_and_copies_without_it():
+    import pickle
+
+    import odeinfer as oi
+
+    with ThreadPoolExecutor(1) as pool:
+        est = oi.Embedding(starts=2, executor=pool)
+        back = pickle.loads(pickle.dumps(est))
+        assert back.executor is None and back.starts == 2
+        assert est.config()["executor"] is pool and est.config()["starts"] == 2

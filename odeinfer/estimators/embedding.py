@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -193,6 +193,14 @@ class Embedding(Estimator):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise InputError(f"{name}: expected a number >= 0, got {v!r}")
+
+    def __getstate__(self):
+        # an executor (pools, locks, connections) is not sent along: a pickled copy runs locally
+        return {**self.__dict__, "executor": None}
+
+    def config(self) -> dict:
+        """The configuration as a dict (the executor itself, not a copy)."""
+        return {**asdict(replace(self, executor=None)), "executor": self.executor}
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
