@@ -143,3 +143,18 @@ def test_an_estimator_holding_an_executor_pickles_and_copies_without_it():
         back = pickle.loads(pickle.dumps(est))
         assert back.executor is None and back.starts == 2
         assert est.config()["executor"] is pool and est.config()["starts"] == 2
+
+
+def test_multistart_progress_bar_on_an_executor(capsys):
+    import numpy as np
+
+    import odeinfer as oi
+
+    m = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+    data, _ = oi.simulate(m, {"k": 0.7}, {"x": 2.0}, np.linspace(0, 4, 9), noise=0.05, rng=3)
+    with ThreadPoolExecutor(2) as pool:
+        est = oi.Embedding(starts=3, bounds={"k": (0.1, 3.0)}, executor=pool, progress=True).fit(m, data)
+    assert est.extras["n_failed_starts"] == 0
+    assert "multistart" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"progress: expected True or False, got 'yes'"):
+        oi.Embedding(progress="yes")

@@ -97,7 +97,8 @@ def test_bootstrap_on_a_dask_cluster_equals_the_local_run_bit_for_bit(client, da
     fresh = oi.Embedding().fit(DECAY, data, start={"k": 1.0})  # nothing cached
     remote = fresh.conf_int(method="bootstrap", n_boot=12, seed=8, executor=client)
     np.testing.assert_array_equal(remote.to_numpy(), local.to_numpy())
-    np.testing.assert_array_equal(fresh._bootstrapper.sample(12, 8)["values"], est._bootstrapper.sample(12, 8)["values"])
+    np.testing.assert_array_equal(fresh._bootstrapper.sample(12, 8)["values"],
+                                  est._bootstrapper.sample(12, 8)["values"])
     assert remote.attrs["n_failed"] == 0 and remote.attrs["n_unconverged"] == 0
 
 

@@ -164,7 +164,8 @@ def fit_likelihood(est, problem, start, t_start):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs, executor=est.executor)
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs,
+                          executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:

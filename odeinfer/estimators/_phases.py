@@ -208,7 +208,8 @@ def _multistart(est, S, model, data, start, fixed, x0):
         for i, u0 in enumerate(U):
             res.extend(_start_chunk_local(est, S, i, u0))
     else:
-        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs, executor=est.executor)
+        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs, executor=est.executor,
+                         progress=est.progress)
     names = sp.public_names
     table = {"start": [], "status": [], "cost": [], "n_iter": [], "error": [], "optimum": []}
     for n in names:

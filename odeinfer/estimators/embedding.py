@@ -88,6 +88,8 @@ class Embedding(Estimator):
         fit depends on its start only, so the estimate and the table of starts are bitwise those
         of a run in this process. See :mod:`odeinfer.inference.executor` (retries, dead workers,
         taking the same code to a cluster).
+    progress : bool, default False
+        Show a progress bar over the starts (tqdm) when they run in processes or on an executor.
     rng : int or None, default 0
         Seed of the start sampler.
     solver : Dopri5, Rodas or Auto, optional
@@ -145,6 +147,7 @@ class Embedding(Estimator):
     sampler: str = "sobol"
     n_jobs: int = 1
     executor: Any = field(default=None, compare=False)
+    progress: bool = False
     rng: int | None = 0
     solver: Any = None
     max_iter: int = 200
@@ -182,6 +185,8 @@ class Embedding(Estimator):
             raise InputError(f"sampler: expected 'sobol' or 'lhs', got {self.sampler!r}")
         if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs == 0 or self.n_jobs < -1:
             raise InputError(f"n_jobs: expected a positive int or -1 (all cores), got {self.n_jobs!r}")
+        if not isinstance(self.progress, (bool, np.bool_)):
+            raise InputError(f"progress: expected True or False, got {self.progress!r}")
         set_(self, "executor", as_executor(self.executor))
         if self.executor is not None and self.n_jobs != 1:
             raise InputError(f"n_jobs: n_jobs={self.n_jobs!r} and executor= exclude each other (the executor's "

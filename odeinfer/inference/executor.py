@@ -17,9 +17,33 @@ executor -- and guarantees:
   process pool (``BrokenProcessPool``): the default local pool is restarted once for the
   unfinished tasks, a pool the caller gave is reported (never a hang).
 
-Taking the same code to a cluster: start a Dask scheduler and workers in the same Python
-environment (or, on Slurm/PBS, ``dask_jobqueue.SLURMCluster(cores=1, processes=1, ...)`` with
-``cluster.scale(jobs=...)``), then pass ``executor=Client(cluster)``; nothing else changes.
+Taking the same code to a cluster
+---------------------------------
+The code does not change; only the executor does. On one machine::
+
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(4) as pool:
+        fit = oi.Embedding(starts=64, bounds=b, executor=pool).fit(model, data)
+        ci = fit.conf_int(method="bootstrap", n_boot=2000, seed=1, executor=pool, progress=True)
+
+On a Dask cluster (workers in the same Python environment: same odeinfer, numpy, numba; one
+thread per worker process, as numba kernels hold the GIL)::
+
+    from dask.distributed import Client
+    client = Client("tcp://scheduler:8786")          # or Client(LocalCluster(...))
+    fit = oi.Embedding(starts=64, bounds=b, executor=client).fit(model, data)
+
+On Slurm or PBS, ``dask-jobqueue`` starts the workers as batch jobs::
+
+    from dask_jobqueue import SLURMCluster            # PBSCluster for PBS/Torque
+    cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="02:00:00",
+                           job_extra_directives=["--account=myproject"],
+                           job_script_prologue=["export ODEINFER_CACHE_DIR=/shared/odeinfer-cache"])
+    cluster.scale(jobs=32)
+    client = Client(cluster)                          # then executor=client as above
+
+Point ``ODEINFER_CACHE_DIR`` at shared storage so the model kernels compile once for the whole
+cluster. ``mpi4py.futures.MPIPoolExecutor()`` and Ray's executor work the same way.
 """
 
 from __future__ import annotations
