@@ -1,9 +1,9 @@
 """Run a picklable function over chunks of tasks on any :class:`concurrent.futures.Executor`.
 
-:func:`map_chunks` is the one place where odeinfer sends work to other processes or machines
-(multi-start fits, bootstrap refits, Monte Carlo studies). It takes ``executor=`` -- any
+:func:`map_chunks` sends odeinfer's parallel work (multi-start fits, profile walks, bootstrap
+refits, Monte Carlo studies given ``executor=``) to other processes or machines. It takes ``executor=`` -- any
 ``concurrent.futures.Executor``: local processes (the default, ``n_jobs`` spawned workers), a
-Dask client (``client`` itself or ``client.get_executor()``), Ray's or ``mpi4py.futures``'
+Dask client (``client`` itself or ``client.get_executor()``), ``mpi4py.futures``'
 executor -- and guarantees:
 
 - results in the order of the chunks, whatever order the workers finish in; the work is seeded
@@ -43,7 +43,8 @@ On Slurm or PBS, ``dask-jobqueue`` starts the workers as batch jobs::
     client = Client(cluster)                          # then executor=client as above
 
 Point ``ODEINFER_CACHE_DIR`` at shared storage so the model kernels compile once for the whole
-cluster. ``mpi4py.futures.MPIPoolExecutor()`` and Ray's executor work the same way.
+cluster. Any other ``concurrent.futures.Executor`` (e.g. ``mpi4py.futures.MPIPoolExecutor()``) works
+the same way.
 """
 
 from __future__ import annotations
