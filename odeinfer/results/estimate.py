@@ -144,7 +144,8 @@ class Estimate:
 
     #: Profile-likelihood hook (not a field, never serialised): estimators that can re-optimise
     #: set it after construction with ``object.__setattr__(est, "_profiler", obj)``; ``obj``
-    #: has ``conf_int(alpha) -> DataFrame`` (see :mod:`odeinfer.inference.profile`).
+    #: has ``conf_int(alpha) -> DataFrame``, and ``conf_int(alpha, executor=, progress=)`` to run on an
+    #: executor (see :mod:`odeinfer.inference.profile`).
     _profiler = None
     #: Likelihood fits (models with observables) keep their objective here (not a field, never
     #: serialised): :meth:`predict` then predicts the observables of an experiment.
@@ -194,7 +195,8 @@ class Estimate:
             each profile there (default: in this process), with the same results bit for bit; see
             :func:`odeinfer.inference.executor.map_chunks`.
         progress : bool, default False
-            Profile and bootstrap: show a progress bar (tqdm).
+            Show a progress bar (tqdm) over the bootstrap refits, or over the profile walks run on
+            an executor.
 
         Examples
         --------
@@ -228,13 +230,13 @@ class Estimate:
         if method == "bootstrap":
             return self._bootstrap(alpha, kind, n_boot, seed, executor, progress)
         if method == "profile":
-            if executor is not None:
-                from odeinfer.inference.executor import as_executor, check_executor
+            if executor is None:  # progress bars follow the tasks of an executor
+                return self._profiler.conf_int(alpha).reindex(list(self.names))
+            from odeinfer.inference.executor import as_executor, check_executor
 
-                executor = as_executor(executor)
-                check_executor(executor)
-            return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)) \
-                .reindex(list(self.names))
+            executor = as_executor(executor)
+            check_executor(executor)
+            return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)).reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
