@@ -168,3 +168,62 @@ def test_profile_intervals_on_an_executor_equal_the_local_ones(fit):
     assert fresh._profiler.traces == est._profiler.traces
     # linear model: the profile interval is the Wald interval (the same normal quantile)
     np.testing.assert_allclose(remote.to_numpy(), est.conf_int().to_numpy(), rtol=1e-6)
+
+
+# --- maximum-likelihood fits (a model with observables) -------------------------------------------
+OBS = LINE.observe({"y": "x"}, noise=oi.Normal(sigma="sd"), params=["sd"])
+
+
+@pytest.fixture(scope="module")
+def ml_fit():
+    rng = np.random.default_rng(4)
+    y = 0.5 + 1.0 * T + 0.3 * rng.standard_normal(T.size)
+    params = {"a": oi.Param(0.5, -10, 10), "x0p": oi.Param(0.0, -10, 10), "sd": oi.Param(0.5, 1e-3, 10, "log10")}
+    est = oi.Embedding().fit(oi.FitProblem(OBS, oi.Data(T, y, "y"), params, x0={"x": "x0p"}))
+    return y, est
+
+
+def test_percentile_interval_of_a_likelihood_fit_matches_the_exact_bootstrap_distribution(ml_fit):
+    """The ML fit is the regression with sd_ML = sqrt(RSS / n); a refit of y* = X beta_hat + sd_ML e gives
+    a* ~ N(a_hat, sd_ML^2 c_a) and sd* = sd_ML sqrt(W / n) with W ~ chi2(n - 2)."""
+    y, est = ml_fit
+    n_boot = 200
+    X = np.column_stack([T, np.ones_like(T)])
+    beta, rss, *_ = np.linalg.lstsq(X, y, rcond=None)
+    n = T.size
+    sd_ml = math.sqrt(float(rss[0]) / n)
+    se = sd_ml * np.sqrt(np.diag(np.linalg.inv(X.T @ X)))
+    np.testing.assert_allclose(est.params[["a", "x0p", "sd"]].to_numpy(), [beta[0], beta[1], sd_ml], rtol=1e-5)
+    ci = est.conf_int(method="bootstrap", n_boot=n_boot, seed=2)
+    assert ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    z = stats.norm.ppf(1 - ALPHA / 2)
+    tol = 4 * _quantile_se(ALPHA / 2, stats.norm.pdf(z), n_boot)
+    for name, b, s in (("a", beta[0], se[0]), ("x0p", beta[1], se[1])):
+        assert abs(ci.loc[name, "lower"] - (b - z * s)) < tol * s, name
+        assert abs(ci.loc[name, "upper"] - (b + z * s)) < tol * s, name
+    for p, col in ((ALPHA / 2, "lower"), (1 - ALPHA / 2, "upper")):
+        w = stats.chi2.ppf(p, n - 2)
+        expected = sd_ml * math.sqrt(w / n)
+        tol_sd = 4 * _quantile_se(p, stats.chi2.pdf(w, n - 2), n_boot) * sd_ml / (2 * math.sqrt(w * n))
+        assert abs(ci.loc["sd", col] - expected) < tol_sd, (col, ci.loc["sd", col], expected)
+
+
+@pytest.mark.parametrize("dist, scale", [(0, 0), (1, 1), (0, 2), (1, 0)])
+def test_measurements_are_drawn_from_their_noise_model(dist, scale):
+    """Normal / Laplace noise on the lin, log and log10 scales: the residuals on the noise scale pass a
+    Kolmogorov-Smirnov test against the noise model (4000 draws, level 0.001)."""
+    from types import SimpleNamespace
+
+    from odeinfer.inference.bootstrap import simulate_measurements
+
+    m = 4000
+    h, sd = np.full(m, 2.5), np.full(m, 0.2)
+    problem = SimpleNamespace(with_measurements=lambda values: values)
+    (values,) = simulate_measurements((problem, [(h, sd, np.full(m, dist), np.full(m, scale))]),
+                                      np.random.default_rng(5))
+    to_scale = {0: lambda v: v, 1: np.log, 2: np.log10}[scale]
+    resid = (to_scale(values[0]) - to_scale(h)) / sd
+    ref = stats.norm if dist == 0 else stats.laplace
+    assert stats.kstest(resid, ref.cdf).pvalue > 1e-3
+    wrong = stats.laplace if dist == 0 else stats.norm
+    assert stats.kstest(resid, wrong.cdf).pvalue < 1e-3  # the test can tell the two apart at this size

@@ -243,6 +243,11 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     object.__setattr__(out, "_objective", obj)
     if best is not None and cov_u is not None and math.isfinite(nll):
         _attach_profiler(obj, out, np.asarray(u, float), nll, cov_u, est.max_iter)
+    if best is not None and math.isfinite(nll):
+        from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
+
+        boot = ParametricBootstrap(out, est, likelihood_builder(obj, np.array(u, float)))
+        object.__setattr__(out, "_bootstrapper", boot)
     return out
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
 
-__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS"]
+__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "trajectory_builder", "likelihood_builder"]
 
 #: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
 KINDS = ("percentile", "studentized")
@@ -47,70 +47,34 @@ class ParametricBootstrap:
 
     Parameters
     ----------
+    estimate : Estimate
+        Its names, values and standard errors.
     estimator : Estimator
         The configuration that produced the estimate; refits use it with one start (the
-        estimate), in this process (``n_jobs=1``, no executor).
-    model : Model
-    experiments : Experiments
-        The data fitted (their times, observed states, missing values and conditions are kept).
-    single : bool
-        The data were one :class:`~odeinfer.Data` (refits get a Data too).
-    fit_kwargs : dict
-        ``fixed`` and ``x0`` as given to ``fit``.
-    estimate : Estimate
-        Values (parameters, then ``x0[state]`` / ``x0[state]@experiment``), fixed values, ``sigma``
-        per observed state and standard errors.
-    exp_names : sequence of str
-        Names of the experiments in the estimate's ``x0[...]@name`` labels.
+        estimate), in their worker (``n_jobs=1``, no executor).
+    build : callable
+        ``build() -> (simulate, data, fit_kwargs)``, called once, on first use, in this process:
+        ``simulate(data, rng)`` (top level, picklable) returns the positional arguments of
+        ``estimator.fit`` for one simulated dataset; ``fit_kwargs`` are its other keywords.
+        :func:`trajectory_builder` and :func:`likelihood_builder` make it.
     """
 
-    def __init__(self, estimator, model, experiments, single, fit_kwargs, estimate, exp_names):
+    def __init__(self, estimate, estimator, build):
         self._est = replace(estimator, starts=1, n_jobs=1, executor=None)
-        self._model = model
-        self._exps = experiments
-        self._single = bool(single)
-        self._fit_kwargs = dict(fit_kwargs)
+        self._build = build
         self.names = tuple(estimate.names)
         self.values = np.array(estimate.values, float)
         self.se = estimate.bse.to_numpy()
-        self._known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
-        self._sigma = dict(estimate.sigma)
-        self._exp_names = tuple(exp_names)
         self._samples = {}
 
     def __reduce__(self):
         # an unpickled estimate has no bootstrap (as it has no profiler): its data are not kept
         return (_none, ())
 
-    # ---------------------------------------------------------------------------------------
     def _payload(self):
-        """What each refit task needs (picklable): estimator, model, fitted observations, sds."""
-        model = self._model
-        params = np.array([self._known[n] for n in model.params], float)
-        log = model.observation.noise == "log"
-        templates = []
-        for e, d in enumerate(self._exps):
-            x0 = [self._initial_state(s, e) for s in model.states]
-            t, y_hat = _trajectory(model, d, params, x0, self._est.solver)
-            cols = [model.states.index(s) for s in d.states]
-            sd = np.array([self._sigma.get(s, math.nan) for s in d.states], float)
-            bad = [s for s, v, m in zip(d.states, sd, np.asarray(d.mask).any(axis=0)) if m and not v > 0]
-            if bad:
-                raise InputError(f"method: the bootstrap needs the estimated noise sd of every observed state, but "
-                                 f"{bad} have none in this estimate (sigma={self._sigma}); refit with sigma='pooled' "
-                                 "or 'per_state', or use method='wald' or 'profile'")
-            templates.append((t, y_hat[:, cols], np.asarray(d.mask), d.states, d.t0, d.name, d.replicates, sd))
+        simulate, data, fit_kwargs = self._build()
         start = dict(zip(self.names, self.values.tolist()))
-        names = list(self._exps.names)
-        conditions = self._exps.conditions or None
-        return (self._est, model, templates, log, self._single, names, conditions, start, self._fit_kwargs)
-
-    def _initial_state(self, s, e):
-        for key in (f"x0[{s}]@{self._exp_names[e]}" if e < len(self._exp_names) else None, f"x0[{s}]"):
-            if key is not None and key in self._known:
-                return float(self._known[key])
-        raise InputError(f"method: the bootstrap simulates from the estimate, but the initial state {s!r} of "
-                         f"experiment {e} is neither estimated nor given; refit with estimate_x0=True or pass x0=")
+        return (simulate, data, self._est, start, fit_kwargs)
 
     def sample(self, n_boot, seed, *, executor=None, progress=False):
         """The refits of replicates ``0 .. n_boot-1`` (cached per ``(n_boot, seed)``).
@@ -180,6 +144,45 @@ class ParametricBootstrap:
         return frame
 
 
+def trajectory_builder(estimator, model, experiments, single, fit_kwargs, estimate, exp_names):
+    """``build`` of a trajectory least-squares fit (``oi.Embedding`` without observables).
+
+    Simulates the fitted trajectory (estimated or given initial states, per experiment) at the
+    observed times plus Gaussian noise with the fitted sd per state, on the log scale for a
+    model with log noise; the same observed states and missing values.
+    """
+    known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
+    sigma = dict(estimate.sigma)
+
+    def initial_state(s, e):
+        keys = ([f"x0[{s}]@{exp_names[e]}"] if e < len(exp_names) else []) + [f"x0[{s}]"]
+        for key in keys:
+            if key in known:
+                return float(known[key])
+        raise InputError(f"method: the bootstrap simulates from the estimate, but the initial state {s!r} of "
+                         f"experiment {e} is neither estimated nor given; refit with estimate_x0=True or pass x0=")
+
+    def build():
+        params = np.array([known[n] for n in model.params], float)
+        templates = []
+        for e, d in enumerate(experiments):
+            x0 = [initial_state(s, e) for s in model.states]
+            t, y_hat = _trajectory(model, d, params, x0, estimator.solver)
+            cols = [model.states.index(s) for s in d.states]
+            sd = np.array([sigma.get(s, math.nan) for s in d.states], float)
+            bad = [s for s, v, m in zip(d.states, sd, np.asarray(d.mask).any(axis=0)) if m and not v > 0]
+            if bad:
+                raise InputError(f"method: the bootstrap needs the estimated noise sd of every observed state, but "
+                                 f"{bad} have none in this estimate (sigma={sigma}); refit with sigma='pooled' or "
+                                 "'per_state', or use method='wald' or 'profile'")
+            templates.append((t, y_hat[:, cols], np.asarray(d.mask), d.states, d.t0, d.name, d.replicates, sd))
+        data = (model, templates, model.observation.noise == "log", bool(single), list(experiments.names),
+                experiments.conditions or None)
+        return simulate_trajectory, data, dict(fit_kwargs)
+
+    return build
+
+
 def _trajectory(model, d, params, x0, solver):
     """Observation times of ``d`` and the states at them, ``(n_times, n_states)``."""
     from odeinfer.solve import Problem, solve
@@ -190,29 +193,59 @@ def _trajectory(model, d, params, x0, solver):
     return t, np.asarray(sol.y, float)[inverse]
 
 
-def simulate_replicate(templates, log, single, names, conditions, rng):
-    """One bootstrap dataset (Data or Experiments) from the fitted observations."""
+def simulate_trajectory(data, rng):
+    """``(model, Data or Experiments)``: one bootstrap dataset from the fitted observations."""
     from odeinfer.data import Data, Experiments
 
+    model, templates, log, single, names, conditions = data
     datas = []
     for t, y_hat, mask, states, t0, name, replicates, sd in templates:
         e = rng.standard_normal(y_hat.shape) * sd  # every cell drawn: the stream does not depend on the mask
         y = y_hat * np.exp(e) if log else y_hat + e
         datas.append(Data(t, np.where(mask, y, np.nan), states, t0=t0, name=name, replicates=replicates))
-    return datas[0] if single else Experiments(datas, names=names, conditions=conditions)
+    return model, (datas[0] if single else Experiments(datas, names=names, conditions=conditions))
+
+
+def likelihood_builder(objective, u_hat):
+    """``build`` of a maximum-likelihood fit (a model with observables, a FitProblem).
+
+    Simulates every measurement from its noise model at the estimate (normal or Laplace, on the
+    lin, log or log10 scale, with the sd the noise model gives there); the same experiments,
+    conditions, times and observables.
+    """
+    def build():
+        rows = [(h, sd, dist, scale) for h, sd, dist, scale in objective.noise_model_at(u_hat)]
+        return simulate_measurements, (objective.problem, rows), {}
+
+    return build
+
+
+def simulate_measurements(data, rng):
+    """``(FitProblem,)`` with every measurement drawn from its noise model."""
+    from scipy.special import ndtri
+
+    problem, rows = data
+    values = []
+    for h, sd, dist, scale in rows:
+        u = rng.random(h.size)  # one uniform per measurement, whatever the noise model
+        e = np.where(dist == 0, ndtri(u), -np.sign(u - 0.5) * np.log1p(-2.0 * np.abs(u - 0.5)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(scale == 0, h, np.where(scale == 1, np.log(h), np.log10(h))) + sd * e
+        values.append(np.where(scale == 0, z, np.where(scale == 1, np.exp(z), 10.0 ** z)))
+    return (problem.with_measurements(values),)
 
 
 def refit_chunk(payload, chunk):
     """Worker: ``[(b, values, bse, status, error), ...]`` for ``chunk = [(b, SeedSequence), ...]``."""
-    est, model, templates, log, single, names, conditions, start, fit_kwargs = payload
+    simulate, data, est, start, fit_kwargs = payload
     out = []
     for b, seed in chunk:
         rng = np.random.default_rng(seed)
         try:
-            data = simulate_replicate(templates, log, single, names, conditions, rng)
+            args = simulate(data, rng)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # per-refit warnings are summarised by the caller
-                fit = est.fit(model, data, start=start, **fit_kwargs)
+                fit = est.fit(*args, start=start, **fit_kwargs)
             out.append((b, np.array(fit.values, float), fit.bse.to_numpy(), fit.status, None))
         except Exception as exc:  # counted and reported, never fatal
             out.append((b, None, None, "failed", f"{type(exc).__name__}: {exc}"[:300]))
