@@ -59,7 +59,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from odeinfer.errors import ExecutionError, InputError
 
-__all__ = ["as_executor", "check_executor", "check_picklable", "split", "map_chunks"]
+__all__ = ["as_executor", "check_executor", "check_picklable", "pickling_problem", "split", "map_chunks", "n_slots"]
 
 _FIX_EXECUTOR = ("pass a running concurrent.futures.Executor (e.g. ProcessPoolExecutor(), a Dask "
                  "Client or client.get_executor()), or executor=None for local processes")
@@ -131,30 +131,38 @@ def check_picklable(named, executor, *, local_processes=False):
     if executor is None and not local_processes or isinstance(executor, ThreadPoolExecutor):
         return
     where = "local worker processes" if executor is None else f"the workers of the {type(executor).__name__}"
-    if executor is not None and _by_value(executor):
-        import cloudpickle as dumper
-        spawned = False
-    else:
-        dumper = pickle
-        spawned = executor is None or _spawned(executor)
+    by_value = executor is not None and _by_value(executor)
+    spawned = not by_value and (executor is None or _spawned(executor))
+    for label, obj in named:
+        why = pickling_problem(obj, spawned=spawned, by_value=by_value)
+        if why:
+            raise InputError(
+                f"{label}: cannot be sent to {where}: {why}; received {type(obj).__name__}. Define functions at the "
+                "top level of an importable .py module (no lambdas, nested functions or notebook cells) and capture "
+                "only picklable objects (a Model, Data and numbers, not open files, locks or solvers); or pass a Dask "
+                "Client as executor (it sends functions by value), or run in this process (executor=None, n_jobs=1)")
+
+
+def pickling_problem(obj, *, spawned=True, by_value=False):
+    """Why ``obj`` cannot be sent to worker processes, or None.
+
+    ``spawned``: the workers start fresh, so a function of an interactive ``__main__`` (a notebook
+    cell) cannot be found there. ``by_value``: the workers receive functions by value (cloudpickle).
+    """
     main = sys.modules.get("__main__")
     interactive = not getattr(main, "__file__", None)
-    for label, obj in named:
-        module = getattr(obj, "__module__", None) or type(obj).__module__
-        if spawned and interactive and module == "__main__" and callable(obj):
-            why = "it is defined in an interactive session or notebook (module __main__), which fresh processes " \
-                  "cannot import"
-        else:
-            try:
-                dumper.dumps(obj)
-                continue
-            except Exception as exc:
-                why = f"it cannot be pickled ({_describe(exc)})"
-        raise InputError(
-            f"{label}: cannot be sent to {where}: {why}; received {type(obj).__name__}. Define functions at the top "
-            "level of an importable .py module (no lambdas, nested functions or notebook cells) and capture only "
-            "picklable objects (a Model, Data and numbers, not open files, locks or solvers); or pass a Dask Client "
-            "as executor (it sends functions by value), or run in this process (executor=None, n_jobs=1)")
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    if spawned and interactive and module == "__main__" and callable(obj):
+        return "it is defined in an interactive session or notebook (module __main__)"
+    if by_value:
+        import cloudpickle as dumper
+    else:
+        dumper = pickle
+    try:
+        dumper.dumps(obj)
+    except Exception as exc:
+        return f"it cannot be pickled ({_describe(exc)})"
+    return None
 
 
 def n_slots(executor, n_jobs=1):

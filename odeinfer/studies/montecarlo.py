@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import pickle
-import sys
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -121,19 +119,11 @@ def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client, ex
 
 def _check_picklable(simulate_fn, estimators):
     """Functions sent to spawned worker processes must pickle by reference."""
-    main = sys.modules.get("__main__")
-    interactive = not getattr(main, "__file__", None)
+    from odeinfer.inference.executor import pickling_problem
+
     named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
     for label, fn in named:
-        module = getattr(fn, "__module__", None) or type(fn).__module__
-        problem = None
-        if interactive and module == "__main__":
-            problem = "it is defined in an interactive session or notebook (module __main__)"
-        else:
-            try:
-                pickle.dumps(fn)
-            except Exception as exc:
-                problem = f"it cannot be pickled ({describe(exc)})"
+        problem = pickling_problem(fn)
         if problem:
             raise StudyError(
                 f"`{label}` cannot be sent to worker processes with n_jobs > 1: {problem}. "
