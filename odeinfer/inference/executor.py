@@ -59,7 +59,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 from odeinfer.errors import ExecutionError, InputError
 
-__all__ = ["as_executor", "check_executor", "check_picklable", "pickling_problem", "split", "map_chunks", "n_slots"]
+__all__ = ["as_executor", "check_executor", "check_picklable", "pickling_problem", "split", "map_chunks", "iter_chunks",
+           "n_slots"]
 
 _FIX_EXECUTOR = ("pass a running concurrent.futures.Executor (e.g. ProcessPoolExecutor(), a Dask "
                  "Client or client.get_executor()), or executor=None for local processes")
@@ -252,28 +253,41 @@ def map_chunks(fn, payload, chunks, *, executor=None, n_jobs=1, progress=False, 
         A task raised twice (its retry included), or a worker died twice (the default local pool
         is restarted once) or broke a pool the caller gave.
     """
+    chunks = list(chunks)
+    done = iter_chunks(fn, payload, chunks, executor=executor, n_jobs=n_jobs, desc=desc, check=check)
+    results = [None] * len(chunks)
+    bar = _bar(progress, sum(_size(c) for c in chunks), desc)
+    try:
+        for i, res in done:
+            results[i] = res
+            bar.update(_size(chunks[i]))
+    finally:
+        bar.close()
+        done.close()  # cancels outstanding tasks after an error or Ctrl-C
+    return results
+
+
+def iter_chunks(fn, payload, chunks, *, executor=None, n_jobs=1, desc="tasks", check=()):
+    """Like :func:`map_chunks` (same arguments but ``progress``, same checks made now, before any
+    work), as a generator of ``(chunk index, result)`` in the order the tasks finish. Closing it
+    early cancels the outstanding tasks (and shuts down the local pool)."""
     executor = as_executor(executor)
     chunks = list(chunks)
     local = executor is None and ((os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)) > 1 and len(chunks) > 1
     check_executor(executor)
     check_picklable(list(check) + [(f"{desc} task function", fn), (f"{desc} payload", payload)], executor,
                     local_processes=local)
-    bar = _bar(progress, sum(_size(c) for c in chunks), desc)
-    try:
-        if executor is None and not local:
-            return _in_process(fn, payload, chunks, bar, desc)
-        if local:
-            workers = min(n_slots(None, n_jobs), len(chunks))
-            ctx = multiprocessing.get_context("spawn")
-            return _on_pools(lambda: ProcessPoolExecutor(max_workers=workers, mp_context=ctx), True,
-                             fn, payload, chunks, bar, desc)
-        return _on_pools(lambda: executor, False, fn, payload, chunks, bar, desc)
-    finally:
-        bar.close()
+    if executor is None and not local:
+        return _in_process(fn, payload, chunks, desc)
+    if local:
+        workers = min(n_slots(None, n_jobs), len(chunks))
+        ctx = multiprocessing.get_context("spawn")
+        return _on_pools(lambda: ProcessPoolExecutor(max_workers=workers, mp_context=ctx), True, fn, payload,
+                         chunks, desc)
+    return _on_pools(lambda: executor, False, fn, payload, chunks, desc)
 
 
-def _in_process(fn, payload, chunks, bar, desc):
-    out = []
+def _in_process(fn, payload, chunks, desc):
     for i, chunk in enumerate(chunks):
         try:
             res = fn(payload, chunk)
@@ -282,9 +296,7 @@ def _in_process(fn, payload, chunks, bar, desc):
                 res = fn(payload, chunk)
             except Exception as exc:
                 raise _failed(desc, i, exc, 2) from exc
-        out.append(res)
-        bar.update(_size(chunk))
-    return out
+        yield i, res
 
 
 def _failed(desc, i, exc, tries):
@@ -292,9 +304,9 @@ def _failed(desc, i, exc, tries):
                           f"{_describe(exc)}", task=i)
 
 
-def _on_pools(make_pool, owned, fn, payload, chunks, bar, desc):
-    """Run on ``make_pool()``; retry each failed task once (on a fresh pool if ``owned`` and it broke)."""
-    results = [None] * len(chunks)
+def _on_pools(make_pool, owned, fn, payload, chunks, desc):
+    """Run on ``make_pool()``, yielding ``(index, result)``; retry each failed task once (on a fresh
+    pool if ``owned`` and it broke)."""
     tries = [0] * len(chunks)
     pending = list(range(len(chunks)))
     pool = make_pool()
@@ -311,7 +323,7 @@ def _on_pools(make_pool, owned, fn, payload, chunks, bar, desc):
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
-                    results[i] = fut.result()
+                    res = fut.result()
                 except Exception as exc:
                     tries[i] += 1
                     if isinstance(exc, BrokenProcessPool):
@@ -322,12 +334,11 @@ def _on_pools(make_pool, owned, fn, payload, chunks, bar, desc):
                         raise _failed(desc, i, exc, tries[i]) from exc
                     pending.append(i)
                     continue
-                bar.update(_size(chunks[i]))
+                yield i, res
             if broken is not None:  # our own pool: restart it for the unfinished tasks
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = make_pool()
             pending.sort()
-        return results
     finally:
         for fut in futures:
             fut.cancel()
