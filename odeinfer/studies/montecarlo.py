@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import warnings
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -142,27 +140,31 @@ def _default_chunk(n_rep, n_slots):
     return max(1, math.ceil(n_rep / (4 * n_slots)))
 
 
-def _run_in_processes(simulate_fn, estimators, chunks, n_workers):
-    """Run chunks in spawned local processes; yield each output as it completes."""
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(n_workers, len(chunks)), mp_context=ctx) as pool:
-        futures = [pool.submit(run_chunk, simulate_fn, estimators, c) for c in chunks]
-        try:
-            for fut in as_completed(futures):
-                try:
-                    out = fut.result()
-                except Exception as exc:
-                    raise StudyError(
-                        f"a worker process failed ({describe(exc)}). This usually means "
-                        f"simulate_fn or an estimator could not be imported in a fresh "
-                        f"process: define them at the top level of an importable .py "
-                        f"module (in a script, run the study under "
-                        f"`if __name__ == '__main__':`), or use n_jobs=1."
-                    ) from exc
-                yield out
-        finally:
-            for fut in futures:
-                fut.cancel()
+def _run_chunks(simulate_fn, estimators, chunks, *, executor=None, n_workers=1):
+    """Run chunks on ``executor`` or ``n_workers`` spawned local processes (through
+    :func:`odeinfer.inference.executor.iter_chunks`: a chunk that raises is retried once, a dead
+    worker's pool restarted once); yield each output as it completes. Closing the generator
+    cancels the outstanding chunks."""
+    from odeinfer.errors import ExecutionError
+    from odeinfer.inference.executor import iter_chunks
+
+    named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
+    done = iter_chunks(run_payload_chunk, (simulate_fn, estimators), chunks, executor=executor, n_jobs=n_workers,
+                       desc="monte_carlo", check=named)
+    try:
+        for _, out in done:
+            yield out
+    except ExecutionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        where = "a worker process" if executor is None else f"a worker of the {type(executor).__name__}"
+        raise StudyError(
+            f"{where} failed ({describe(cause)}), twice: {exc}. This usually means simulate_fn or an "
+            f"estimator could not be imported in a fresh process: define them at the top level of an "
+            f"importable .py module (in a script, run the study under `if __name__ == '__main__':`), "
+            f"or use n_jobs=1."
+        ) from exc
+    finally:
+        done.close()
 
 
 def _raise_simulation_failure(out):
@@ -220,9 +222,10 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         Notes.
     executor : concurrent.futures.Executor, optional
         Run the replications on any executor (a ``ProcessPoolExecutor``, a Dask client's
-        ``client.get_executor()``, Ray's, ``mpi4py.futures``'), through
-        :func:`odeinfer.inference.executor.map_chunks`: the same rows as a local run, a chunk
-        that raises is retried once, a dead worker is reported, never a hang. Excludes
+        ``client.get_executor()``, ``mpi4py.futures``'), through
+        :func:`odeinfer.inference.executor.iter_chunks`: the same rows as a local run, a chunk
+        that raises is retried once, then a :class:`StudyError`; a dead worker is reported,
+        never a hang. Excludes
         ``n_jobs`` and ``client`` (``client=`` stays the tuned Dask path: version checks and
         compiled kernels sent by source).
     chunk_size : int, optional
@@ -251,8 +254,6 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
     InputError
         With ``executor``: it is shut down, or the functions cannot be sent to its workers
         (before any work).
-    ExecutionError
-        With ``executor``: a chunk raised twice or its worker died.
 
     Notes
     -----
@@ -302,15 +303,11 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
     tasks = list(enumerate(root.spawn(n_rep)))
 
     if executor is not None:
-        from odeinfer.inference.executor import as_executor, map_chunks, n_slots
+        from odeinfer.inference.executor import as_executor, n_slots
 
         executor = as_executor(executor)
         chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_slots(executor)))
-        named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
-        done = map_chunks(run_payload_chunk, (simulate_fn, estimators), chunks, executor=executor,
-                          progress=progress, desc="monte_carlo", check=named)
-        outs = (out for out in done)
-        progress = False  # map_chunks showed it
+        outs = _run_chunks(simulate_fn, estimators, chunks, executor=executor)
     elif client is not None:
         from ._dask import dumps_payload, n_slots, run_on_client
 
@@ -324,7 +321,7 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         else:
             _check_picklable(simulate_fn, estimators)
             chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_workers))
-            outs = _run_in_processes(simulate_fn, estimators, chunks, n_workers)
+            outs = _run_chunks(simulate_fn, estimators, chunks, n_workers=n_workers)
 
     from tqdm.auto import tqdm
 
