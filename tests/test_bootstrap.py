@@ -227,3 +227,13 @@ def test_measurements_are_drawn_from_their_noise_model(dist, scale):
     assert stats.kstest(resid, ref.cdf).pvalue > 1e-3
     wrong = stats.laplace if dist == 0 else stats.norm
     assert stats.kstest(resid, wrong.cdf).pvalue < 1e-3  # the test can tell the two apart at this size
+
+
+def test_profile_on_a_shut_down_executor_is_refused(fit):
+    data, _ = fit
+    est = oi.Embedding().fit(LINE, data, start={"a": 0.5})
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(InputError, match=r"executor: the ThreadPoolExecutor given cannot take work"):
+        est.conf_int(method="profile", executor=pool)
+    assert est._profiler.traces == {}  # no walk started

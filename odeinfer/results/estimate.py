@@ -175,9 +175,10 @@ class Estimate:
             Gaussian noise with the fitted sd per state (on the log scale for a model with log
             noise); a maximum-likelihood fit (a model with observables) draws every measurement
             from its noise model at the estimate (normal or Laplace; lin, log or log10 scale).
-            Times, states or observables, missing values and conditions are the data's. Refits that fail or do not converge are left out,
-            counted in the frame's ``attrs`` (``n_failed``, ``n_unconverged``, ``n_used`` per
-            quantity) and reported by a :class:`~odeinfer.inference.bootstrap.BootstrapWarning`.
+            Times, states or observables, missing values and conditions are the data's. Refits
+            that fail or do not converge are left out, counted in the frame's ``attrs``
+            (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
+            :class:`~odeinfer.inference.bootstrap.BootstrapWarning`.
             The refits are cached on the estimate per ``(n_boot, seed)``, so both kinds and every
             ``alpha`` reuse them. Profile and bootstrap intervals are not available after a JSON
             or pickle round trip.
@@ -234,10 +235,6 @@ class Estimate:
         if method == "profile":
             if executor is None:  # progress bars follow the tasks of an executor
                 return self._profiler.conf_int(alpha).reindex(list(self.names))
-            from odeinfer.inference.executor import as_executor, check_executor
-
-            executor = as_executor(executor)
-            check_executor(executor)
             return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)).reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
         se = self.bse.to_numpy()
@@ -259,7 +256,7 @@ class Estimate:
             raise InputError(f"seed: expected a non-negative int (the bootstrap's root seed), got {seed!r}; pass e.g. "
                              "seed=2024")
         executor = as_executor(executor)
-        check_executor(executor)
+        check_executor(executor)  # before the simulation's first solve
         return self._bootstrapper.conf_int(alpha, kind=kind, n_boot=int(n_boot), seed=int(seed), executor=executor,
                                            progress=bool(progress))
 
