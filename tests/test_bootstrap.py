@@ -237,3 +237,42 @@ def test_profile_on_a_shut_down_executor_is_refused(fit):
     with pytest.raises(InputError, match=r"executor: the ThreadPoolExecutor given cannot take work"):
         est.conf_int(method="profile", executor=pool)
     assert est._profiler.traces == {}  # no walk started
+
+
+# --- several experiments, log-scale noise: still linear regressions -------------------------------
+GROWTH = oi.Model.from_equations({"x": "a*x"}, params=["a"], name="growth").with_observation(noise="log")
+
+
+def _two_lines():
+    """x' = a in two experiments (own x0 each): y = a t + x0_A [A] + x0_B [B] + e."""
+    rng = np.random.default_rng(8)
+    datas = [oi.Data(T, x0 + 1.0 * T + 0.3 * rng.standard_normal(T.size), "x", name=name)
+             for name, x0 in (("A", 0.5), ("B", -1.0))]
+    X = np.zeros((2 * T.size, 3))
+    X[:, 0] = np.concatenate([T, T])
+    X[:T.size, 1] = X[T.size:, 2] = 1.0
+    return LINE, oi.Experiments(datas), np.concatenate([d.y[:, 0] for d in datas]), X, ["a", "x0[x]@A", "x0[x]@B"]
+
+
+def _log_growth():
+    """x' = a x with log noise: log y = log x0 + a t + e."""
+    y = np.exp(np.log(2.0) + 0.4 * T + 0.1 * np.random.default_rng(9).standard_normal(T.size))
+    return GROWTH, oi.Data(T, y, "x"), np.log(y), np.column_stack([T, np.ones_like(T)]), ["a"]  # x0 = exp(.)
+
+
+@pytest.mark.parametrize("case", [_two_lines, _log_growth])
+def test_percentile_interval_of_the_slope_with_experiments_and_log_noise(case):
+    model, data, z, X, linear = case()
+    est = oi.Embedding().fit(model, data, start={"a": 0.5})
+    beta, rss, *_ = np.linalg.lstsq(X, z, rcond=None)
+    sigma = math.sqrt(float(rss[0]) / (X.shape[0] - X.shape[1]))
+    se = sigma * np.sqrt(np.diag(np.linalg.inv(X.T @ X)))
+    np.testing.assert_allclose(est.params[linear].to_numpy(), beta[:len(linear)], rtol=1e-6)
+    n_boot = 200
+    ci = est.conf_int(method="bootstrap", n_boot=n_boot, seed=21)
+    assert ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    zq = stats.norm.ppf(1 - ALPHA / 2)
+    tol = 4 * _quantile_se(ALPHA / 2, stats.norm.pdf(zq), n_boot)
+    for j, name in enumerate(linear):
+        assert abs(ci.loc[name, "lower"] - (beta[j] - zq * se[j])) < tol * se[j], name
+        assert abs(ci.loc[name, "upper"] - (beta[j] + zq * se[j])) < tol * se[j], name
