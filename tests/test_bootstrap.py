@@ -276,3 +276,19 @@ def test_percentile_interval_of_the_slope_with_experiments_and_log_noise(case):
     for j, name in enumerate(linear):
         assert abs(ci.loc[name, "lower"] - (beta[j] - zq * se[j])) < tol * se[j], name
         assert abs(ci.loc[name, "upper"] - (beta[j] + zq * se[j])) < tol * se[j], name
+
+
+def test_simultaneous_estimates_bootstrap_too(fit, regression):
+    """Bock's simultaneous method on the same regression: refits get the estimate's initial states as x0."""
+    data, _ = fit
+    beta, se, _ = regression
+    est = oi.Simultaneous().fit(LINE, data, start={"a": 0.5})
+    np.testing.assert_allclose(est.values, beta, rtol=1e-6)
+    n_boot = 200
+    ci = est.conf_int(method="bootstrap", n_boot=n_boot, seed=5)
+    assert ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    z = stats.norm.ppf(1 - ALPHA / 2)
+    tol = 4 * _quantile_se(ALPHA / 2, stats.norm.pdf(z), n_boot)
+    for j, name in enumerate(est.names):
+        assert abs(ci.loc[name, "lower"] - (beta[j] - z * se[j])) < tol * se[j], name
+        assert abs(ci.loc[name, "upper"] - (beta[j] + z * se[j])) < tol * se[j], name

@@ -392,12 +392,11 @@ def run(est, S, model, data, start, fixed, x0, t_start):
 def _attach_bootstrap(est, S, estimate, model, data, fixed, x0):
     """``estimate.conf_int(method="bootstrap")``: parametric bootstrap refits with this configuration."""
     from odeinfer.data import Data
-    from odeinfer.inference.bootstrap import ParametricBootstrap, trajectory_builder
+    from odeinfer.inference.bootstrap import attach_trajectory_bootstrap
 
     exp_names = S.sp.exp_names if S.sp.multi else ()
-    build = trajectory_builder(est, model, S.problem.experiments, isinstance(data, Data), {"fixed": fixed, "x0": x0},
-                               estimate, exp_names)
-    object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, est, build))
+    attach_trajectory_bootstrap(est, estimate, model, S.problem.experiments, isinstance(data, Data),
+                                {"fixed": fixed, "x0": x0}, exp_names, solver=est.solver)
 
 
 def _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0):

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
 
-__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "trajectory_builder", "likelihood_builder"]
+__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap", "trajectory_builder",
+           "likelihood_builder"]
 
 #: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
 KINDS = ("percentile", "studentized")
@@ -60,7 +61,9 @@ class ParametricBootstrap:
     """
 
     def __init__(self, estimate, estimator, build):
-        self._est = replace(estimator, starts=1, n_jobs=1, executor=None)
+        own = {f.name for f in fields(estimator)}
+        self._est = replace(estimator, **{k: v for k, v in (("starts", 1), ("n_jobs", 1), ("executor", None))
+                                          if k in own})
         self._build = build
         self.names = tuple(estimate.names)
         self.values = np.array(estimate.values, float)
@@ -73,7 +76,8 @@ class ParametricBootstrap:
 
     def _payload(self):
         simulate, data, fit_kwargs = self._build()
-        start = dict(zip(self.names, self.values.tolist()))
+        fit_kwargs = dict(fit_kwargs)
+        start = fit_kwargs.pop("start", dict(zip(self.names, self.values.tolist())))
         return (simulate, data, self._est, start, fit_kwargs)
 
     def sample(self, n_boot, seed, *, executor=None, progress=False):
@@ -144,12 +148,25 @@ class ParametricBootstrap:
         return frame
 
 
-def trajectory_builder(estimator, model, experiments, single, fit_kwargs, estimate, exp_names):
-    """``build`` of a trajectory least-squares fit (``oi.Embedding`` without observables).
+def attach_trajectory_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, exp_names, *,
+                                solver=None, x0_from_estimate=False):
+    """Give ``estimate`` its ``_bootstrapper`` for a trajectory fit (see :func:`trajectory_builder`)."""
+    build = trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, solver=solver,
+                               x0_from_estimate=x0_from_estimate)
+    object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
+
+
+def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, *, solver=None,
+                       x0_from_estimate=False):
+    """``build`` of a trajectory fit (``oi.Embedding`` without observables, ``oi.Simultaneous``).
 
     Simulates the fitted trajectory (estimated or given initial states, per experiment) at the
     observed times plus Gaussian noise with the fitted sd per state, on the log scale for a
-    model with log noise; the same observed states and missing values.
+    model with log noise; the same observed states and missing values. ``fit_kwargs`` are the
+    refits' keywords (``fixed``, ``x0`` as given); with ``x0_from_estimate`` the refits get the
+    estimate's initial states as ``x0`` (one dict, or a list per experiment) and its parameters
+    as ``start`` (for estimators whose ``start`` takes parameters only). ``solver`` solves the
+    fitted trajectory (default ``oi.Auto(rtol=1e-8, atol=1e-10)``).
     """
     known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
     sigma = dict(estimate.sigma)
@@ -167,7 +184,7 @@ def trajectory_builder(estimator, model, experiments, single, fit_kwargs, estima
         templates = []
         for e, d in enumerate(experiments):
             x0 = [initial_state(s, e) for s in model.states]
-            t, y_hat = _trajectory(model, d, params, x0, estimator.solver)
+            t, y_hat = _trajectory(model, d, params, x0, solver)
             cols = [model.states.index(s) for s in d.states]
             sd = np.array([sigma.get(s, math.nan) for s in d.states], float)
             bad = [s for s, v, m in zip(d.states, sd, np.asarray(d.mask).any(axis=0)) if m and not v > 0]
@@ -178,7 +195,12 @@ def trajectory_builder(estimator, model, experiments, single, fit_kwargs, estima
             templates.append((t, y_hat[:, cols], np.asarray(d.mask), d.states, d.t0, d.name, d.replicates, sd))
         data = (model, templates, model.observation.noise == "log", bool(single), list(experiments.names),
                 experiments.conditions or None)
-        return simulate_trajectory, data, dict(fit_kwargs)
+        kwargs = dict(fit_kwargs)
+        if x0_from_estimate:
+            x0s = [{s: initial_state(s, e) for s in model.states} for e in range(len(experiments))]
+            kwargs["x0"] = x0s[0] if single else x0s
+            kwargs["start"] = {n: float(v) for n, v in zip(estimate.names, estimate.values) if n in model.params}
+        return simulate_trajectory, data, kwargs
 
     return build
 
@@ -186,10 +208,11 @@ def trajectory_builder(estimator, model, experiments, single, fit_kwargs, estima
 def _trajectory(model, d, params, x0, solver):
     """Observation times of ``d`` and the states at them, ``(n_times, n_states)``."""
     from odeinfer.solve import Problem, solve
+    from odeinfer.solve.config import as_solver
 
     t = np.asarray(d.t, float)
     tu, inverse = np.unique(t, return_inverse=True)
-    sol = solve(Problem(model, tu, x0=x0, t0=d.t0), params, solver=solver)
+    sol = solve(Problem(model, tu, x0=x0, t0=d.t0), params, solver=as_solver(solver, delays=False, role="fit"))
     return t, np.asarray(sol.y, float)[inverse]
 
 
