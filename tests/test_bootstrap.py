@@ -292,3 +292,35 @@ def test_simultaneous_estimates_bootstrap_too(fit, regression):
     for j, name in enumerate(est.names):
         assert abs(ci.loc[name, "lower"] - (beta[j] - z * se[j])) < tol * se[j], name
         assert abs(ci.loc[name, "upper"] - (beta[j] + z * se[j])) < tol * se[j], name
+
+
+# --- matching estimators: the bootstrap spread against the sampling spread from the truth ----------
+DECAY = oi.Model.from_equations({"x": "-k*x"}, params=["k"], name="decay")
+T_DECAY = np.linspace(0.0, 4.0, 41)
+
+
+@pytest.mark.parametrize("estimator", [oi.GradientMatching(), oi.OrthogonalConditions()],
+                         ids=["GradientMatching", "OrthogonalConditions"])
+def test_matching_estimators_bootstrap_spread_matches_the_sampling_spread(estimator):
+    """The sd of 200 refits of data simulated at one estimate against the sd of the estimator over 200
+    datasets simulated from the truth (k = 0.7, x0 = 2, sd 0.05): equal within 4 standard errors of the
+    log ratio of two sample sds, sqrt(1 / (2 * 199) + 1 / (2 * 199))."""
+    n = 200
+    truth = [estimator.fit(DECAY, oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=100 + i).data)
+             .params["k"] for i in range(n)]
+    data = oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=3).data
+    est = estimator.fit(DECAY, data)
+    ci = est.conf_int(method="bootstrap", n_boot=n, seed=4)
+    assert ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    boot = est._bootstrapper.sample(n, 4)["values"][:, 0]
+    ratio = np.std(boot, ddof=1) / np.std(truth, ddof=1)
+    assert abs(math.log(ratio)) < 4 * math.sqrt(2 / (2 * (n - 1))), ratio
+    assert ci.loc["k", "lower"] < est.params["k"] < ci.loc["k", "upper"]
+
+
+def test_matching_bootstrap_starts_at_the_given_initial_state():
+    data = oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=3).data
+    est = oi.GradientMatching().fit(DECAY, data, x0={"x": 2.0})
+    _, (_, templates, *_), _ = est._bootstrapper._build()
+    t, y_hat = templates[0][0], templates[0][1]
+    np.testing.assert_allclose(y_hat[:, 0], 2.0 * np.exp(-est.params["k"] * t), rtol=1e-6)  # closed form

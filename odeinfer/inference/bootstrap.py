@@ -31,7 +31,8 @@ import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
 
-__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap", "trajectory_builder",
+__all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap",
+           "attach_matching_bootstrap", "trajectory_builder",
            "likelihood_builder"]
 
 #: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
@@ -149,15 +150,34 @@ class ParametricBootstrap:
 
 
 def attach_trajectory_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, exp_names, *,
-                                solver=None, x0_from_estimate=False):
+                                solver=None, x0_from_estimate=False, x0_values=None):
     """Give ``estimate`` its ``_bootstrapper`` for a trajectory fit (see :func:`trajectory_builder`)."""
     build = trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, solver=solver,
-                               x0_from_estimate=x0_from_estimate)
+                               x0_from_estimate=x0_from_estimate, x0_values=x0_values)
     object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
 
 
+def attach_matching_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, x0_known):
+    """Give a matching estimate (``oi.OrthogonalConditions``, ``oi.GradientMatching``) its ``_bootstrapper``.
+
+    These estimators do not estimate initial states: the simulated trajectories start at the
+    ``x0`` given to ``fit`` (``x0_known``, a dict), else at the smoothing proxy's value at each
+    experiment's ``t0`` (``estimate.extras["proxy"]``). Delay models (which need a history) get none.
+    """
+    if model.delays:
+        return
+    given = dict(x0_known or {})
+    proxies = estimate.extras.get("proxy") or ()
+    x0_values = []
+    for d, proxy in zip(experiments, proxies):
+        at_t0 = dict(zip(proxy.states, np.asarray(proxy(np.array([float(d.t0)])), float)[0]))
+        x0_values.append({s: float(given[s]) if s in given else float(at_t0[s]) for s in model.states})
+    attach_trajectory_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, (),
+                                x0_values=x0_values)
+
+
 def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, *, solver=None,
-                       x0_from_estimate=False):
+                       x0_from_estimate=False, x0_values=None):
     """``build`` of a trajectory fit (``oi.Embedding`` without observables, ``oi.Simultaneous``).
 
     Simulates the fitted trajectory (estimated or given initial states, per experiment) at the
@@ -165,13 +185,16 @@ def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_nam
     model with log noise; the same observed states and missing values. ``fit_kwargs`` are the
     refits' keywords (``fixed``, ``x0`` as given); with ``x0_from_estimate`` the refits get the
     estimate's initial states as ``x0`` (one dict, or a list per experiment) and its parameters
-    as ``start`` (for estimators whose ``start`` takes parameters only). ``solver`` solves the
+    as ``start`` (for estimators whose ``start`` takes parameters only). ``x0_values`` (a dict
+    per experiment) gives initial states the estimate does not hold. ``solver`` solves the
     fitted trajectory (default ``oi.Auto(rtol=1e-8, atol=1e-10)``).
     """
     known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
     sigma = dict(estimate.sigma)
 
     def initial_state(s, e):
+        if x0_values is not None and s in x0_values[e]:
+            return x0_values[e][s]
         keys = ([f"x0[{s}]@{exp_names[e]}"] if e < len(exp_names) else []) + [f"x0[{s}]"]
         for key in keys:
             if key in known:
