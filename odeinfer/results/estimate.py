@@ -168,13 +168,16 @@ class Estimate:
             likelihood (re-optimising the other quantities), for estimates whose
             estimator provides a profiler (e.g. ``oi.Embedding``); computed on
             first use and cached. ``"bootstrap"``: parametric bootstrap, for estimates whose
-            estimator can refit (``oi.Embedding``): ``n_boot`` datasets are simulated from the
-            fitted model, each is refitted by the same estimator starting at the estimate, and
-            the intervals come from the refits (see ``kind``). A trajectory least-squares fit
-            simulates the trajectory at the estimate (estimated or given initial states) plus
-            Gaussian noise with the fitted sd per state (on the log scale for a model with log
-            noise); a maximum-likelihood fit (a model with observables) draws every measurement
-            from its noise model at the estimate (normal or Laplace; lin, log or log10 scale).
+            estimator can refit (``oi.Embedding``, ``oi.Simultaneous``,
+            ``oi.OrthogonalConditions`` and ``oi.GradientMatching`` of ODE models): ``n_boot``
+            datasets are simulated from the fitted model, each is refitted by the same estimator
+            starting at the estimate, and the intervals come from the refits (see ``kind``). A
+            trajectory fit simulates the trajectory at the estimate (estimated or given initial
+            states; for the matching estimators the given ``x0``, else the smoothing proxy at
+            ``t0``) plus Gaussian noise with the fitted sd per state (on the log scale for a
+            model with log noise); a maximum-likelihood fit (a model with observables) draws
+            every measurement from its noise model at the estimate (normal or Laplace; lin, log
+            or log10 scale).
             Times, states or observables, missing values and conditions are the data's. Refits
             that fail or do not converge are left out, counted in the frame's ``attrs``
             (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
@@ -219,7 +222,8 @@ class Estimate:
             why = {"profile": " (profile intervals need an estimate fitted in this session by an estimator that "
                               "provides them, e.g. oi.Embedding)",
                    "bootstrap": " (bootstrap intervals need an estimate fitted in this session by an estimator that "
-                                "can refit, e.g. oi.Embedding)"}.get(method, "")
+                                "can refit: oi.Embedding, oi.Simultaneous, oi.OrthogonalConditions or "
+                                "oi.GradientMatching)"}.get(method, "")
             raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
                              f"available: {available}")
         given = [k for k, v in (("kind", kind), ("n_boot", n_boot), ("seed", seed)) if v is not None]
