@@ -324,3 +324,12 @@ def test_matching_bootstrap_starts_at_the_given_initial_state():
     _, (_, templates, *_), _ = est._bootstrapper._build()
     t, y_hat = templates[0][0], templates[0][1]
     np.testing.assert_allclose(y_hat[:, 0], 2.0 * np.exp(-est.params["k"] * t), rtol=1e-6)  # closed form
+
+
+def test_an_estimator_that_cannot_refit_says_which_can():
+    data = oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=3).data
+    est = oi.NewtonRaphson().fit(DECAY, data, start={"k": 0.5})
+    with pytest.raises(ValueError, match=r"method: 'bootstrap' is not available for this NewtonRaphson estimate \("
+                                         r"bootstrap intervals need .* oi.Embedding, oi.Simultaneous, "
+                                         r"oi.OrthogonalConditions or oi.GradientMatching\); available: \['wald'\]"):
+        est.conf_int(method="bootstrap")
