@@ -146,8 +146,6 @@ class Embedding(Estimator):
     starts: int = 1
     sampler: str = "sobol"
     n_jobs: int = 1
-    executor: Any = field(default=None, compare=False)
-    progress: bool = False
     rng: int | None = 0
     solver: Any = None
     max_iter: int = 200
@@ -155,6 +153,8 @@ class Embedding(Estimator):
     ftol: float = 1e-12
     gtol: float = 1e-10
     rcond: float = 1e-8
+    executor: Any = field(default=None, compare=False)
+    progress: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
