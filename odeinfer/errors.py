@@ -18,6 +18,7 @@ __all__ = [
     "SolverError",
     "StiffnessError",
     "StudyError",
+    "ExecutionError",
     "OdeinferWarning",
 ]
 
@@ -82,6 +83,15 @@ class StiffnessError(SolverError):
 class StudyError(OdeinferError, ValueError):
     """A Monte Carlo study was set up wrongly (replications, estimators, seeds,
     functions that cannot be sent to worker processes) or its simulator failed."""
+
+
+class ExecutionError(OdeinferError, RuntimeError):
+    """A task sent to an executor (:mod:`odeinfer.inference.executor`) failed after its one retry,
+    or the executor broke (a worker process died); ``task`` is the index of the failed task."""
+
+    def __init__(self, message, *, task=None):
+        super().__init__(message)
+        self.task = task
 
 
 class OdeinferWarning(UserWarning):

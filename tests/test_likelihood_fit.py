@@ -264,3 +264,16 @@ def test_a_start_matrix_gives_one_local_fit_per_row(monkeypatch):
         oi.Embedding(starts=2).fit(prob, start=[[1.0, 2.0], [1.0, 2.0]])
     with pytest.raises(InputError, match=r"start: every row of a start matrix needs a finite value"):
         oi.Embedding(starts=2).fit(prob, start=[rows[0], [math.nan, 3.0, 0.2, 0.2, 0.7]])
+
+
+def test_profile_of_a_likelihood_fit_on_an_executor_equals_the_local_one():
+    """The objective is rebuilt in the worker from the problem and solver: the same bits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    exps = two_conditions(np.random.default_rng(3))
+    local = oi.Embedding().fit(problem(exps))._profiler
+    remote = oi.Embedding().fit(problem(exps))._profiler
+    with ThreadPoolExecutor(2) as pool:
+        ci = remote.conf_int(names=["k1"], executor=pool)
+    np.testing.assert_array_equal(ci.to_numpy(), local.conf_int(names=["k1"]).to_numpy())
+    assert remote.traces == local.traces

@@ -121,3 +121,15 @@ def test_profile_region_of_a_linear_model_is_the_wald_ellipse():
     fig = oi.plots.regions(est, pair=("a", "c"), profile=True)
     labels = [ln.get_label() for ln in fig.axes[0].lines]
     assert any("profile" in lab for lab in labels) and any("Wald" in lab for lab in labels)
+
+
+def test_a_profiler_without_a_remote_builder_refuses_an_executor():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from odeinfer.errors import InputError
+
+    prof, _, _ = _linear()
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(InputError, match=r"executor: this estimate's profiles can only run in this process .*"
+                                             r"drop executor="):
+            prof.conf_int(executor=pool)

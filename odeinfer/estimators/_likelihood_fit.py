@@ -186,10 +186,11 @@ def fit_likelihood(est, problem, start, t_start):
     else:
         pts = np.zeros((0, obj.n))
     U = np.vstack([U_user[:n_user], pts])
-    if est.n_jobs == 1 or U.shape[0] == 1:
+    if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs)
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs,
+                          executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:
@@ -267,6 +268,11 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     object.__setattr__(out, "_objective", obj)
     if best is not None and cov_u is not None and math.isfinite(nll):
         _attach_profiler(obj, out, np.asarray(u, float), nll, cov_u, est.max_iter)
+    if best is not None and math.isfinite(nll):
+        from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
+
+        boot = ParametricBootstrap(out, est, likelihood_builder(obj, np.array(u, float)))
+        object.__setattr__(out, "_bootstrapper", boot)
     return out
 
 
@@ -274,6 +280,17 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
     """``estimate.conf_int(method="profile")``: likelihood-ratio intervals, every other parameter
     re-optimised (noise parameters included) by the same trust region."""
     from odeinfer.inference.profile import ProfileLikelihood
+
+    reoptimise, to_natural = _reoptimiser(obj, max_iter)
+    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
+    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter))
+    prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural,
+                             remote=remote)
+    object.__setattr__(estimate, "_profiler", prof)
+
+
+def _reoptimiser(obj, max_iter):
+    """``(reoptimise, to_natural)`` of the profiles of the objective ``obj``."""
     from odeinfer.likelihood.parameters import from_scale
 
     def reoptimise(u_start, i):
@@ -297,9 +314,15 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
     def to_natural(i, v):
         return float(from_scale(np.array([v]), [obj.scales[i]])[0])
 
-    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural)
-    object.__setattr__(estimate, "_profiler", prof)
+    return reoptimise, to_natural
+
+
+def _rebuild_reoptimiser(payload):
+    """Worker: the objective rebuilt from its problem and solver."""
+    from odeinfer.likelihood import Objective
+
+    problem, solver, max_iter = payload
+    return _reoptimiser(Objective(problem, solver=solver), max_iter)
 
 
 def _small_sample_note(problem, n):

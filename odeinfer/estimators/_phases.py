@@ -202,13 +202,14 @@ def _multistart(est, S, model, data, start, fixed, x0):
         else np.zeros((0, nf))
     U = np.tile(np.where(np.isfinite(S.u0), S.u0, 0.0), (pts.shape[0] + n_user, 1))
     U[n_user:, :nf] = pts
-    payload = (est, model, data, start, fixed, x0, sp.sigma_state.copy())
-    if est.n_jobs == 1:
+    payload = (replace(est, executor=None), model, data, start, fixed, x0, sp.sigma_state.copy())
+    if est.n_jobs == 1 and est.executor is None:
         res = []
         for i, u0 in enumerate(U):
             res.extend(_start_chunk_local(est, S, i, u0))
     else:
-        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs)
+        res = run_starts(_start_chunk, payload, U, n_jobs=est.n_jobs, executor=est.executor,
+                         progress=est.progress)
     names = sp.public_names
     table = {"start": [], "status": [], "cost": [], "n_iter": [], "error": [], "optimum": []}
     for n in names:
@@ -386,13 +387,35 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
         extras=extras, warnings=tuple(warn),
         provenance={"solver": {**est.solver.as_dict(), "methods_used": sorted({g.solver.method for g in sp.segs})},
                     "start": start_info})
-    _attach_profiler(est, S, estimate, u, r, cov_u)
+    _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0)
+    _attach_bootstrap(est, S, estimate, model, data, fixed, x0)
     return estimate
 
 
-def _attach_profiler(est, S, estimate, u, r, cov_u):
+def _attach_bootstrap(est, S, estimate, model, data, fixed, x0):
+    """``estimate.conf_int(method="bootstrap")``: parametric bootstrap refits with this configuration."""
+    from odeinfer.data import Data
+    from odeinfer.inference.bootstrap import attach_trajectory_bootstrap
+
+    exp_names = S.sp.exp_names if S.sp.multi else ()
+    attach_trajectory_bootstrap(est, estimate, model, S.problem.experiments, isinstance(data, Data),
+                                {"fixed": fixed, "x0": x0}, exp_names, solver=est.solver)
+
+
+def _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0):
     from odeinfer.inference.profile import ProfileLikelihood
 
+    sp = S.sp
+    reoptimise, to_natural = _reoptimiser(S)
+    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
+    remote = (_rebuild_reoptimiser, (replace(est, executor=None), model, data, start, fixed, x0, sp.sigma_state.copy()))
+    prof = ProfileLikelihood(sp.public_names, u, 0.5 * float(r @ r), se, S.lo, S.hi, reoptimise, to_natural,
+                             remote=remote)
+    object.__setattr__(estimate, "_profiler", prof)
+
+
+def _reoptimiser(S):
+    """``(reoptimise, to_natural)`` of the profiles of setup ``S`` (its single-shooting problem)."""
     sp = S.sp
     k = sp.n_public
 
@@ -408,6 +431,14 @@ def _attach_profiler(est, S, estimate, u, r, cov_u):
     def to_natural(i, v):
         return float(np.exp(v)) if i < sp.n_free and S.log_mask[i] else float(v)
 
-    se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    prof = ProfileLikelihood(sp.public_names, u, 0.5 * float(r @ r), se, S.lo, S.hi, reoptimise, to_natural)
-    object.__setattr__(estimate, "_profiler", prof)
+    return reoptimise, to_natural
+
+
+def _rebuild_reoptimiser(payload):
+    """Worker: the setup of the fit rebuilt from its inputs, its noise sds set as at the optimum."""
+    from odeinfer.estimators._embedding_setup import build_setup
+
+    est, model, data, start, fixed, x0, sigma = payload
+    S = build_setup(est, model, data, start, fixed, x0)
+    S.sp.set_sigma(sigma)
+    return _reoptimiser(S)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
 from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.inference.executor import as_executor
 from odeinfer.solve.config import as_solver
 
 __all__ = ["Embedding"]
@@ -81,6 +82,14 @@ class Embedding(Estimator):
     sampler : {"sobol", "lhs"}, default "sobol"
     n_jobs : int, default 1
         Processes for the starts (``-1``: all cores).
+    executor : concurrent.futures.Executor or Dask Client, optional
+        Run the starts on this executor instead (a Dask ``Client`` or ``client.get_executor()``,
+        Ray's, ``mpi4py.futures``', a ``ProcessPoolExecutor``); excludes ``n_jobs``. Each start's
+        fit depends on its start only, so the estimate and the table of starts are bitwise those
+        of a run in this process. See :mod:`odeinfer.inference.executor` (retries, dead workers,
+        taking the same code to a cluster).
+    progress : bool, default False
+        Show a progress bar over the starts (tqdm) when they run in processes or on an executor.
     rng : int or None, default 0
         Seed of the start sampler.
     solver : Dopri5, Rodas or Auto, optional
@@ -144,6 +153,8 @@ class Embedding(Estimator):
     ftol: float = 1e-12
     gtol: float = 1e-10
     rcond: float = 1e-8
+    executor: Any = field(default=None, compare=False)
+    progress: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -174,6 +185,12 @@ class Embedding(Estimator):
             raise InputError(f"sampler: expected 'sobol' or 'lhs', got {self.sampler!r}")
         if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs == 0 or self.n_jobs < -1:
             raise InputError(f"n_jobs: expected a positive int or -1 (all cores), got {self.n_jobs!r}")
+        if not isinstance(self.progress, (bool, np.bool_)):
+            raise InputError(f"progress: expected True or False, got {self.progress!r}")
+        set_(self, "executor", as_executor(self.executor))
+        if self.executor is not None and self.n_jobs != 1:
+            raise InputError(f"n_jobs: n_jobs={self.n_jobs!r} and executor= exclude each other (the executor's "
+                             "workers run the starts); drop n_jobs")
         set_(self, "solver", as_solver(self.solver, delays=False, role="fit"))
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise InputError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
@@ -181,6 +198,14 @@ class Embedding(Estimator):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise InputError(f"{name}: expected a number >= 0, got {v!r}")
+
+    def __getstate__(self):
+        # an executor (pools, locks, connections) is not sent along: a pickled copy runs locally
+        return {**self.__dict__, "executor": None}
+
+    def config(self) -> dict:
+        """The configuration as a dict (the executor itself, not a copy)."""
+        return {**asdict(replace(self, executor=None)), "executor": self.executor}
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""

@@ -185,9 +185,16 @@ class GradientMatching(Estimator):
                   "n_basis_gcv": {s: [pr[s].n_basis_gcv for pr in proxies] for s in model.states},
                   "gcv": {s: [dict(pr[s].gcv) for pr in proxies] for s in model.states}, "proxy": proxies}
         r = resid(th)
-        return make_estimate(self, prob, prob.free, th, cov, sol.status, t_start=t_start, message=sol.message,
-                             n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig, residuals=r,
-                             history={"cost": np.asarray(sol.history, float)}, extras=extras, warnings=tuple(warn))
+        estimate = make_estimate(self, prob, prob.free, th, cov, sol.status, t_start=t_start,
+                                 message=sol.message, n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig,
+                                 residuals=r, history={"cost": np.asarray(sol.history, float)}, extras=extras,
+                                 warnings=tuple(warn))
+        from odeinfer.data import Data
+        from odeinfer.inference.bootstrap import attach_matching_bootstrap
+
+        attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
+                                  {"fixed": fixed, "x0": x0}, prob.x0)
+        return estimate
 
     @staticmethod
     def _delta_cov(nm, grids, proxies, p, J, fi):

@@ -482,10 +482,16 @@ class OrthogonalConditions(Estimator):
                   "boundary": self.boundary, "test_functions": self.test_functions, "proxy": proxies}
         if model.delays:
             extras["window"] = [dde_window(self.window, prob, pr) for pr in proxies]
-        return make_estimate(self, prob, prob.free, r["theta"], r["cov"], r["status"], t_start=t_start,
-                             message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
-                             residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,
-                             warnings=tuple(warn))
+        estimate = make_estimate(self, prob, prob.free, r["theta"], r["cov"], r["status"], t_start=t_start,
+                                 message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
+                                 residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,
+                                 warnings=tuple(warn))
+        from odeinfer.data import Data
+        from odeinfer.inference.bootstrap import attach_matching_bootstrap
+
+        attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
+                                  {"fixed": fixed, "x0": x0}, prob.x0)
+        return estimate
 
 
 def default_L_range(model, free, fixed=None):

@@ -276,10 +276,17 @@ class Simultaneous(Estimator):
         fixed_all = dict(problem.fixed)
         fixed_all.update(prob.fixed_x0())
         problem = replace(problem, fixed=fixed_all)
-        return make_estimate(self, problem, names, values, cov, out.status, t_start=t_start, message=out.message,
-                             n_iter=int(sum(len(h["cost"]) - 1 for h in hist_parts)), cost=float(out.cost),
-                             nobs=prob.nobs, sigma=prob.sigma_by_name(sigma), residuals=prob.residual_table(z),
-                             history=history, extras=extras, warnings=tuple(warns),
-                             provenance={"method": "Bock iteration (generalised Gauss-Newton on the KKT system), "
-                                                   "Osborne (2008) ANZIAM J. 50 C107 section 2.2",
-                                         "start": info})
+        estimate = make_estimate(self, problem, names, values, cov, out.status, t_start=t_start, message=out.message,
+                                 n_iter=int(sum(len(h["cost"]) - 1 for h in hist_parts)), cost=float(out.cost),
+                                 nobs=prob.nobs, sigma=prob.sigma_by_name(sigma), residuals=prob.residual_table(z),
+                                 history=history, extras=extras, warnings=tuple(warns),
+                                 provenance={"method": "Bock iteration (generalised Gauss-Newton on the KKT system), "
+                                                       "Osborne (2008) ANZIAM J. 50 C107 section 2.2",
+                                             "start": info})
+        from odeinfer.data import Data
+        from odeinfer.inference.bootstrap import attach_trajectory_bootstrap
+
+        exp_names = [e.name for e in prob.exps] if len(prob.exps) > 1 else ()
+        attach_trajectory_bootstrap(self, estimate, model, problem.experiments, isinstance(data, Data),
+                                    {"fixed": fixed}, exp_names, x0_from_estimate=True)
+        return estimate

@@ -1,16 +1,14 @@
 """Multi-start optimisation helpers: space-filling starts in a box and a process-parallel runner.
 
 :func:`sample_starts` draws scrambled Sobol or Latin-hypercube points (``scipy.stats.qmc``)
-in a box; :func:`run_starts` runs ``fn(payload, chunk)`` over chunks of starts, in this process
-or in spawned worker processes. A start that raises is recorded as failed (its error text
-kept), never fatal.
+in a box; :func:`run_starts` runs ``fn(payload, chunk)`` over chunks of starts, in this process,
+on local processes or on any ``concurrent.futures`` executor. A start that raises is recorded as failed
+(its error text kept) by ``fn``, never fatal.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -58,7 +56,7 @@ def sample_starts(lo, hi, n, *, sampler="sobol", rng=None):
     return qmc.scale(x, lo, hi)
 
 
-def run_starts(fn, payload, starts, *, n_jobs=1):
+def run_starts(fn, payload, starts, *, n_jobs=1, executor=None, progress=False):
     """Run ``fn(payload, [(index, start), ...]) -> [result dict, ...]`` over all starts.
 
     Parameters
@@ -67,33 +65,35 @@ def run_starts(fn, payload, starts, *, n_jobs=1):
         Top-level (picklable) function; it must catch its own per-start failures and return
         one dict per start with at least ``"index"``.
     payload : object
-        Passed unchanged to every call (picklable when ``n_jobs > 1``).
+        Passed unchanged to every call (picklable when ``n_jobs > 1`` or ``executor`` is given).
     starts : ndarray (n, k)
     n_jobs : int, default 1
-        Worker processes (``-1``: all cores); 1 runs in this process.
+        Worker processes (``-1``: all cores); 1 runs in this process. Ignored with ``executor``.
+    executor : concurrent.futures.Executor or Dask Client, optional
+        Run the starts there (see :func:`odeinfer.inference.executor.map_chunks`); each start's
+        fit depends on its start only, so the results are those of a run in this process.
+    progress : bool, default False
+        Progress bar over the starts.
 
     Returns
     -------
-    list of dict, ordered by start index. A chunk whose worker crashed gives dicts with
-    ``status="failed"`` and the error text.
-    """
-    import os
+    list of dict, ordered by start index.
 
+    Raises
+    ------
+    InputError
+        ``executor`` is shut down, or ``payload`` cannot be sent to its workers (before any work).
+    ExecutionError
+        A chunk of starts raised twice, or its worker process died (see ``map_chunks``).
+    """
+    from odeinfer.inference.executor import as_executor, map_chunks, n_slots, split
+
+    executor = as_executor(executor)
     tasks = list(enumerate(np.asarray(starts, float)))
-    workers = (os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)
-    if workers <= 1 or len(tasks) <= 1:
-        out = fn(payload, tasks)
+    if executor is None:  # one chunk per local worker
+        workers = n_slots(None, n_jobs)
+        chunks = split(tasks, 1, chunk_size=max(1, math.ceil(len(tasks) / workers)) if tasks else 1)
     else:
-        size = max(1, math.ceil(len(tasks) / workers))
-        chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
-        ctx = multiprocessing.get_context("spawn")
-        out = []
-        with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx) as pool:
-            futs = [(c, pool.submit(fn, payload, c)) for c in chunks]
-            for c, fut in futs:
-                try:
-                    out.extend(fut.result())
-                except Exception as exc:  # a broken worker: its starts count as failed
-                    out.extend({"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-                               for i, _ in c)
-    return sorted(out, key=lambda d: d["index"])
+        chunks = split(tasks, n_slots(executor))
+    outs = map_chunks(fn, payload, chunks, executor=executor, n_jobs=n_jobs, progress=progress, desc="multistart")
+    return sorted((d for out in outs for d in out), key=lambda d: d["index"])

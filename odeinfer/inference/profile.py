@@ -61,10 +61,14 @@ class ProfileLikelihood:
     max_evals : int, default 60
         Re-optimisations per side.
     asym_ratio : float, default 2
+    remote : tuple (build, payload), optional
+        How a worker process rebuilds ``(reoptimise, to_natural)``: ``build(payload)``, with
+        ``build`` a top-level function and ``payload`` picklable. Needed by
+        ``conf_int(executor=...)``, which walks each side of each profile as one task there.
     """
 
     def __init__(self, names, u_hat, cost_hat, se, lo, hi, reoptimise, to_natural, *, max_range=30.0,
-                 max_evals=60, asym_ratio=2.0):
+                 max_evals=60, asym_ratio=2.0, remote=None):
         self.names = tuple(names)
         self.u_hat = np.array(u_hat, float)
         self.cost_hat = float(cost_hat)
@@ -75,6 +79,7 @@ class ProfileLikelihood:
         self.max_range = float(max_range)
         self.max_evals = int(max_evals)
         self.asym_ratio = float(asym_ratio)
+        self._remote = remote
         self._cache = {}
         self.traces = {}
 
@@ -160,10 +165,7 @@ class ProfileLikelihood:
         thr = float(chi2.ppf(1.0 - alpha, 1))
         lo_v, lo_flag = self._side(i, -1, thr)
         hi_v, hi_flag = self._side(i, +1, thr)
-        flags = {lo_flag, hi_flag} - {"ok"}
-        lo_n = -math.inf if lo_v == -math.inf else self._nat(i, lo_v)
-        hi_n = math.inf if hi_v == math.inf else self._nat(i, hi_v)
-        res = (lo_n, hi_n, flags, (lo_v, hi_v))
+        res = self._result(i, lo_v, lo_flag, hi_v, hi_flag)
         self._cache[key] = res
         return res
 
@@ -221,8 +223,14 @@ class ProfileLikelihood:
         self._cache[key] = res
         return res
 
-    def conf_int(self, alpha=0.05, names=None):
-        """Profile intervals as a DataFrame (columns ``lower``, ``upper``), with warnings."""
+    def conf_int(self, alpha=0.05, names=None, *, executor=None, progress=False):
+        """Profile intervals as a DataFrame (columns ``lower``, ``upper``), with warnings.
+
+        With ``executor`` (any ``concurrent.futures.Executor`` or a Dask Client), the two sides of
+        each profile not yet cached run as separate tasks there (see
+        :func:`odeinfer.inference.executor.map_chunks`); each side starts from the estimate, so
+        the intervals and traces are those of a run in this process. Needs ``remote``.
+        """
         import pandas as pd
 
         from odeinfer.estimators.base import IdentifiabilityWarning
@@ -230,8 +238,44 @@ class ProfileLikelihood:
         from odeinfer.smooth._blas import single_threaded_blas
 
         names = self.names if names is None else tuple(names)
+        if executor is not None:
+            self._run_sides(alpha, names, executor, progress)
         with single_threaded_blas():
             return self._conf_int(alpha, names, IdentifiabilityWarning, pd)
+
+    def _run_sides(self, alpha, names, executor, progress):
+        """Fill the cache of ``names`` at ``alpha`` from side walks run on ``executor``."""
+        from scipy.stats import chi2
+
+        from odeinfer.errors import InputError
+        from odeinfer.inference.executor import as_executor, map_chunks, n_slots, split
+
+        if self._remote is None:
+            raise InputError("executor: this estimate's profiles can only run in this process (its estimator gives "
+                             "no way to rebuild the problem in a worker); drop executor=")
+        executor = as_executor(executor)
+        todo = [n for n in names if (n, float(alpha)) not in self._cache]
+        if not todo:
+            return
+        thr = float(chi2.ppf(1.0 - alpha, 1))
+        tasks = [(self.names.index(n), sign) for n in todo for sign in (-1, +1)]
+        settings = {"max_range": self.max_range, "max_evals": self.max_evals, "asym_ratio": self.asym_ratio}
+        payload = (self._remote, self.names, self.u_hat, self.cost_hat, self.se, self.lo, self.hi, settings, thr)
+        outs = map_chunks(profile_sides, payload, split(tasks, n_slots(executor)), executor=executor,
+                          progress=progress, desc="profile")
+        sides = {(i, sign): (v, flag, trace) for out in outs for i, sign, v, flag, trace in out}
+        for n in todo:
+            i = self.names.index(n)
+            (lo_v, lo_flag, lo_tr), (hi_v, hi_flag, hi_tr) = sides[(i, -1)], sides[(i, +1)]
+            self.traces.setdefault(n, []).extend(lo_tr + hi_tr)
+            self._cache[(n, float(alpha))] = self._result(i, lo_v, lo_flag, hi_v, hi_flag)
+
+    def _result(self, i, lo_v, lo_flag, hi_v, hi_flag):
+        """The cached form of an interval: ``(lower, upper, flags, (lower, upper) internal)``."""
+        flags = {lo_flag, hi_flag} - {"ok"}
+        lo_n = -math.inf if lo_v == -math.inf else self._nat(i, lo_v)
+        hi_n = math.inf if hi_v == math.inf else self._nat(i, hi_v)
+        return (lo_n, hi_n, flags, (lo_v, hi_v))
 
     def _conf_int(self, alpha, names, IdentifiabilityWarning, pd):
         rows = {}
@@ -257,6 +301,21 @@ class ProfileLikelihood:
                         ProfileWarning, stacklevel=4)
             rows[name] = (lo_n, hi_n)
         return pd.DataFrame(rows, index=["lower", "upper"]).T
+
+
+def profile_sides(payload, chunk):
+    """Worker: ``[(i, sign, internal bound, flag, trace), ...]`` for the sides ``chunk = [(i, sign), ...]``."""
+    from odeinfer.smooth._blas import single_threaded_blas
+
+    (build, build_payload), names, u_hat, cost_hat, se, lo, hi, settings, thr = payload
+    reoptimise, to_natural = build(build_payload)
+    out = []
+    with single_threaded_blas():
+        for i, sign in chunk:
+            prof = ProfileLikelihood(names, u_hat, cost_hat, se, lo, hi, reoptimise, to_natural, **settings)
+            v, flag = prof._side(i, sign, thr)
+            out.append((i, sign, v, flag, prof.traces.get(names[i], [])))
+    return out
 
 
 def _none():

@@ -328,6 +328,25 @@ class Objective:
             out[run.name] = (t, which, h)
         return out
 
+    def noise_model_at(self, u):
+        """Per experiment (in order), the measurement model at ``u``: ``(h, sigma, dist, scale)`` per row
+        of its plan (prediction on the natural scale, sd on the noise scale, codes of
+        :mod:`odeinfer.likelihood.noise`); what a parametric bootstrap simulates from. Raises
+        :class:`~odeinfer.errors.SolverError` on a failed solve."""
+        theta = self.natural(np.asarray(u, float))
+        out = []
+        for run in self.runs:
+            h, sd = np.empty(run.n_rows), np.empty(run.n_rows)
+            dist, scale = np.empty(run.n_rows, np.int64), np.empty(run.n_rows, np.int64)
+            v, _ = run.mapping(theta)
+            p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
+            for (k, rows, _, hk, _), group in zip(self._observe(run, u, grad=False), run.groups):
+                h[rows] = hk
+                sd[rows] = self.obsf.sigma(k, p, q, hk)[0]
+                dist[rows], scale[rows] = group[6], group[7]
+            out.append((h, sd, dist, scale))
+        return out
+
     def observe_at(self, u, experiment, t):
         """The observables of ``experiment`` at times ``t`` (its conditions, doses, inputs) and their
         gradients on the estimation scale: ``h`` (n_times, n_observables), ``dh`` (n_times, n_observables,

@@ -123,6 +123,27 @@ class FitProblem:
         self.plans = [self._plan(n, d, c, x0) for n, d, c in zip(data.names, data, conds)]
         self.solve_model, self.rates = _with_linear_inputs(model, conds)
 
+    def with_measurements(self, values):
+        """A copy of this problem measuring ``values`` instead of the data (the same experiments,
+        conditions, times, observables and parameters): ``values[e]`` has one value per row of
+        ``plans[e]`` (the data's observed cells, row by row). Used by the parametric bootstrap."""
+        import copy
+        from dataclasses import replace
+
+        from odeinfer.data import Data, Experiments
+
+        out = copy.copy(self)
+        out.plans = [replace(p, y_rows=np.array(v, float)) for p, v in zip(self.plans, values)]
+        datas = []
+        for d, v in zip(self.experiments, values):
+            a, k = np.nonzero(np.asarray(d.mask))
+            y = np.full(np.shape(d.y), np.nan)
+            y[a, k] = v
+            datas.append(Data(d.t, y, d.states, t0=d.t0, name=d.name, replicates=d.replicates))
+        out.experiments = Experiments(datas, names=list(self.experiments.names),
+                                      conditions=self.experiments.conditions or None)
+        return out
+
     # ------------------------------------------------------------------------------------------
     def _check_condition(self, name, c):
         m = self.model

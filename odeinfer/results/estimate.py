@@ -144,38 +144,125 @@ class Estimate:
 
     #: Profile-likelihood hook (not a field, never serialised): estimators that can re-optimise
     #: set it after construction with ``object.__setattr__(est, "_profiler", obj)``; ``obj``
-    #: has ``conf_int(alpha) -> DataFrame`` (see :mod:`odeinfer.inference.profile`).
+    #: has ``conf_int(alpha) -> DataFrame``, and ``conf_int(alpha, executor=, progress=)`` to run on an
+    #: executor (see :mod:`odeinfer.inference.profile`).
     _profiler = None
     #: Likelihood fits (models with observables) keep their objective here (not a field, never
     #: serialised): :meth:`predict` then predicts the observables of an experiment.
     _objective = None
 
-    def conf_int(self, alpha: float = 0.05, method: str = "wald") -> pd.DataFrame:
+    #: Parametric-bootstrap hook (not a field, never serialised): estimators that can refit set it
+    #: like ``_profiler``; see :class:`odeinfer.inference.bootstrap.ParametricBootstrap`.
+    _bootstrapper = None
+
+    def conf_int(self, alpha: float = 0.05, method: str = "wald", *, kind=None, n_boot=None, seed=None,
+                 executor=None, progress=False) -> pd.DataFrame:
         """Confidence intervals, columns ``lower`` and ``upper``.
 
         Parameters
         ----------
         alpha : float, default 0.05
             1 - confidence level.
-        method : {"wald", "profile"}
+        method : {"wald", "profile", "bootstrap"}
             ``"wald"``: estimate +- z_{1-alpha/2} * bse. ``"profile"``: profile
             likelihood (re-optimising the other quantities), for estimates whose
             estimator provides a profiler (e.g. ``oi.Embedding``); computed on
-            first use and cached. Not available after a JSON or pickle round trip.
+            first use and cached. ``"bootstrap"``: parametric bootstrap, for estimates whose
+            estimator can refit (``oi.Embedding``, ``oi.Simultaneous``,
+            ``oi.OrthogonalConditions`` and ``oi.GradientMatching`` of ODE models): ``n_boot``
+            datasets are simulated from the fitted model, each is refitted by the same estimator
+            starting at the estimate, and the intervals come from the refits (see ``kind``). A
+            trajectory fit simulates the trajectory at the estimate (estimated or given initial
+            states; for the matching estimators the given ``x0``, else the smoothing proxy at
+            ``t0``) plus Gaussian noise with the fitted sd per state (on the log scale for a
+            model with log noise); a maximum-likelihood fit (a model with observables) draws
+            every measurement from its noise model at the estimate (normal or Laplace; lin, log
+            or log10 scale).
+            Times, states or observables, missing values and conditions are the data's. Refits
+            that fail or do not converge are left out, counted in the frame's ``attrs``
+            (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
+            :class:`~odeinfer.inference.bootstrap.BootstrapWarning`.
+            The refits are cached on the estimate per ``(n_boot, seed)``, so both kinds and every
+            ``alpha`` reuse them. Profile and bootstrap intervals are not available after a JSON
+            or pickle round trip.
+        kind : {"percentile", "studentized"}, default "percentile"
+            Bootstrap only. ``"percentile"``: the ``alpha/2`` and ``1 - alpha/2`` quantiles of
+            the refitted values. ``"studentized"`` (bootstrap-t): ``estimate - q(t*) * bse`` with
+            ``t* = (refit - estimate) / refit_bse``; exact for a linear Gaussian model.
+        n_boot : int, default 1000
+            Bootstrap only: number of simulated datasets (>= 10). The Monte Carlo error of a
+            quantile shrinks as ``1 / sqrt(n_boot)``.
+        seed : int, default 0
+            Bootstrap only: replicate ``b`` uses the ``b``-th child of
+            ``numpy.random.SeedSequence(seed)``, so the same seed gives the same intervals, bit
+            for bit, wherever the refits run.
+        executor : concurrent.futures.Executor or Dask Client, optional
+            Profile and bootstrap: run the refits (bootstrap) or the walks along each side of
+            each profile there (default: in this process), with the same results bit for bit; see
+            :func:`odeinfer.inference.executor.map_chunks`.
+        progress : bool, default False
+            Show a progress bar (tqdm) over the bootstrap refits, or over the profile walks run on
+            an executor.
+
+        Examples
+        --------
+        >>> import odeinfer as oi
+        >>> m = oi.Model.from_equations({"x": "-k*x"}, params=["k"])
+        >>> data, _ = oi.simulate(m, {"k": 0.5}, {"x": 2.0}, [0, 0.5, 1, 1.5, 2, 3, 4], noise=0.02, rng=1)
+        >>> est = oi.Embedding().fit(m, data, start={"k": 1.0})
+        >>> ci = est.conf_int(method="bootstrap", n_boot=50, seed=1)
+        >>> ci.attrs["n_failed"], bool(ci.loc["k", "lower"] < est.params["k"] < ci.loc["k", "upper"])
+        (0, True)
         """
         if not (0 < alpha < 1):
             raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
-        available = ["wald"] + (["profile"] if self._profiler is not None else [])
+        available = ["wald"] + (["profile"] if self._profiler is not None else []) + \
+            (["bootstrap"] if self._bootstrapper is not None else [])
         if method not in available:
-            why = (" (profile intervals need an estimate fitted in this session by an estimator that provides "
-                   "them, e.g. oi.Embedding)" if method == "profile" else "")
+            why = {"profile": " (profile intervals need an estimate fitted in this session by an estimator that "
+                              "provides them, e.g. oi.Embedding)",
+                   "bootstrap": " (bootstrap intervals need an estimate fitted in this session by an estimator that "
+                                "can refit: oi.Embedding, oi.Simultaneous, oi.OrthogonalConditions or "
+                                "oi.GradientMatching)"}.get(method, "")
             raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
                              f"available: {available}")
+        given = [k for k, v in (("kind", kind), ("n_boot", n_boot), ("seed", seed)) if v is not None]
+        if method != "bootstrap" and given:
+            raise InputError(f"{given[0]}: applies to method='bootstrap' only, got {given[0]}= with method={method!r}; "
+                             f"drop it or pass method='bootstrap'")
+        if method == "wald" and (executor is not None or progress):
+            arg = "executor" if executor is not None else "progress"
+            raise InputError(f"{arg}: applies to method='profile' or 'bootstrap' only, got {arg}= with "
+                             "method='wald' (computed here, instantly); drop it")
+        if method == "bootstrap":
+            return self._bootstrap(alpha, kind, n_boot, seed, executor, progress)
         if method == "profile":
-            return self._profiler.conf_int(alpha).reindex(list(self.names))
+            if executor is None:  # progress bars follow the tasks of an executor
+                return self._profiler.conf_int(alpha).reindex(list(self.names))
+            return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)).reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
         se = self.bse.to_numpy()
         return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
+
+    def _bootstrap(self, alpha, kind, n_boot, seed, executor, progress):
+        from odeinfer.inference.bootstrap import KINDS
+        from odeinfer.inference.executor import as_executor, check_executor
+
+        kind = "percentile" if kind is None else kind
+        if kind not in KINDS:
+            raise InputError(f"kind: expected one of {list(KINDS)}, got {kind!r}")
+        n_boot = 1000 if n_boot is None else n_boot
+        if isinstance(n_boot, (bool, np.bool_)) or not isinstance(n_boot, (int, np.integer)) or n_boot < 10:
+            raise InputError(f"n_boot: expected an int >= 10 (bootstrap datasets; 1000 or more for 95% intervals), "
+                             f"got {n_boot!r}")
+        seed = 0 if seed is None else seed
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise InputError(f"seed: expected a non-negative int (the bootstrap's root seed), got {seed!r}; pass e.g. "
+                             "seed=2024")
+        executor = as_executor(executor)
+        check_executor(executor)  # before the simulation's first solve
+        return self._bootstrapper.conf_int(alpha, kind=kind, n_boot=int(n_boot), seed=int(seed), executor=executor,
+                                           progress=bool(progress))
 
     @property
     def nll(self) -> float:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["run_chunk", "describe"]
+__all__ = ["run_chunk", "run_payload_chunk", "describe"]
 
 
 def describe(exc):
@@ -89,3 +89,9 @@ def run_chunk(simulate_fn, estimators, tasks):
                     bse.get(p, math.nan), converged, elapsed, error,
                 ))
     return {"rows": rows, "n_done": len(tasks)}
+
+
+def run_payload_chunk(payload, tasks):
+    """:func:`run_chunk` with ``payload = (simulate_fn, estimators)`` (the form executors call)."""
+    simulate_fn, estimators = payload
+    return run_chunk(simulate_fn, estimators, tasks)

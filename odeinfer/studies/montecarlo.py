@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-import pickle
-import sys
 import warnings
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from odeinfer._lazy import pandas as pd
 
 from ..errors import OdeinferWarning, StudyError
-from ._worker import describe, run_chunk
+from ._worker import describe, run_chunk, run_payload_chunk
 from .result import COLUMNS, StudyResult
 
 __all__ = ["monte_carlo", "EstimatorLike", "ResultLike"]
@@ -66,7 +62,7 @@ def _root_seed(rng):
     )
 
 
-def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
+def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client, executor):
     if not callable(simulate_fn):
         raise StudyError(
             f"`simulate_fn` must be callable as simulate_fn(rng) -> (data, truth); received "
@@ -102,6 +98,12 @@ def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
             f"`chunk_size` must be None or an int >= 1 (replications per task); received "
             f"{chunk_size!r}. Leave it None for about four tasks per worker."
         )
+    if executor is not None and (client is not None or n_jobs != 1):
+        other = "client" if client is not None else f"n_jobs={n_jobs!r}"
+        raise StudyError(
+            f"`executor` and `{other.split('=')[0]}` exclude each other; received executor= with {other}. "
+            f"The executor's workers run the replications: drop {other.split('=')[0]}."
+        )
     if client is not None:
         if n_jobs != 1:
             raise StudyError(
@@ -115,19 +117,11 @@ def _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client):
 
 def _check_picklable(simulate_fn, estimators):
     """Functions sent to spawned worker processes must pickle by reference."""
-    main = sys.modules.get("__main__")
-    interactive = not getattr(main, "__file__", None)
+    from odeinfer.inference.executor import pickling_problem
+
     named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
     for label, fn in named:
-        module = getattr(fn, "__module__", None) or type(fn).__module__
-        problem = None
-        if interactive and module == "__main__":
-            problem = "it is defined in an interactive session or notebook (module __main__)"
-        else:
-            try:
-                pickle.dumps(fn)
-            except Exception as exc:
-                problem = f"it cannot be pickled ({describe(exc)})"
+        problem = pickling_problem(fn)
         if problem:
             raise StudyError(
                 f"`{label}` cannot be sent to worker processes with n_jobs > 1: {problem}. "
@@ -146,27 +140,31 @@ def _default_chunk(n_rep, n_slots):
     return max(1, math.ceil(n_rep / (4 * n_slots)))
 
 
-def _run_in_processes(simulate_fn, estimators, chunks, n_workers):
-    """Run chunks in spawned local processes; yield each output as it completes."""
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(n_workers, len(chunks)), mp_context=ctx) as pool:
-        futures = [pool.submit(run_chunk, simulate_fn, estimators, c) for c in chunks]
-        try:
-            for fut in as_completed(futures):
-                try:
-                    out = fut.result()
-                except Exception as exc:
-                    raise StudyError(
-                        f"a worker process failed ({describe(exc)}). This usually means "
-                        f"simulate_fn or an estimator could not be imported in a fresh "
-                        f"process: define them at the top level of an importable .py "
-                        f"module (in a script, run the study under "
-                        f"`if __name__ == '__main__':`), or use n_jobs=1."
-                    ) from exc
-                yield out
-        finally:
-            for fut in futures:
-                fut.cancel()
+def _run_chunks(simulate_fn, estimators, chunks, *, executor=None, n_workers=1):
+    """Run chunks on ``executor`` or ``n_workers`` spawned local processes (through
+    :func:`odeinfer.inference.executor.iter_chunks`: a chunk that raises is retried once, a dead
+    worker's pool restarted once); yield each output as it completes. Closing the generator
+    cancels the outstanding chunks."""
+    from odeinfer.errors import ExecutionError
+    from odeinfer.inference.executor import iter_chunks
+
+    named = [("simulate_fn", simulate_fn)] + [(f"estimators[{k!r}]", v) for k, v in estimators.items()]
+    done = iter_chunks(run_payload_chunk, (simulate_fn, estimators), chunks, executor=executor, n_jobs=n_workers,
+                       desc="monte_carlo", check=named)
+    try:
+        for _, out in done:
+            yield out
+    except ExecutionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        where = "a worker process" if executor is None else f"a worker of the {type(executor).__name__}"
+        raise StudyError(
+            f"{where} failed ({describe(cause)}), twice: {exc}. This usually means simulate_fn or an "
+            f"estimator could not be imported in a fresh process: define them at the top level of an "
+            f"importable .py module (in a script, run the study under `if __name__ == '__main__':`), "
+            f"or use n_jobs=1."
+        ) from exc
+    finally:
+        done.close()
 
 
 def _raise_simulation_failure(out):
@@ -177,7 +175,7 @@ def _raise_simulation_failure(out):
 
 
 def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True, client=None,
-                chunk_size=None):
+                chunk_size=None, executor=None):
     """Replicate simulate-then-estimate ``n_rep`` times and collect the estimates.
 
     Parameters
@@ -222,8 +220,16 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         notebook functions work; what they capture must pickle (capture the
         :class:`~odeinfer.Model`, not its solvers). Excludes ``n_jobs``. See
         Notes.
+    executor : concurrent.futures.Executor, optional
+        Run the replications on any executor (a ``ProcessPoolExecutor``, a Dask client's
+        ``client.get_executor()``, ``mpi4py.futures``'), through
+        :func:`odeinfer.inference.executor.iter_chunks`: the same rows as a local run, a chunk
+        that raises is retried once, then a :class:`StudyError`; a dead worker is reported,
+        never a hang. Excludes
+        ``n_jobs`` and ``client`` (``client=`` stays the tuned Dask path: version checks and
+        compiled kernels sent by source).
     chunk_size : int, optional
-        Replications per task when ``n_jobs > 1`` or ``client`` is given;
+        Replications per task when ``n_jobs > 1``, ``client`` or ``executor`` is given;
         default ``ceil(n_rep / (4 * slots))`` with ``slots`` the local
         processes or the cluster's worker threads when the study starts, so
         fast replications are not sent one by one and slow ones still balance
@@ -245,6 +251,9 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         ``dask.distributed.Client``), functions that cannot be sent to workers,
         a failing ``simulate_fn``, a broken worker process or Dask worker, or
         workers with another odeinfer version.
+    InputError
+        With ``executor``: it is shut down, or the functions cannot be sent to its workers
+        (before any work).
 
     Notes
     -----
@@ -286,14 +295,20 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
     >>> res.frame.shape
     (50, 9)
     """
-    _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client)
+    _check_inputs(simulate_fn, estimators, n_rep, n_jobs, chunk_size, client, executor)
     n_rep = int(n_rep)
     estimators = dict(estimators)
     root = _root_seed(rng)
     seed = np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key, pool_size=root.pool_size)
     tasks = list(enumerate(root.spawn(n_rep)))
 
-    if client is not None:
+    if executor is not None:
+        from odeinfer.inference.executor import as_executor, n_slots
+
+        executor = as_executor(executor)
+        chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_slots(executor)))
+        outs = _run_chunks(simulate_fn, estimators, chunks, executor=executor)
+    elif client is not None:
         from ._dask import dumps_payload, n_slots, run_on_client
 
         payload = dumps_payload(simulate_fn, estimators)
@@ -306,7 +321,7 @@ def monte_carlo(simulate_fn, estimators, n_rep, *, rng, n_jobs=1, progress=True,
         else:
             _check_picklable(simulate_fn, estimators)
             chunks = _chunks(tasks, chunk_size or _default_chunk(n_rep, n_workers))
-            outs = _run_in_processes(simulate_fn, estimators, chunks, n_workers)
+            outs = _run_chunks(simulate_fn, estimators, chunks, n_workers=n_workers)
 
     from tqdm.auto import tqdm
 
