@@ -19,6 +19,7 @@ __all__ = [
     "StiffnessError",
     "StudyError",
     "OdeinferWarning",
+    "BiasWarning",
 ]
 
 
@@ -86,3 +87,9 @@ class StudyError(OdeinferError, ValueError):
 
 class OdeinferWarning(UserWarning):
     """Base class of odeinfer's warnings."""
+
+
+class BiasWarning(OdeinferWarning):
+    """The data make the estimate's bias large relative to its signal, as measured from the data
+    (e.g. difference quotients that are mostly noise, or an integrated trajectory far from the
+    data); the message gives the measured numbers and the fix."""
