@@ -448,7 +448,7 @@ def test_one_shot_stochastic_stream_reports_unchecked_convergence(lorenz, lorenz
     ({"derivative": "central"}, "derivative: expected one of"),
     ({"window": 4}, "window: expected an odd int"),
     ({"degree": 7}, "degree: expected an int in 1..4"),
-    ({"evaluate_at": "smoothed"}, "evaluate_at='smoothed' needs a smoothing derivative"),
+    ({"derivative": "forward", "evaluate_at": "smoothed"}, "evaluate_at='smoothed' needs a smoothing derivative"),
     ({"evaluate_at": "middle"}, "evaluate_at: expected one of"),
     ({"spline_lam": -1.0}, "spline_lam: expected None"),
     ({"max_iter": 0}, "max_iter: expected a positive int"),

@@ -59,6 +59,7 @@ from odeinfer.estimators import _newton_core as core
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, Problem, _values_by_name,
                                       make_estimate, prepare)
 from odeinfer.estimators._noise_cov import ObservationMeat, quotient_noise
+from odeinfer.estimators._trajectory_check import record_trajectory_check
 from odeinfer.estimators.finite_difference import SCHEMES, DerivativeScheme
 from odeinfer.estimators.streaming import InMemoryRows, as_row_source, minibatches
 from odeinfer.model import Model
@@ -325,6 +326,8 @@ def _finish(est, problem, source, scheme, acc, out, extras, *, in_memory, t_star
         residuals = np.concatenate([p[1] for p in parts])
     if ev is not None and ev.nbad:
         warns.append(f"{ev.nbad} residuals are not finite at the estimate")
+    if in_memory and np.all(np.isfinite(theta)):
+        record_trajectory_check(problem, acc.full_params(theta), type(est).__name__, extras, warns)
     extras.update(derivative=scheme.name, evaluate_at=scheme.evaluate_at, source=source.describe(),
                   cov_type=cov_type)
     if t_rows is not None:
