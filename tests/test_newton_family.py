@@ -549,6 +549,13 @@ def test_forward_differences_on_smooth_data_do_not_warn(lorenz):
         NewtonRaphson(derivative="forward").fit(lorenz.model, _sim(lorenz), start=[1, 1, 1])
 
 
+def test_forward_stream_warns_from_its_first_chunk(pinene_400):
+    z, data = pinene_400
+    with pytest.warns(BiasWarning, match=r"in the stream's first chunk, state '.*ratio [0-9.]+ > 0.707"):
+        est = NewtonRaphson(derivative="forward").fit_stream(z.model, (data.t, data.y), chunk_size=200)
+    assert any("mostly measurement noise" in w for w in est.warnings)
+
+
 def test_default_stream_uses_the_local_polynomial(lorenz, lorenz_noisy):
     est = NewtonRaphson().fit_stream(lorenz.model, (lorenz_noisy.t, lorenz_noisy.y), start=[1, 1, 1])
     ref = NewtonRaphson(derivative="local_polynomial").fit(lorenz.model, lorenz_noisy, start=[1, 1, 1])

@@ -158,14 +158,15 @@ def quotient_noise(scheme, t, Y):
     means the quotients are mostly noise. Returns three arrays (n_states,) (NaN where undefined), or
     None for the spline scheme (no stencil).
     """
+    if scheme.name == "spline":
+        return None
     t = np.asarray(t, float)
     Y = np.asarray(Y, float)
-    sw = stencil_weights(scheme, t)
-    if sw is None:
-        return None
-    start, _, c = sw
     n = Y.shape[1]
     sigma, noise, spread = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    if t.size < scheme.min_samples() + 2:  # fewer than three quotients: nothing to measure
+        return sigma, noise, spread
+    start, _, c = stencil_weights(scheme, t)
     idx = start[:, None] + np.arange(c.shape[1])
     for j in range(n):
         win = Y[idx, j]

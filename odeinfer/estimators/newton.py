@@ -39,9 +39,11 @@ one-shot iterator gives no covariance (no pass at the final estimate). Neither c
 the bias of the finite differences: with measurement noise ``sigma`` the forward difference is
 biased by ``O(sigma^2 / dt)`` (spec §5.3) -- denser sampling makes it *worse*. So the default
 ``derivative="auto"`` smooths (spline in memory, local polynomial for streams); the paper's first
-differences are ``derivative="forward"``, and an in-memory fit with a difference scheme warns
+differences are ``derivative="forward"``, and a fit with a difference scheme warns
 (:class:`~odeinfer.errors.BiasWarning`, also in ``Estimate.warnings``) when the data's noise is more
-than half the variance of the difference quotients, giving the measured numbers.
+than half the variance of the difference quotients (streams: measured on the first chunk), giving
+the measured numbers. In-memory fits also run a trajectory check
+(:mod:`odeinfer.estimators._trajectory_check`, ``extras["trajectory_check"]``).
 """
 
 from __future__ import annotations
@@ -127,26 +129,26 @@ def _scheme(cfg, stream=False):
 _NOISE_SHARE = 1.0 / math.sqrt(2.0)
 
 
-def _difference_bias_warning(problem, scheme):
-    """A :class:`BiasWarning` message when difference quotients of the data are mostly noise, else None."""
+def _difference_bias_warning(series, states, scheme):
+    """A :class:`BiasWarning` message when the difference quotients of ``series`` (``(label, t, Y)``
+    with ``Y`` in model-state columns) are mostly noise, else None."""
     if scheme.name not in ("forward", "second_order"):
         return None
     worst = None
-    for d in problem.experiments:
-        out = quotient_noise(scheme, d.t, _series(d, problem.model.states))
-        sigma, noise, spread = out
+    for label, t, Y in series:
+        sigma, noise, spread = quotient_noise(scheme, t, Y)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = noise / spread
         for j, r in enumerate(ratio):
             if np.isfinite(r) and (worst is None or r > worst[0]):
-                worst = (r, d.name, problem.model.states[j], sigma[j], noise[j], spread[j])
+                worst = (r, label, states[j], sigma[j], noise[j], spread[j])
     if worst is None or worst[0] <= _NOISE_SHARE:
         return None
     r, dname, state, sig, noise, spread = worst
     how = "sqrt(2) sigma / dt" if scheme.name == "forward" else "sigma ||stencil||"
     return (f"derivative={scheme.name!r}: the difference quotients are mostly measurement noise, so the "
-            f"estimate is biased by O(sigma^2/dt) (regressors and quotients share the noisy samples): in data "
-            f"{dname!r}, state {state!r}, the noise sd estimated from the data is sigma = {sig:.4g}, giving quotient "
+            f"estimate is biased by O(sigma^2/dt) (regressors and quotients share the noisy samples): in "
+            f"{dname}, state {state!r}, the noise sd estimated from the data is sigma = {sig:.4g}, giving quotient "
             f"noise {how} = {noise:.4g} against a quotient spread (sd) of {spread:.4g}: ratio {r:.3g} > "
             f"{_NOISE_SHARE:.3g} (noise above half their variance). Use derivative='spline' (the default) or "
             "'local_polynomial'")
@@ -365,12 +367,17 @@ def _fit(est, algorithm, model, data, start, fixed, rng=None):
     _reject_log_noise(est, model)
     scheme = _scheme(est)
     source = _rows_from_data(problem, scheme)
-    warns = []
-    msg = _difference_bias_warning(problem, scheme)
-    if msg:
-        warnings.warn(msg, BiasWarning, stacklevel=3)
-        warns.append(msg)
+    states = problem.model.states
+    warns = _warn_bias([(f"data {d.name!r}", d.t, _series(d, states)) for d in problem.experiments], states, scheme)
     return _run(est, problem, source, scheme, algorithm, rng=rng, in_memory=True, t_start=t0, warns=warns)
+
+
+def _warn_bias(series, states, scheme):
+    msg = _difference_bias_warning(series, states, scheme)
+    if not msg:
+        return []
+    warnings.warn(msg, BiasWarning, stacklevel=4)
+    return [msg]
 
 
 def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size, rng=None):
@@ -385,7 +392,13 @@ def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size,
         raise InputError(f"source: {type(est).__name__} needs one pass per iteration, but a one-shot iterator "
                          "can be read once; pass a callable that returns a new iterator, a list of chunks, or "
                          "(t, y) arrays (np.load(..., mmap_mode='r'))")
-    return _run(est, problem, rows, scheme, algorithm, rng=rng, in_memory=False, t_start=t0)
+    warns = []
+    if rows.reiterable and scheme.name in ("forward", "second_order"):
+        # measured on the first chunk of samples (a pass over the whole stream is not worth a warning)
+        first = next(iter(rows.sample_chunks()), None)
+        if first is not None:
+            warns = _warn_bias([("the stream's first chunk", *first)], model.states, scheme)
+    return _run(est, problem, rows, scheme, algorithm, rng=rng, in_memory=False, t_start=t0, warns=warns)
 
 
 _FIT_DOC = """
