@@ -10,7 +10,8 @@ the misfit with the noise level measured from the data alone:
   smoothing spline (GCV) at the first observation time (a raw first observation carries its own
   noise along the whole trajectory);
 * noise: :func:`~odeinfer.estimators._noise_cov.noise_variance` per state (local cubic
-  pseudo-residuals; on the log scale for ``noise="log"``);
+  pseudo-residuals; on the log scale for ``noise="log"``), at least ``REL_FLOOR`` times the state's
+  spread;
 * statistic: ``rms = sqrt(mean((y - x(t; theta_hat)) / sigma)^2)`` over all observations.
 
 For a correct estimate the standardised residuals have mean square about 1 (noise) plus at most
@@ -36,6 +37,10 @@ __all__ = ["trajectory_check", "record_trajectory_check", "trajectory_residuals"
 
 #: Smallest warning threshold of the RMS misfit / noise ratio (see the module notes).
 FLOOR = 3.0
+#: The noise level used is at least this fraction of each state's spread (sd of its observations):
+#: on noise-free or nearly noise-free data a misfit below 0.1 % of the spread is immaterial, and the
+#: measured noise (then rounding and the signal's own roughness) would flag solver-tolerance differences.
+REL_FLOOR = 1e-3
 
 
 def trajectory_residuals(model, d, x0, t0, params_full):
@@ -107,7 +112,8 @@ def trajectory_check(problem, params_full, estimator):
             return {"checked": True, "rms_ratio": math.inf, "start": how}, msg
         for j, s in enumerate(d.states):
             yj = d.y[d.mask[:, j], j]
-            sig2 = noise_variance(d.t[d.mask[:, j]], np.log(yj) if log else yj)
+            yj = np.log(yj) if log else yj
+            sig2 = max(noise_variance(d.t[d.mask[:, j]], yj), (REL_FLOOR * float(np.std(yj))) ** 2)
             rj = r[d.mask[:, j], j]
             if not (sig2 > 0) or rj.size == 0:
                 continue
