@@ -110,7 +110,8 @@ class GradientMatching(Estimator):
         -------
         Estimate
             ``residuals``: the weighted derivative mismatch at the quadrature nodes;
-            ``extras``: ``n_basis``, ``gcv``, ``condition_number``, ``rank``, ``linear_params``.
+            ``extras``: ``n_basis``, ``gcv``, ``condition_number``, ``rank``, ``linear_params``,
+            ``trajectory_check`` (one solve at the estimate: RMS misfit / noise measured from the data; a :class:`~odeinfer.errors.BiasWarning` and a ``warnings`` entry when far, see :mod:`odeinfer.estimators._trajectory_check`).
         """
         with single_threaded_blas():
             return self._fit(model, data, start=start, fixed=fixed, x0=x0, proxy=proxy)

@@ -422,7 +422,8 @@ _FIT_DOC = """
             experiment and state in ``extras["noise_variance"]``), ``status``, ``n_iter``, ``cost``
             (``0.5 ||E||^2``), ``nobs`` (equations used), ``residuals`` (rows x states, NaN where
             skipped; their times in ``extras["t_rows"]``), ``history`` (``cost``, ``step``, ``grad``
-            per iteration, or per epoch for the stochastic estimators), ``extras``, ``warnings``.
+            per iteration, or per epoch for the stochastic estimators), ``extras`` (with
+            ``trajectory_check`` (one solve at the estimate: RMS misfit / noise measured from the data; a :class:`~odeinfer.errors.BiasWarning` and a ``warnings`` entry when far, see :mod:`odeinfer.estimators._trajectory_check`)), ``warnings``.
 """
 
 _STREAM_DOC = """

@@ -406,7 +406,7 @@ class OrthogonalConditions(Estimator):
         Estimate
             ``extras``: ``L`` (chosen), ``L_scan`` (per L: params, sse, cost, trace_cov, status),
             ``n_basis`` and ``gcv`` per state, ``condition_number``, ``rank``, ``linear_params``,
-            ``weighting``.
+            ``weighting``, ``trajectory_check`` (one solve at the estimate: RMS misfit / noise measured from the data; a :class:`~odeinfer.errors.BiasWarning` and a ``warnings`` entry when far, see :mod:`odeinfer.estimators._trajectory_check`).
         """
         with single_threaded_blas():
             return self._fit(model, data, start=start, fixed=fixed, x0=x0, proxy=proxy)
