@@ -34,9 +34,9 @@ import time
 import numpy as np
 
 _ESTIMATORS = {
-    "sgd": "StochasticGradient(batch_size={batch}, max_epochs={epochs})",
-    "snr": "StochasticNewton(batch_size={batch}, max_epochs={epochs})",
-    "nr": "NewtonRaphson(damping='none')",
+    "sgd": "StochasticGradient(derivative='forward', batch_size={batch}, max_epochs={epochs})",
+    "snr": "StochasticNewton(derivative='forward', batch_size={batch}, max_epochs={epochs})",
+    "nr": "NewtonRaphson(derivative='forward', damping='none')",
 }
 
 

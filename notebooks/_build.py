@@ -743,11 +743,11 @@ def per_start(name):
     z, data = zoos[name], datasets[name]
     r = z.model.n_states - 1
     algorithms = {
-        "NR (paper)": lambda a0, i: oi.NewtonRaphson(damping="none", max_iter=60).fit(z.model, data, start=a0),
-        "NR (LM)": lambda a0, i: oi.NewtonRaphson().fit(z.model, data, start=a0),
-        "GD": lambda a0, i: oi.GradientDescent().fit(z.model, data, start=a0) if i < N_GD_STARTS else None,
-        f"SNR r={r}": lambda a0, i: oi.StochasticNewton(n_equations=r).fit(z.model, data, start=a0, rng=i),
-        f"SGD r={r}": lambda a0, i: oi.StochasticGradient(n_equations=r).fit(z.model, data, start=a0, rng=i),
+        "NR (paper)": lambda a0, i: oi.NewtonRaphson(derivative="forward", damping="none", max_iter=60).fit(z.model, data, start=a0),
+        "NR (LM)": lambda a0, i: oi.NewtonRaphson(derivative="forward").fit(z.model, data, start=a0),
+        "GD": lambda a0, i: oi.GradientDescent(derivative="forward").fit(z.model, data, start=a0) if i < N_GD_STARTS else None,
+        f"SNR r={r}": lambda a0, i: oi.StochasticNewton(derivative="forward", n_equations=r).fit(z.model, data, start=a0, rng=i),
+        f"SGD r={r}": lambda a0, i: oi.StochasticGradient(derivative="forward", n_equations=r).fit(z.model, data, start=a0, rng=i),
     }
     rows, fits = [], {}
     for i, a0 in enumerate(STARTS[name]):
@@ -880,7 +880,7 @@ replicates: 1.15x / 1.07x / 1.07x).
 vals, bse = [], []
 for s in range(SE_REPS):
     d = oi.simulate(z.model, z.params, z.x0, z.t, noise=np.sqrt(2), rng=1000 + s).data
-    est = oi.NewtonRaphson().fit(z.model, d, start=[1, 1, 1])
+    est = oi.NewtonRaphson(derivative="forward").fit(z.model, d, start=[1, 1, 1])
     vals.append(est.values)
     bse.append(est.bse.to_numpy())
 vals, bse = np.array(vals), np.array(bse)
@@ -903,7 +903,7 @@ robust on a chaotic record), it lands much closer to the truth on all three syst
 rows, embeddings = {}, {}
 for name, z in zoos.items():
     data = datasets[name]
-    direct = oi.NewtonRaphson().fit(z.model, data, start=STARTS[name][0])
+    direct = oi.NewtonRaphson(derivative="forward").fit(z.model, data, start=STARTS[name][0])
     emb = oi.Embedding(segments=20 if name == "lorenz" else 1).fit(z.model, data, start=direct)
     assert emb.converged, (name, emb.status)
     embeddings[name] = (direct, emb)

@@ -20,6 +20,7 @@ __all__ = [
     "StudyError",
     "ExecutionError",
     "OdeinferWarning",
+    "BiasWarning",
 ]
 
 
@@ -96,3 +97,9 @@ class ExecutionError(OdeinferError, RuntimeError):
 
 class OdeinferWarning(UserWarning):
     """Base class of odeinfer's warnings."""
+
+
+class BiasWarning(OdeinferWarning):
+    """The data make the estimate's bias large relative to its signal, as measured from the data
+    (e.g. difference quotients that are mostly noise, or an integrated trajectory far from the
+    data); the message gives the measured numbers and the fix."""

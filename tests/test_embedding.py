@@ -316,3 +316,27 @@ def test_profile_unavailable_after_json_round_trip(lv_fit):
     with pytest.raises(ValueError, match=r"method: 'profile' is not available .* available: \['wald'\]"):
         back.conf_int(method="profile")
     np.testing.assert_allclose(back.conf_int().to_numpy(), lv_fit.conf_int().to_numpy())
+
+
+def test_log_params_wald_interval_is_computed_on_the_log_scale():
+    """Issue 16: a small positive rate fitted with log_params=True had a symmetric natural-scale Wald
+    interval crossing zero; it is now exp(log k +- z se_log) (se_log from the log-scale covariance,
+    extras["cov_scaled"]), positive, while a linear-scale fit keeps estimate +- z se."""
+    from statistics import NormalDist
+
+    z = oi.zoo.linear_decay()
+    data, _ = oi.simulate(z.model, {"k1": 0.5, "k2": 0.002}, z.x0, z.t, noise=0.02, rng=3)
+    est = oi.Embedding(log_params=True, estimate_x0=False).fit(z.model, data, start={"k1": 0.4, "k2": 0.01},
+                                                               x0=z.x0)
+    assert est.extras["scales"] == {"k1": "log", "k2": "log"}
+    q = NormalDist().inv_cdf(0.975)
+    k2, se = est.params["k2"], est.bse["k2"]
+    assert k2 - q * se < 0  # the interval the issue reports: symmetric in natural units, crossing zero
+    se_log = np.sqrt(np.diag(est.extras["cov_scaled"]))
+    ci = est.conf_int()
+    assert ci.loc["k2", "lower"] > 0
+    np.testing.assert_allclose(ci["lower"], np.exp(np.log(est.values) - q * se_log), rtol=1e-12)
+    np.testing.assert_allclose(ci["upper"], np.exp(np.log(est.values) + q * se_log), rtol=1e-12)
+    lin = oi.Embedding(estimate_x0=False).fit(z.model, data, start={"k1": 0.4, "k2": 0.01}, x0=z.x0)
+    assert set(lin.extras["scales"].values()) == {"lin"}
+    np.testing.assert_allclose(lin.conf_int()["lower"], lin.values - q * lin.bse.to_numpy(), rtol=1e-12)

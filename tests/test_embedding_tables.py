@@ -120,7 +120,7 @@ def seed000_rows(name):
     d, truth = sim.data, np.asarray(sim.truth.y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        nr = NewtonRaphson().fit(z.model, d, start=cfg["start"])
+        nr = NewtonRaphson(derivative="forward").fit(z.model, d, start=cfg["start"])  # the paper's
         emb = oi.Embedding(segments=cfg["segments"]).fit(z.model, d, start=cfg["start"], x0=z.x0)
     rows = {}
     for label, a in (("truth", z.params_array()), ("paper NR = GD", cfg["paper_nr"]), ("our NR (same data)", nr.values),

@@ -36,6 +36,30 @@ def test_params_bse_conf_int():
     assert e.converged and e.cov_params().loc["c", "k"] == 0.01
 
 
+def test_wald_interval_on_the_estimation_scale_round_trips_json():
+    """Quantities fitted on a log scale (extras["scales"]) get exp(u +- z se_u), u = log(value), with
+    se_u from the log-scale covariance extras["cov_scaled"] when given, else se / value (delta method);
+    "log10" likewise in base 10; linear ones are unchanged; all of it survives a JSON round trip."""
+    z = 1.959963984540054  # standard normal 0.975 quantile (tables)
+    v = np.array([0.002, 0.2, 3.0])
+    se_u = np.array([0.9, 0.3, 0.5])  # k on log, c on log10, x0 linear
+    d = np.array([v[0], v[1] * np.log(10.0), 1.0])  # d natural / d scaled
+    cov_u = np.diag(se_u ** 2)
+    e = make(values=v, cov=cov_u * np.outer(d, d),
+             extras={"scales": {"k": "log", "c": "log10", "x0[x]": "lin"}, "cov_scaled": cov_u})
+    old_lower = v - z * e.bse.to_numpy()
+    assert old_lower[0] < 0  # the natural-scale interval crossed zero
+    expect_lo = [np.exp(np.log(v[0]) - z * se_u[0]), 10 ** (np.log10(v[1]) - z * se_u[1]), v[2] - z * se_u[2]]
+    expect_hi = [np.exp(np.log(v[0]) + z * se_u[0]), 10 ** (np.log10(v[1]) + z * se_u[1]), v[2] + z * se_u[2]]
+    back = Estimate.from_json(e.to_json())
+    without_cov_u = make(values=v, cov=cov_u * np.outer(d, d), extras={"scales": {"k": "log", "c": "log10"}})
+    for est in (e, back, without_cov_u):
+        ci = est.conf_int(0.05)
+        np.testing.assert_allclose(ci["lower"], expect_lo, rtol=1e-12)
+        np.testing.assert_allclose(ci["upper"], expect_hi, rtol=1e-12)
+        assert ci["lower"]["k"] > 0
+
+
 def test_missing_covariance_is_nan_not_missing():
     e = make(cov=None, status="max_iter")
     assert e.bse.isna().all() and e.conf_int().isna().all().all() and not e.converged

@@ -37,7 +37,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["noise_variance", "stencil_weights", "observation_meat", "ObservationMeat"]
+__all__ = ["noise_variance", "stencil_weights", "quotient_noise", "observation_meat", "ObservationMeat"]
 
 _HALF_WIDTH = 2  # local cubic pseudo-residuals (see noise_variance)
 
@@ -147,6 +147,37 @@ def stencil_weights(scheme, t):
             a[:, h] = 1.0
         return np.arange(R), a, c
     return None
+
+
+def quotient_noise(scheme, t, Y):
+    """How much of a stencil's derivative estimates is measurement noise, from the data alone.
+
+    Per state ``j``: ``sigma_j`` (:func:`noise_variance`, local cubic pseudo-residuals), the noise sd
+    of the quotients ``sigma_j sqrt(mean_r sum_l c_rl^2)`` (``sqrt(2) sigma / dt`` for the forward
+    difference) and their spread (sample sd of ``d_r`` over the rows). A ratio noise / spread near 1
+    means the quotients are mostly noise. Returns three arrays (n_states,) (NaN where undefined), or
+    None for the spline scheme (no stencil).
+    """
+    if scheme.name == "spline":
+        return None
+    t = np.asarray(t, float)
+    Y = np.asarray(Y, float)
+    n = Y.shape[1]
+    sigma, noise, spread = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    if t.size < scheme.min_samples() + 2:  # fewer than three quotients: nothing to measure
+        return sigma, noise, spread
+    start, _, c = stencil_weights(scheme, t)
+    idx = start[:, None] + np.arange(c.shape[1])
+    for j in range(n):
+        win = Y[idx, j]
+        d = np.sum(c * win, axis=1)
+        ok = np.isfinite(d)
+        if ok.sum() < 3:
+            continue
+        sigma[j] = math.sqrt(noise_variance(t, Y[:, j]))
+        noise[j] = sigma[j] * math.sqrt(float(np.mean(np.sum(c[ok] ** 2, axis=1))))
+        spread[j] = float(np.std(d[ok], ddof=1))
+    return sigma, noise, spread
 
 
 # --- accumulation -----------------------------------------------------------------------------

@@ -376,8 +376,10 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
     rss = {s: float(np.sum(raw[sp.row_state == sp.model.states.index(s)] ** 2)) for s in observed_states}
     sigma = {s: float(sp.sigma_state[sp.model.states.index(s)]) for s in observed_states}
     cost = 0.5 * float(raw @ raw) if est.sigma == "pooled" else 0.5 * float(r[:N] @ r[:N])
-    extras.update(rss=rss, condition_number=cond, rank=rank, n_solver_failures=n_fail,
-                  log_params=[n for n, m in zip(names, S.log_mask) if m])
+    logs = [n for n, m in zip(names, S.log_mask) if m]
+    # the fitting scale, in the key likelihood fits use too: Estimate.conf_int("wald") works there
+    extras.update(rss=rss, condition_number=cond, rank=rank, n_solver_failures=n_fail, log_params=logs,
+                  scales={n: ("log" if n in logs else "lin") for n in names}, cov_scaled=cov_u)
     if S.sp_ms is not None:
         extras["segment_nodes"] = [nd.tolist() for nd in S.sp_ms.nodes]
     hist = _join(hists)

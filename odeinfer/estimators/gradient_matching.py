@@ -19,6 +19,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._quadrature import gauss_grid, node_model, solve_whitened
+from odeinfer.estimators._trajectory_check import record_trajectory_check
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.smooth import SplineSmoother
 from odeinfer.smooth._blas import single_threaded_blas
@@ -109,7 +110,8 @@ class GradientMatching(Estimator):
         -------
         Estimate
             ``residuals``: the weighted derivative mismatch at the quadrature nodes;
-            ``extras``: ``n_basis``, ``gcv``, ``condition_number``, ``rank``, ``linear_params``.
+            ``extras``: ``n_basis``, ``gcv``, ``condition_number``, ``rank``, ``linear_params``,
+            ``trajectory_check`` (one solve at the estimate: RMS misfit / noise measured from the data; a :class:`~odeinfer.errors.BiasWarning` and a ``warnings`` entry when far, see :mod:`odeinfer.estimators._trajectory_check`).
         """
         with single_threaded_blas():
             return self._fit(model, data, start=start, fixed=fixed, x0=x0, proxy=proxy)
@@ -185,6 +187,7 @@ class GradientMatching(Estimator):
                   "n_basis_gcv": {s: [pr[s].n_basis_gcv for pr in proxies] for s in model.states},
                   "gcv": {s: [dict(pr[s].gcv) for pr in proxies] for s in model.states}, "proxy": proxies}
         r = resid(th)
+        record_trajectory_check(prob, full(th), "GradientMatching", extras, warn)
         estimate = make_estimate(self, prob, prob.free, th, cov, sol.status, t_start=t_start,
                                  message=sol.message, n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig,
                                  residuals=r, history={"cost": np.asarray(sol.history, float)}, extras=extras,

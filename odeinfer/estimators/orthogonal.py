@@ -20,6 +20,7 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._conditions import Conditions, DelayConditions, dde_trajectory_sse, dde_window
 from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._quadrature import node_model, solve_whitened, whitener
+from odeinfer.estimators._trajectory_check import record_trajectory_check, trajectory_residuals
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, make_estimate,
                                       prepare)
 from odeinfer.smooth import SplineSmoother, TestFunctions
@@ -353,23 +354,13 @@ class OrthogonalConditions(Estimator):
         when the data are observed at ``t0`` the observed values are tried too, and the better
         start counts (a proxy can overshoot at the ends, e.g. below zero for a positive state).
         """
-        from odeinfer.solve import Problem, solve
-
-        log = model.observation.noise == "log"
         sse = 0.0
         for d, pr in zip(prob.experiments, proxies):
-            cols = [model.states.index(s) for s in d.states]
             best = math.inf
             for x0 in self._sse_starts(model, prob, d, pr):
-                try:
-                    sol = solve(Problem(model, d.t, x0=x0, t0=d.t0), params_full, raise_on_failure=False)
-                except Exception:
+                r = trajectory_residuals(model, d, x0, d.t0, params_full)
+                if r is None:
                     continue
-                if not sol.success:
-                    continue
-                fit = np.asarray(sol.y)[:, cols]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    r = np.log(d.y) - np.log(fit) if log else d.y - fit
                 r = np.where(d.mask, r, 0.0)
                 best = min(best, float(np.sum(r**2)) if np.all(np.isfinite(r)) else math.inf)
             sse += best
@@ -415,7 +406,7 @@ class OrthogonalConditions(Estimator):
         Estimate
             ``extras``: ``L`` (chosen), ``L_scan`` (per L: params, sse, cost, trace_cov, status),
             ``n_basis`` and ``gcv`` per state, ``condition_number``, ``rank``, ``linear_params``,
-            ``weighting``.
+            ``weighting``, ``trajectory_check`` (one solve at the estimate: RMS misfit / noise measured from the data; a :class:`~odeinfer.errors.BiasWarning` and a ``warnings`` entry when far, see :mod:`odeinfer.estimators._trajectory_check`).
         """
         with single_threaded_blas():
             return self._fit(model, data, start=start, fixed=fixed, x0=x0, proxy=proxy)
@@ -482,6 +473,7 @@ class OrthogonalConditions(Estimator):
                   "boundary": self.boundary, "test_functions": self.test_functions, "proxy": proxies}
         if model.delays:
             extras["window"] = [dde_window(self.window, prob, pr) for pr in proxies]
+        record_trajectory_check(prob, r["full"], "OrthogonalConditions", extras, warn)
         estimate = make_estimate(self, prob, prob.free, r["theta"], r["cov"], r["status"], t_start=t_start,
                                  message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
                                  residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,

@@ -164,7 +164,10 @@ class Estimate:
         alpha : float, default 0.05
             1 - confidence level.
         method : {"wald", "profile", "bootstrap"}
-            ``"wald"``: estimate +- z_{1-alpha/2} * bse. ``"profile"``: profile
+            ``"wald"``: estimate +- z_{1-alpha/2} * bse on the scale the quantity was fitted on
+            (``extras["scales"]``): for a log-scale fit (``log_params=True``, ``Param(scale="log")``
+            or ``"log10"``), ``exp(log(estimate) +- z * se_log)``, so a positive rate keeps a positive
+            lower end; linear-scale quantities are unchanged. ``"profile"``: profile
             likelihood (re-optimising the other quantities), for estimates whose
             estimator provides a profiler (e.g. ``oi.Embedding``); computed on
             first use and cached. ``"bootstrap"``: parametric bootstrap, for estimates whose
@@ -241,8 +244,45 @@ class Estimate:
                 return self._profiler.conf_int(alpha).reindex(list(self.names))
             return self._profiler.conf_int(alpha, executor=executor, progress=bool(progress)).reindex(list(self.names))
         z = NormalDist().inv_cdf(1 - alpha / 2)
+        u, se_u, scales = self._estimation_scale()
+        lower, upper = u - z * se_u, u + z * se_u
+        for i, s in enumerate(scales):
+            if s == "log":
+                lower[i], upper[i] = np.exp(lower[i]), np.exp(upper[i])
+            elif s == "log10":
+                lower[i], upper[i] = 10.0 ** lower[i], 10.0 ** upper[i]
+        return pd.DataFrame({"lower": lower, "upper": upper}, index=list(self.names))
+
+    def _estimation_scale(self):
+        """Values, standard errors and scale names on the scale each quantity was fitted on.
+
+        ``extras["scales"]`` (``{name: "lin" | "log" | "log10"}``, written by the estimators that fit on
+        a log scale; missing names are "lin") says where; the standard errors come from
+        ``extras["cov_scaled"]`` (the covariance on that scale) when present, else from the natural
+        ones by the inverse delta method (``se_log = se / value``, ``se_log10 = se / (value ln 10)``).
+        """
+        scales_map = dict(self.extras.get("scales") or {})
+        scales = [scales_map.get(n, "lin") for n in self.names]
         se = self.bse.to_numpy()
-        return pd.DataFrame({"lower": self.values - z * se, "upper": self.values + z * se}, index=list(self.names))
+        u = np.array(self.values, dtype=float)
+        se_u = se.copy()
+        logged = [i for i, s in enumerate(scales) if s in ("log", "log10")]
+        if not logged:
+            return u, se_u, scales
+        cov_u = self.extras.get("cov_scaled")
+        k = len(self.names)
+        d_u = None
+        if cov_u is not None and np.shape(cov_u) == (k, k):
+            d_u = np.diag(np.asarray(cov_u, dtype=float))
+        for i in logged:
+            v = u[i]
+            if not v > 0:  # a log-scale quantity is positive; anything else has no log-scale interval
+                u[i], se_u[i], scales[i] = np.nan, np.nan, "lin"
+                continue
+            ln = 1.0 if scales[i] == "log" else np.log(10.0)
+            u[i] = np.log(v) / ln
+            se_u[i] = np.sqrt(d_u[i]) if d_u is not None and d_u[i] >= 0 else se[i] / (v * ln)
+        return u, se_u, scales
 
     def _bootstrap(self, alpha, kind, n_boot, seed, executor, progress):
         from odeinfer.inference.bootstrap import KINDS

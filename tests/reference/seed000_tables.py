@@ -29,9 +29,9 @@ def per_start(name, data, gd_max=100000):
     z = oi.zoo.get(name)
     print(f"\n## {name}: per start (NR undamped | NR LM | GD)")
     for a0 in STARTS[name]:
-        u = NewtonRaphson(damping="none", max_iter=60).fit(z.model, data, start=a0)
-        lm = NewtonRaphson().fit(z.model, data, start=a0)
-        gd = GradientDescent(max_iter=gd_max).fit(z.model, data, start=a0)
+        u = NewtonRaphson(derivative="forward", damping="none", max_iter=60).fit(z.model, data, start=a0)
+        lm = NewtonRaphson(derivative="forward").fit(z.model, data, start=a0)
+        gd = GradientDescent(derivative="forward", max_iter=gd_max).fit(z.model, data, start=a0)
         print(f"{a0}: undamped {u.status} {u.n_iter} it {fmt(u.values)} | LM {lm.status} {lm.n_iter} it "
               f"{fmt(lm.values)} | GD {gd.status} {gd.n_iter} it {fmt(gd.values)}")
     print("bse (LM, last start):", fmt(lm.bse.to_numpy()))
@@ -44,12 +44,12 @@ def main():
     per_start("lorenz", oi.simulate(z.model, z.params, z.x0, z.t, noise=z.sigma, rng=0).data)
     for dt in (0.05, 0.1):
         t = np.arange(0, 10 + dt / 2, dt)
-        e = NewtonRaphson().fit(z.model, oi.simulate(z.model, z.params, z.x0, t).data, start=[1, 1, 1])
+        e = NewtonRaphson(derivative="forward").fit(z.model, oi.simulate(z.model, z.params, z.x0, t).data, start=[1, 1, 1])
         print(f"lorenz noise-free dt={dt}: {fmt(e.values, 3)}")
     vals, bse = [], []
     for s in range(20):
         d = oi.simulate(z.model, z.params, z.x0, z.t, noise=np.sqrt(2), rng=1000 + s).data
-        e = NewtonRaphson().fit(z.model, d, start=[1, 1, 1])
+        e = NewtonRaphson(derivative="forward").fit(z.model, d, start=[1, 1, 1])
         vals.append(e.values)
         bse.append(e.bse.to_numpy())
     vals = np.array(vals)
@@ -70,10 +70,10 @@ def main():
     for sig in (None, 0.01, 0.02, 0.03):
         for s in range(5 if sig else 1):
             d = oi.simulate(z.model, z.params, z.x0, z.t, noise=sig, rng=s).data
-            ref = NewtonRaphson().fit(z.model, d, start=[2, 3, 0.1, 0.4]).values
+            ref = NewtonRaphson(derivative="forward").fit(z.model, d, start=[2, 3, 0.1, 0.4]).values
             for lam0 in bad:
                 for a0 in STARTS["activator_inhibitor"]:
-                    e = NewtonRaphson(lambda0=lam0).fit(z.model, d, start=a0)
+                    e = NewtonRaphson(derivative="forward", lambda0=lam0).fit(z.model, d, start=a0)
                     bad[lam0] += e.status != "converged" or not np.allclose(e.values, ref, rtol=1e-6)
     print(f"activator_inhibitor, 16 data sets x 5 starts: fits missing the global minimum by lambda0: {bad}")
 

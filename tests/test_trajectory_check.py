@@ -1,0 +1,63 @@
+"""The trajectory check of the matching estimators (issue 16: "no silent nonsense").
+
+OrthogonalConditions, GradientMatching and the Newton family integrate the model once at their
+estimate (from the known x0 or the smoothed first observation) and say in ``Estimate.warnings``
+when the RMS misfit is far above the noise level measured from the data.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.errors import BiasWarning
+from odeinfer.estimators._trajectory_check import FLOOR, trajectory_check
+from odeinfer.estimators.base import prepare
+
+
+@pytest.fixture(scope="module")
+def pinene_400():
+    """Issue 16's case: simulated alpha-pinene, n = 400 on (0, 100], sigma = 3, seed 7."""
+    z = oi.zoo.alpha_pinene()
+    t = np.linspace(0.0, 100.0, 401)[1:]
+    return z, oi.simulate(z.model, z.params, z.x0, t, t0=0.0, noise=3.0, rng=7).data
+
+
+def test_the_truth_misfits_by_about_the_noise(pinene_400):
+    """At the true parameters the standardised misfit is noise: RMS about 1 (chi-square: the RMS of
+    2000 unit normals is 1 +- 0.016; the smoothed start and the estimated noise level add a little)."""
+    z, data = pinene_400
+    prob = prepare(z.model, data)
+    info, msg = trajectory_check(prob, z.params_array(), "Test")
+    assert msg is None and info["checked"] and info["n"] == 2000
+    assert 0.9 < info["rms_ratio"] < 1.3
+    assert info["threshold"] == FLOOR and info["start"] == "the smoothed first observation"
+    # a 36x rate constant (issue 16) is far from any trajectory through these data
+    bad = z.params_array() * np.array([1, 1, 36, 5, 1])
+    info, msg = trajectory_check(prob, bad, "Test")
+    assert info["rms_ratio"] > FLOOR and "misses the data" in msg
+
+
+def test_forward_newton_on_pinene_is_flagged_and_good_fits_are_not(pinene_400):
+    z, data = pinene_400
+    with pytest.warns(BiasWarning, match=r"NewtonRaphson: the trajectory integrated at the estimate from the "
+                                         r"smoothed first observation misses the data: RMS misfit [0-9.]+ noise "
+                                         r"standard deviations .*threshold 3.*oi.Embedding"):
+        fwd = oi.NewtonRaphson(derivative="forward").fit(z.model, data)
+    assert any("misses the data" in w for w in fwd.warnings)
+    assert fwd.extras["trajectory_check"]["rms_ratio"] > FLOOR
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BiasWarning)
+        good = [oi.NewtonRaphson().fit(z.model, data), oi.OrthogonalConditions().fit(z.model, data),
+                oi.GradientMatching().fit(z.model, data)]
+    for e in good:
+        tc = e.extras["trajectory_check"]
+        assert tc["checked"] and tc["rms_ratio"] <= tc["threshold"], e.estimator
+        assert not any("misses the data" in w for w in e.warnings)
+
+
+def test_known_x0_is_the_start(pinene_400):
+    z, data = pinene_400
+    est = oi.OrthogonalConditions().fit(z.model, data, x0=z.x0)
+    assert est.extras["trajectory_check"]["start"] == "the known x0"
