@@ -6,6 +6,11 @@ A report made by :func:`export_html` needs no network to be viewed: images are i
 Content-Security-Policy forbids loading or running anything. Every piece of user
 text (names, titles, labels, messages) is HTML-escaped.
 
+With ``interactive=True`` the report also embeds its numbers as JSON with a small viewer
+(plain JavaScript and inline SVG, shipped in the package as ``odeinfer/report/viewer.js``)
+so that the reader can switch parameter pairs and estimators in the browser; the
+Content-Security-Policy then allows that one script (by its hash) and still nothing else.
+
 Examples
 --------
 >>> import odeinfer as oi, tempfile, os
@@ -22,22 +27,24 @@ from pathlib import Path
 
 from odeinfer._io import check_target, write_atomic
 from odeinfer.errors import InputError
-from odeinfer.report._build import build_html
+from odeinfer.report._build import build_html, check_interactive
 from odeinfer.report._items import SUPPORTED
 
 __all__ = ["export_html", "render_html", "export_notebook_html", "SUPPORTED"]
 
 
-def render_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=100, subtitle="") -> str:
+def render_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=100, subtitle="",
+                interactive=False) -> str:
     """The report of :func:`export_html` as a string (nothing is written).
 
     Parameters are those of :func:`export_html` without ``path`` and ``overwrite``.
     """
-    return build_html(items, title=title, plots=plots, alpha=alpha, dpi=dpi, subtitle=subtitle)
+    return build_html(items, title=title, plots=plots, alpha=alpha, dpi=dpi, subtitle=subtitle,
+                      interactive=interactive)
 
 
 def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=True, alpha=0.05, dpi=100,
-                subtitle=""):
+                subtitle="", interactive=False):
     """Write one standalone HTML report.
 
     Sections, in this order, each present when it has content: notes (str items),
@@ -74,6 +81,14 @@ def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=T
         Resolution of the inline PNG images.
     subtitle : str, default ""
         A line under the title.
+    interactive : bool, default False
+        Add an "Explorer" section first: the estimates, intervals (Wald, profile where the
+        estimator provides profiles, posterior equal-tailed and HDI), the Wald ellipses and
+        posterior highest-density contours of every pair of the first 8 quantities, up to
+        400 posterior draws and the data with the fitted trajectories, embedded as JSON with
+        a viewer (plain JavaScript, inline SVG; no library, no network). The reader picks the
+        pair with two drop-down lists and the estimators with check boxes. The static
+        sections follow unchanged.
 
     Returns
     -------
@@ -86,12 +101,14 @@ def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=T
         An item of an unsupported type (the message lists the supported types).
     InputError
         An empty item list; the directory of ``path`` is missing or not writable;
-        ``path`` exists and ``overwrite`` is False; bad ``title``/``alpha``/``plots``.
+        ``path`` exists and ``overwrite`` is False; bad ``title``/``alpha``/``plots``/``interactive``.
     """
     if not isinstance(overwrite, bool):
         raise InputError(f"overwrite: expected True or False, got {overwrite!r}")
+    check_interactive(interactive)
     check_target(path, overwrite=overwrite)  # before the work of building the report
-    text = build_html(items, title=title, plots=plots, alpha=alpha, dpi=dpi, subtitle=subtitle)
+    text = build_html(items, title=title, plots=plots, alpha=alpha, dpi=dpi, subtitle=subtitle,
+                      interactive=interactive)
     return write_atomic(text, path, overwrite=overwrite)
 
 
