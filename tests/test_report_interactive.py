@@ -106,7 +106,7 @@ def _open(path, fn):
 _COUNT = """() => {
   const q = s => document.querySelectorAll('#oi-explorer ' + s).length;
   return {ellipse: q('path.oi-ellipse'), estimate: q('circle.oi-estimate'), draw: q('circle.oi-draw'),
-          hdr: q('path.oi-hdr'), fit: q('path.oi-fit'), band: q('path.oi-band'), data: q('circle.oi-data'),
+          hdr: q('path.oi-hdr'), mean: q('rect.oi-posterior-mean'), fit: q('path.oi-fit'), band: q('path.oi-band'), data: q('circle.oi-data'),
           interval: q('path.oi-interval'), svg: q('svg'),
           points: Array.from(document.querySelectorAll('#oi-explorer circle.oi-draw'))
                        .slice(0, 20).map(c => c.getAttribute('cx') + ',' + c.getAttribute('cy')).join(' '),
@@ -154,13 +154,14 @@ def test_interactive_report_renders_offline_and_switches_pairs(lv, report, tmp_p
     assert events["pageerror"] == [] and [c for c in events["console"] if c[0] in ("error", "warning")] == []
     # 2 estimators: 2 ellipses, 2 points; 400 posterior draws; 2 states x 2 estimators fitted lines.
     assert first["ellipse"] == 2 and first["estimate"] == 2 and first["draw"] == 400 and first["hdr"] >= 1
+    assert first["mean"] == 1
     assert first["fit"] == 4 and first["data"] == n_obs and first["svg"] == 4
     assert first["interval"] == 4 * (2 + 2)  # per parameter: 2 Wald + posterior equal-tailed and HDI
     # another pair: other points, other ellipses
     assert second["draw"] == 400 and second["points"] != first["points"]
     assert second["ellipse_d"] != first["ellipse_d"]
     assert third["ellipse"] == 1 and third["estimate"] == 1 and third["fit"] == 2
-    assert fourth["draw"] == 0 and fourth["hdr"] == 0
+    assert fourth["draw"] == 0 and fourth["hdr"] == 0 and fourth["mean"] == 0
     assert os.path.getsize(os.path.join(shots, "interactive.png")) > 20_000
 
 

@@ -30,8 +30,8 @@
   function finite(v) { return v !== null && v !== undefined && isFinite(v); }
 
   /* A plot frame: scales from the extent of the given values, axes with 5 ticks, labels. */
-  function frame(svg, xs, ys, w, h, xlab, ylab) {
-    var m = {l: 62, r: 12, t: 12, b: 40};
+  function frame(svg, xs, ys, w, h, xlab, ylab, right) {
+    var m = {l: 62, r: right || 12, t: 12, b: 40};
     function ext(v) {
       v = v.filter(finite);
       var lo = Math.min.apply(null, v), hi = Math.max.apply(null, v);
@@ -52,7 +52,7 @@
       svg.appendChild(sv("text", {x: f.x(vx), y: h - m.b + 14, "text-anchor": "middle", "font-size": 10}, fmt(vx)));
       svg.appendChild(sv("text", {x: m.l - 4, y: f.y(vy) + 3, "text-anchor": "end", "font-size": 10}, fmt(vy)));
     }
-    svg.appendChild(sv("text", {x: (w + m.l) / 2, y: h - 6, "text-anchor": "middle", "font-size": 12}, xlab));
+    svg.appendChild(sv("text", {x: (w - m.r + m.l) / 2, y: h - 6, "text-anchor": "middle", "font-size": 12}, xlab));
     var yl = sv("text", {x: 14, y: (h - m.b) / 2, "text-anchor": "middle", "font-size": 12,
                          transform: "rotate(-90 14 " + ((h - m.b) / 2) + ")"}, ylab);
     svg.appendChild(yl);
@@ -157,8 +157,8 @@
       xs = xs.concat(draws[0]); ys = ys.concat(draws[1]);
       hdr = r.hdr.map(xy);
     }
-    var w = 560, h = 420, svg = svgBox(w, h, "regions of " + p + " and " + q);
-    var f = frame(svg, xs, ys, w, h, p, q);
+    var w = 760, h = 420, svg = svgBox(w, h, "regions of " + p + " and " + q);
+    var f = frame(svg, xs, ys, w, h, p, q, 210);
     if (draws) {
       for (var i = 0; i < draws[0].length; i++) {
         if (finite(draws[0][i]) && finite(draws[1][i])) {
@@ -170,6 +170,11 @@
         svg.appendChild(sv("path", {"class": "oi-hdr", d: pathOf(f, l[0], l[1], false), fill: "none",
                                     stroke: POST, "stroke-width": 1.6}));
       });
+      var mp = post.summary[p].mean, mq = post.summary[q].mean;
+      if (finite(mp) && finite(mq)) {
+        svg.appendChild(sv("rect", {"class": "oi-posterior-mean", x: (f.x(mp) - 4).toFixed(1),
+                                    y: (f.y(mq) - 4).toFixed(1), width: 8, height: 8, fill: POST, stroke: "white"}));
+      }
     }
     lines.forEach(function (e) {
       svg.appendChild(sv("path", {"class": "oi-ellipse", "data-source": e[0], d: pathOf(f, e[1][0], e[1][1], true),
@@ -180,8 +185,8 @@
                                     cy: f.y(e[2]).toFixed(1), r: 4.5, fill: colorOf[e[0]], stroke: "white"}));
     });
     var entries = pts.map(function (e) { return [e[0] + " (Wald)", colorOf[e[0]]]; });
-    if (draws) { entries.push(["posterior draws, HDR", POST]); }
-    legend(svg, entries, w - 190);
+    if (draws) { entries.push(["posterior draws, mean, " + Math.round(100 * D.level) + "% HDR", POST]); }
+    legend(svg, entries, w - 195);
     regionBox.appendChild(svg);
   }
 
@@ -204,7 +209,7 @@
       if (segs.length) { rows.push([n, segs]); }
     });
     if (!rows.length) { intervalBox.appendChild(el("p", {"class": "meta"}, "no intervals to show")); return; }
-    var w = 760, rowH = 16, top = 6;
+    var w = 860, rowH = 16, top = 6;
     var h = top + rows.reduce(function (a, r) { return a + (r[1].length + 1) * rowH; }, 0);
     var svg = svgBox(w, h, "intervals");
     var y = top, L = 170, R = 620;
@@ -214,7 +219,6 @@
       if (lo === hi) { lo -= 1; hi += 1; }
       function X(v) { return L + (v - lo) / (hi - lo) * (R - L); }
       svg.appendChild(sv("text", {x: 4, y: y + 11, "font-size": 12, "font-weight": "bold"}, row[0]));
-      svg.appendChild(sv("text", {x: R + 8, y: y + 11, "font-size": 10}, "[" + fmt(lo) + ", " + fmt(hi) + "]"));
       y += rowH;
       row[1].forEach(function (s) {
         var c = colorOf[s.src] || POST;
@@ -223,6 +227,8 @@
                                     d: "M" + X(s.iv[0]).toFixed(1) + "," + (y + 7) + " L" + X(s.iv[1]).toFixed(1) + "," + (y + 7),
                                     stroke: c, "stroke-width": 2.5}));
         if (finite(s.v)) { svg.appendChild(sv("circle", {cx: X(s.v).toFixed(1), cy: y + 7, r: 3, fill: c})); }
+        svg.appendChild(sv("text", {x: R + 8, y: y + 10, "font-size": 10},
+                           (finite(s.v) ? fmt(s.v) + "  " : "") + "[" + fmt(s.iv[0]) + ", " + fmt(s.iv[1]) + "]"));
         y += rowH;
       });
     });
@@ -241,8 +247,8 @@
         fits.push([lab, fit]);
         xs = xs.concat(fit.t); ys = ys.concat(fit.y, fit.lo || [], fit.hi || []);
       });
-      var w = 560, h = 260, svg = svgBox(w, h, "trajectories of " + panel.state);
-      var f = frame(svg, xs, ys, w, h, "t", panel.state);
+      var w = 760, h = 260, svg = svgBox(w, h, "trajectories of " + panel.state);
+      var f = frame(svg, xs, ys, w, h, "t", panel.state, 210);
       fits.forEach(function (e) {
         var fit = e[1];
         if (fit.lo && fit.hi) {
@@ -259,7 +265,7 @@
                                         cy: f.y(panel.y[i]).toFixed(1), r: 2.8, fill: "black"}));
         }
       }
-      legend(svg, [["data", "black"]].concat(fits.map(function (e) { return [e[0], colorOf[e[0]]]; })), w - 150);
+      legend(svg, [["data", "black"]].concat(fits.map(function (e) { return [e[0], colorOf[e[0]]]; })), w - 195);
       trajBox.appendChild(svg);
     });
   }
