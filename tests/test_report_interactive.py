@@ -225,3 +225,25 @@ def test_bad_interactive_and_unwritable_path_fail_before_any_work(lv, tmp_path, 
     with pytest.raises(InputError, match=r"path: no permission to write in the directory .*ro.*; choose a writable"):
         oi.report.export_html([oc], ro / "r.html", interactive=True)
     assert not (ro / "r.html").exists()
+
+
+def test_posterior_alone_gets_regions_and_no_trajectories(lv):
+    z, data, oc, gm, idata = lv
+    from odeinfer.report._interactive import payload
+
+    d = payload([], [data], idata, title="t", alpha=0.05)
+    assert d["names"] == list(z.params) and d["sources"] == [] and d["trajectories"] == []
+    assert len(d["regions"]) == 6 and all(r["hdr"] and not r["ellipses"] for r in d["regions"])
+    assert d["posterior"]["n_draws"] == 600 and len(d["posterior"]["draws"]["alpha"]) == 400
+    json_for_script(d)  # no NaN left: JSON without NaN/Infinity
+
+
+def test_estimate_without_covariance_is_a_point_without_ellipse(lv):
+    z, data, oc, gm, idata = lv
+    from odeinfer.report._interactive import payload
+
+    bare = oi.Estimate("Bare", oc.model, oc.names, oc.values, None, "converged")
+    d = payload([bare], [data], None, title="t", alpha=0.05)
+    assert d["posterior"] is None and all(r["ellipses"] == {} for r in d["regions"])
+    assert d["sources"][0]["values"]["alpha"] == pytest.approx(oc.values[0], rel=1e-5)
+    assert d["intervals"].get("Bare", {}) == {}  # no covariance: no Wald interval

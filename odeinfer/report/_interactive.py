@@ -149,6 +149,9 @@ def _trajectories(estimates, labels, datas, alpha, notes):
     from odeinfer.plots.trajectories import _check_states, _predict, _time_grid
 
     ests = [(e, lab) for e, lab in zip(estimates, labels) if e._objective is None]
+    skipped = [lab for e, lab in zip(estimates, labels) if e._objective is not None]
+    if skipped:
+        notes.append(f"observables of the likelihood fits {skipped} are drawn in the static plots below")
     data = next((d for d in datas if ests and set(d.states) <= set(ests[0][0].model.states)), None)
     if data is None:
         if ests:
