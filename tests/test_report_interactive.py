@@ -247,3 +247,30 @@ def test_estimate_without_covariance_is_a_point_without_ellipse(lv):
     assert d["posterior"] is None and all(r["ellipses"] == {} for r in d["regions"])
     assert d["sources"][0]["values"]["alpha"] == pytest.approx(oc.values[0], rel=1e-5)
     assert d["intervals"].get("Bare", {}) == {}  # no covariance: no Wald interval
+
+
+def _likelihood_fit():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_lf", Path(__file__).with_name("test_likelihood_fit.py"))
+    lf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lf)
+    exps = lf.two_conditions(np.random.default_rng(3))
+    return exps, oi.Embedding().fit(lf.problem(exps))
+
+
+def test_likelihood_fit_gets_observables_per_experiment_and_profile_intervals():
+    from odeinfer.report._interactive import payload
+
+    exps, fit = _likelihood_fit()
+    d = payload([fit], [], None, title="t", alpha=0.05)
+    assert [p["state"] for p in d["trajectories"]] == ["signal (A)", "signal (B)"]
+    b = d["trajectories"][1]
+    assert b["y"] == pytest.approx(exps["B"].y[:, 0], rel=1e-5)
+    assert b["t"] == pytest.approx(exps["B"].t, rel=1e-5)
+    assert len(b["fits"]["Embedding"]["y"]) == 200 and "lo" in b["fits"]["Embedding"]
+    iv = d["intervals"]["Embedding"]["k1"]
+    assert set(iv) == {"wald", "profile"}
+    k1 = d["sources"][0]["values"]["k1"]
+    assert iv["profile"][0] < k1 < iv["profile"][1]

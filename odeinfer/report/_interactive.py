@@ -149,9 +149,6 @@ def _trajectories(estimates, labels, datas, alpha, notes):
     from odeinfer.plots.trajectories import _check_states, _predict, _time_grid
 
     ests = [(e, lab) for e, lab in zip(estimates, labels) if e._objective is None]
-    skipped = [lab for e, lab in zip(estimates, labels) if e._objective is not None]
-    if skipped:
-        notes.append(f"observables of the likelihood fits {skipped} are drawn in the static plots below")
     data = next((d for d in datas if ests and set(d.states) <= set(ests[0][0].model.states)), None)
     if data is None:
         if ests:
@@ -178,6 +175,34 @@ def _trajectories(estimates, labels, datas, alpha, notes):
                 fit["lo"], fit["hi"] = _arr(pred.lower[:, i]), _arr(pred.upper[:, i])
             panel["fits"][lab] = fit
     return panels
+
+
+def _observables(estimates, labels, alpha, notes):
+    """Likelihood fits: one panel per (observable, experiment), the data of the experiment and
+    each fit's observable with its band (as :func:`odeinfer.plots.observables` draws them)."""
+    panels = {}
+    for e, lab in zip(estimates, labels):
+        obj = e._objective
+        if obj is None:
+            continue
+        model = obj.problem.model
+        for plan in obj.problem.plans:
+            t_end = float(plan.t_rows.max()) if plan.t_rows.size else plan.t0
+            try:
+                pred = e.predict(np.linspace(plan.t0, t_end, 200), experiment=plan.name, alpha=alpha)
+            except Exception as err:
+                notes.append(f"observables of {lab} in {plan.name} unavailable: {type(err).__name__}: {err}")
+                continue
+            for k, o in enumerate(model.observables):
+                key = f"{o.name} ({plan.name})"
+                rows = plan.obs_rows == k
+                panel = panels.setdefault(key, {"state": key, "t": _arr(plan.t_rows[rows]),
+                                                "y": _arr(plan.y_rows[rows]), "fits": {}})
+                fit = {"t": _arr(pred.t), "y": _arr(pred.y[:, k])}
+                if np.isfinite(pred.se[:, k]).any():
+                    fit["lo"], fit["hi"] = _arr(pred.lower[:, k]), _arr(pred.upper[:, k])
+                panel["fits"][lab] = fit
+    return list(panels.values())
 
 
 def payload(estimates, datas, idata, *, title, alpha) -> dict:
@@ -208,7 +233,8 @@ def payload(estimates, datas, idata, *, title, alpha) -> dict:
         "intervals": _intervals(estimates, labels, idata, alpha, notes) if estimates else {},
         "posterior": post,
         "regions": _regions(estimates, labels, names, post["names"] if post else [], X, level, notes),
-        "trajectories": _trajectories(estimates, labels, datas, alpha, notes),
+        "trajectories": (_trajectories(estimates, labels, datas, alpha, notes)
+                         + _observables(estimates, labels, alpha, notes)),
         "notes": notes,
     }
 

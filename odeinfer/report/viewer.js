@@ -225,7 +225,8 @@
         svg.appendChild(sv("text", {x: 14, y: y + 10, "font-size": 10}, s.src + " " + s.method));
         svg.appendChild(sv("path", {"class": "oi-interval", "data-source": s.src,
                                     d: "M" + X(s.iv[0]).toFixed(1) + "," + (y + 7) + " L" + X(s.iv[1]).toFixed(1) + "," + (y + 7),
-                                    stroke: c, "stroke-width": 2.5}));
+                                    stroke: c, "stroke-width": 2.5,
+                                    "stroke-dasharray": (s.method === "profile" || s.method === "hdi") ? "6 3" : "none"}));
         if (finite(s.v)) { svg.appendChild(sv("circle", {cx: X(s.v).toFixed(1), cy: y + 7, r: 3, fill: c})); }
         svg.appendChild(sv("text", {x: R + 8, y: y + 10, "font-size": 10},
                            (finite(s.v) ? fmt(s.v) + "  " : "") + "[" + fmt(s.iv[0]) + ", " + fmt(s.iv[1]) + "]"));
