@@ -85,7 +85,8 @@ def export_html(items, path, *, title="odeinfer report", overwrite=True, plots=T
         Add an "Explorer" section first: the estimates, intervals (Wald, profile where the
         estimator provides profiles, posterior equal-tailed and HDI), the Wald ellipses and
         posterior highest-density contours of every pair of the first 8 quantities, up to
-        400 posterior draws and the data with the fitted trajectories, embedded as JSON with
+        400 posterior draws and the data with the fitted trajectories (likelihood fits: the
+        fitted observables per experiment), embedded as JSON with
         a viewer (plain JavaScript, inline SVG; no library, no network). The reader picks the
         pair with two drop-down lists and the estimators with check boxes. The static
         sections follow unchanged.
