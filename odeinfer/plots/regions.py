@@ -162,7 +162,10 @@ def _profile_region(ax, est, label, p, q, level, color):
     ax.add_line(Line2D([], [], color=color, lw=1.4, linestyle="dashed", label=f"{label} {100 * level:g}% profile"))
 
 
-def _hdr_contour(ax, X, level, gen):
+def hdr_grid(X, level, gen):
+    """The KDE of the draws ``X`` (n, 2) on an 80 x 80 grid and the threshold of its ``level``
+    highest-density region: ``(GX, GY, density, threshold)``, or None when the draws are too
+    few or degenerate. Shared by :func:`regions` and the interactive report."""
     from scipy.stats import gaussian_kde
 
     if len(X) < 10 or np.any(np.std(X, axis=0) == 0):
@@ -182,5 +185,12 @@ def _hdr_contour(ax, X, level, gen):
     gy = np.linspace(lo[1] - pad[1], hi[1] + pad[1], 80)
     GX, GY = np.meshgrid(gx, gy)
     dens = kde(np.vstack([GX.ravel(), GY.ravel()])).reshape(GX.shape)
-    return ax.contour(GX * sd[0] + mu[0], GY * sd[1] + mu[1], dens, levels=[thr], colors=[POSTERIOR_COLOR],
-                      linewidths=1.6)
+    return GX * sd[0] + mu[0], GY * sd[1] + mu[1], dens, thr
+
+
+def _hdr_contour(ax, X, level, gen):
+    grid = hdr_grid(X, level, gen)
+    if grid is None:
+        return None
+    GX, GY, dens, thr = grid
+    return ax.contour(GX, GY, dens, levels=[thr], colors=[POSTERIOR_COLOR], linewidths=1.6)

@@ -122,7 +122,23 @@ def _auto_plots(groups, idata, alpha, dpi):
     return out
 
 
-def build_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=100, subtitle="") -> str:
+def check_interactive(interactive):
+    """``interactive`` must be a bool (checked before any work)."""
+    if not isinstance(interactive, bool):
+        raise InputError(f"interactive: expected True (embed the data and a viewer) or False (a static report), "
+                         f"got {interactive!r}")
+    return interactive
+
+
+def _explorer(g, idata, title, alpha):
+    from odeinfer.report._interactive import explorer_section, payload
+
+    data = payload(g["estimate"], g["data"], idata, title=title, alpha=alpha)
+    return explorer_section(data)
+
+
+def build_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=100, subtitle="",
+               interactive=False) -> str:
     """The report as one HTML string (see :func:`odeinfer.report.export_html`)."""
     if not isinstance(title, str):
         raise InputError(f"title: expected a str, got {type(title).__name__}")
@@ -130,9 +146,13 @@ def build_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=10
         raise InputError(f"alpha: expected a float in (0, 1) (1 - confidence level), got {alpha!r}")
     if not isinstance(plots, bool):
         raise InputError(f"plots: expected True (add the automatic plots) or False, got {plots!r}")
+    check_interactive(interactive)
     g = _grouped(normalize_items(items))
     idata = g["idata"][0] if g["idata"] else None
-    sections = []
+    sections, script_src = [], ""
+    if interactive:
+        body, script_src = _explorer(g, idata, title, alpha)
+        sections.append(section("Explorer", body, "explorer"))
     if g["text"]:
         sections.append(section("Notes", "".join(it.render_text(x) for x in g["text"]), "notes"))
     models = _models(g)
@@ -164,5 +184,5 @@ def build_html(items, *, title="odeinfer report", plots=True, alpha=0.05, dpi=10
             figs += _auto_plots(g, idata, alpha, dpi)
     if figs:
         sections.append(section("Plots", "".join(figs), "plots"))
-    return page(title, sections, subtitle=subtitle)
+    return page(title, sections, subtitle=subtitle, script_src=script_src)
 

@@ -1,4 +1,4 @@
-"""Page assembly for standalone HTML reports (no network, no scripts).
+"""Page assembly for standalone HTML reports (no network; no scripts but the interactive viewer).
 
 Everything here is pure formatting: :func:`esc` escapes every piece of user text,
 and :func:`page` wraps rendered sections in one document with inline styles and a
@@ -35,6 +35,8 @@ figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
 figcaption{font-size:.9em;color:#555}
 .meta{color:#555;font-size:.9em}
 ul.warnings li{color:#6b4b00}
+.oi-controls{margin:.5em 0;padding:.4em;background:#f6f8fa;border-radius:4px}
+.explorer svg{display:block;margin:.3em 0;font-family:inherit}
 """
 
 
@@ -63,13 +65,15 @@ def table_html(frame, float_format="{:.5g}") -> str:
                          float_format=lambda v: float_format.format(v))
 
 
-def page(title: str, sections, *, subtitle: str = "") -> str:
-    """One standalone HTML document."""
+def page(title: str, sections, *, subtitle: str = "", script_src: str = "") -> str:
+    """One standalone HTML document. ``script_src`` (a CSP hash source such as
+    ``'sha256-...'``) allows exactly that inline script; without it no script may run."""
+    csp = CSP + (f"; script-src {script_src}" if script_src else "")
     sub = f"<p class='meta'>{esc(subtitle)}</p>" if subtitle else ""
     body = "\n".join(sections)
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">\n"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{csp}\">\n"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n"
         f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{esc(title)}</h1>\n{sub}\n{body}\n</body>\n</html>\n"

@@ -1,0 +1,33 @@
+"""Wheel build hook: vendor the Jupyter widget manager (tools/vendor_widget_manager.py) that
+offline notebook exports inline. A wheel without it is refused; an editable install only
+warns (a source checkout can run the tool later)."""
+
+import importlib.util
+import warnings
+from pathlib import Path
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+
+def _tool():
+    path = Path(__file__).resolve().parent / "tools" / "vendor_widget_manager.py"
+    spec = importlib.util.spec_from_file_location("vendor_widget_manager", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class VendorWidgetManager(BuildHookInterface):
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version, build_data):
+        if self.target_name != "wheel":
+            return
+        tool = _tool()
+        try:
+            tool.vendor()
+        except RuntimeError as err:
+            if version == "editable":
+                warnings.warn(f"offline notebook exports unavailable until the widget manager is vendored: {err}")
+                return
+            raise
