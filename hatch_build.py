@@ -1,6 +1,7 @@
 """Wheel build hook: vendor the Jupyter widget manager (tools/vendor_widget_manager.py) that
-offline notebook exports inline. A wheel without it is refused; an editable install only
-warns (a source checkout can run the tool later)."""
+offline notebook exports inline. When npm or its registry is unavailable the build warns and
+goes on without it (installing must not depend on it): ``export_notebook_html`` then falls back
+to nbconvert's CDN page with a warning, and ``offline=True`` says the bundle is missing."""
 
 import importlib.util
 import warnings
@@ -27,7 +28,5 @@ class VendorWidgetManager(BuildHookInterface):
         try:
             tool.vendor()
         except RuntimeError as err:
-            if version == "editable":
-                warnings.warn(f"offline notebook exports unavailable until the widget manager is vendored: {err}")
-                return
-            raise
+            warnings.warn(f"offline notebook exports unavailable until the widget manager is vendored "
+                          f"(python tools/vendor_widget_manager.py): {err}")
