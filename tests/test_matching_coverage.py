@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import odeinfer as oi
-from odeinfer.estimators._coverage import RECORDED, coverage_label, coverage_message
+from odeinfer.estimators._coverage import RECORDED, coverage_label, coverage_message, coverage_note
 from odeinfer.estimators.gradient_matching import GradientMatching
 from odeinfer.estimators.orthogonal import OrthogonalConditions
 from odeinfer.smooth import SplineSmoother
@@ -119,19 +119,21 @@ def test_coverage_message_names_recorded_study():
         coverage_message("Embedding")
 
 
-def test_second_order_calibrated_configuration_carries_no_warning(pinene_data):
-    """bspline tests + undersmooth 3 + second-order correction: recorded coverage within 0.95 +- 0.03, so
-    no warning; the correction is applied (extras) and moves the estimate by the reported bias."""
+def test_second_order_correction_applied_and_still_warned(pinene_data):
+    """bspline tests + undersmooth 3 + second-order correction: the correction is applied (extras) and
+    moves the estimate by the reported bias, the covariance grows by a PSD term, and the estimate still
+    carries the warning with its own recorded figures (0.898-0.962 at n = 200: not within 0.95 +- 0.03)."""
     sm = SplineSmoother(undersmooth=3.0)
     plain = OrthogonalConditions(test_functions="bspline", L=8, smoother=sm)
     corr = OrthogonalConditions(test_functions="bspline", L=8, correction="second_order", smoother=sm)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", oi.CoverageWarning)
+    label = coverage_label("OrthogonalConditions", "bspline", "second_order", 3.0)
+    lo, hi, _ = RECORDED[label][(200, 3.0)]
+    with pytest.warns(oi.CoverageWarning, match=rf"{label}: the 95% Wald.*covered n = 200: {lo:.2f}-{hi:.2f}"):
         e = corr.fit(PINENE.model, pinene_data, x0=dict(PINENE.x0))
     with pytest.warns(oi.CoverageWarning):
         e0 = plain.fit(PINENE.model, pinene_data, x0=dict(PINENE.x0))
     so = e.extras["second_order"]
-    assert so["applied"] and 0 < so["ratio"] <= 1 and not e.warnings
+    assert so["applied"] and 0 < so["ratio"] <= 1
     bias = np.array([so["bias"][k] for k in e.names])
     np.testing.assert_allclose(e.values, e0.values - bias, rtol=1e-12, atol=1e-15)
     V2 = np.asarray(e.cov) - np.asarray(e0.cov)
@@ -178,15 +180,29 @@ R_REDUCED = {"OrthogonalConditions": 200, "GradientMatching": 100}
 R_CORRECTED = 200
 
 
-def test_reduced_coverage_second_order_reaches_nominal():
+def test_reduced_coverage_second_order_improves_but_falls_short():
     """bspline tests + undersmooth 3 + correction='second_order' at (200, 3), 200 fresh replicates (seed
-    1617): every parameter's 95% Wald coverage within 0.95 +- 3 binomial s.e. (0.046 at R = 200); failed
-    fits are misses. About 12 s warm. (With the GCV proxy instead of undersmooth 3 this check failed on
-    this seed: theta4, theta5 0.885, 0.88, the proxy's approximation bias left after the correction.)"""
-    o = _coverage(_configs()["OrthogonalConditions bspline undersmooth 3 second_order"],
-                  _datasets(200, 3.0, R_CORRECTED, 1617))
-    tol = 3 * math.sqrt(0.95 * 0.05 / R_CORRECTED)
-    assert np.all(np.abs(o["coverage"] - 0.95) <= tol), o
+    1617); failed fits are misses. About 10 s warm.
+
+    Written first as "every parameter within 0.95 +- 3 binomial s.e. (0.046)": that FAILED on this
+    seed (0.945 0.965 0.975 0.900 0.910; theta4 below 0.904), and the recorded 500-replicate study
+    agrees (theta4, theta5 0.904, 0.898). What is asserted now is what the warning says, with the
+    rule of ``test_reduced_coverage_confirms_the_warning`` (fixed before this configuration's run):
+    each coverage within the recorded range widened by 3 binomial s.e. of a difference of coverages;
+    and that the correction does better than the uncorrected GCV/bspline configuration's recorded
+    worst parameter (0.794)."""
+    label = "OrthogonalConditions bspline undersmooth 3 second_order"
+    o = _coverage(_configs()[label], _datasets(200, 3.0, R_CORRECTED, 1617))
+    _within_recorded(o["coverage"], label, R_CORRECTED)
+    assert np.min(o["coverage"]) > RECORDED["OrthogonalConditions bspline"][(200, 3.0)][0], o
+
+
+def _within_recorded(cov, label, R):
+    lo, hi, _ = RECORDED[label][(200, 3.0)]
+    for c in cov:
+        p = min(max(c, lo), hi)
+        tol = 3 * math.sqrt(max(p * (1 - p), 0.05 * 0.95) * (1 / R + 1 / 500))
+        assert lo - tol <= c <= hi + tol, (cov, lo, hi, tol)
 
 
 @pytest.mark.parametrize("name", list(R_REDUCED))
@@ -198,13 +214,9 @@ def test_reduced_coverage_confirms_the_warning(name):
     Failed fits are misses. About 8 s (OC, 200) and 3 s (GM, 100) warm."""
     R = R_REDUCED[name]
     o = _coverage(_configs()[name], _datasets(200, 3.0, R, 1616))
-    lo, hi, _ = RECORDED[name][(200, 3.0)]
     cov = o["coverage"]
     assert np.min(cov) < 0.95 - 3 * math.sqrt(0.95 * 0.05 / R), cov
-    for c in cov:
-        p = min(max(c, lo), hi)
-        tol = 3 * math.sqrt(max(p * (1 - p), 0.05 * 0.95) * (1 / R + 1 / 500))
-        assert lo - tol <= c <= hi + tol, (cov, lo, hi, tol)
+    _within_recorded(cov, name, R)
 
 
 # -- full study (slow): regenerates tests/reference/matching_coverage.md -------------------------
@@ -216,8 +228,10 @@ def test_full_coverage_study_writes_reference():
     """500 replicates per setting (``ODEINFER_COV_NREP``), seeds 160200 + n. Asserted, with 3 binomial
     s.e. at R: Embedding covers 0.95 per parameter (the method the warning recommends); the matching
     estimators fall short for some parameter (the warning is warranted). The table is written whatever
-    the outcome is, before the assertions; also: bspline + undersmooth 3 + second-order correction covers 0.95 within
-    3 binomial s.e."""
+    the outcome is, before the assertions. (It also asserted first that bspline + undersmooth 3 +
+    second-order correction covers 0.95 within 3 binomial s.e.; that failed at 500 replicates: theta4,
+    theta5 0.904, 0.898 at n = 200, 0.922, 0.918 at n = 400. Asserted instead: a configuration is
+    warned about (``coverage_note`` not None) exactly when some parameter is outside 0.95 +- 3 s.e.)"""
     import os
 
     from odeinfer._io import write_atomic
@@ -243,7 +257,12 @@ def test_full_coverage_study_writes_reference():
     write_atomic(text, REFERENCE)
     for n, _ in SETTINGS:
         assert np.all(np.abs(results[("Embedding", n)]["coverage"] - 0.95) <= tol), results[("Embedding", n)]
-        o = results[("OrthogonalConditions bspline undersmooth 3 second_order", n)]
-        assert np.all(np.abs(o["coverage"] - 0.95) <= tol), o
-        for name in ("OrthogonalConditions", "OrthogonalConditions bspline", "GradientMatching"):
-            assert np.min(results[(name, n)]["coverage"]) < 0.95 - tol, (name, n, results[(name, n)])
+        for name in _configs():
+            if name == "Embedding":
+                continue
+            off = bool(np.any(np.abs(results[(name, n)]["coverage"] - 0.95) > tol))
+            est, *rest = name.split()
+            us = 3.0 if "undersmooth" in rest else 1.0
+            note = coverage_note(est, "bspline" if "bspline" in rest else "sine",
+                                 "second_order" if "second_order" in rest else "none", undersmooth=us)
+            assert (note is not None) or not off, (name, n, results[(name, n)])

@@ -104,9 +104,11 @@ class OrthogonalConditions(Estimator):
         term and it carries a :class:`~odeinfer.CoverageWarning`. ``extras["second_order"]``:
         ``bias``, ``ratio`` (largest second- over first-order variance) and ``applied``.
         It removes the errors-in-variables bias, not the proxy's approximation bias: combine it
-        with an undersmoothed proxy. On alpha-pinene (n = 200, 400; sigma = 3) with
+        with an undersmoothed proxy. On alpha-pinene (sigma = 3, 500 replicates) with
         ``test_functions="bspline"`` and ``smoother=SplineSmoother(undersmooth=3)`` the Wald
-        intervals then cover 0.95 +- 0.03 (``tests/reference/matching_coverage.md``).
+        intervals cover 0.90-0.96 per parameter at n = 200 and 0.92-0.97 at n = 400 (theta4,
+        theta5 short of 0.95 +- 0.03; uncorrected bspline/GCV: 0.79-0.91, 0.86-0.92), so these
+        estimates still carry the warning (``tests/reference/matching_coverage.md``).
 
     Notes
     -----
@@ -117,6 +119,9 @@ class OrthogonalConditions(Estimator):
     alpha-pinene, the errors-in-variables bias of the closed form (the noisy proxy enters
     the regressors ``<x_hat, phi_l>``; it grows as ``sigma^2`` at fixed ``n`` and knots and
     makes the Wald intervals undercover at high noise: ``tests/reference/oc_tables.md``).
+    ``correction="second_order"`` removes the latter where the conditions are bilinear; every
+    estimate carries a :class:`~odeinfer.CoverageWarning` with the measured coverage of its
+    configuration (``tests/reference/matching_coverage.md``).
     Only fully observed systems are supported.
 
     Noise model: with ``noise="log"`` (``model.with_observation(noise="log")``) every state's proxy is
