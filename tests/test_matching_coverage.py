@@ -140,6 +140,23 @@ def test_second_order_correction_applied_and_still_warned(pinene_data):
     assert np.all(np.linalg.eigvalsh(V2) >= -1e-12 * np.abs(V2).max())  # a variance: PSD
 
 
+def test_second_order_fallback_when_expansion_unreliable():
+    """A high-noise dataset (n = 100, sigma = 8, seed 1) whose second-order variance exceeds the
+    first-order one: the estimate is the uncorrected one, its covariance includes the second-order
+    term, and the warning says the correction was not applied, with the ratio."""
+    d = _datasets(100, 8.0, 1, 1)[0]
+    kw = dict(test_functions="bspline", L=8)
+    with pytest.warns(oi.CoverageWarning, match=r"correction='second_order' was not applied: the second-order "
+                                                r"variance is [\d.]+ times the first-order one"):
+        e = OrthogonalConditions(correction="second_order", **kw).fit(PINENE.model, d, x0=dict(PINENE.x0))
+    with pytest.warns(oi.CoverageWarning):
+        e0 = OrthogonalConditions(**kw).fit(PINENE.model, d, x0=dict(PINENE.x0))
+    so = e.extras["second_order"]
+    assert so["ratio"] > 1 and not so["applied"]
+    np.testing.assert_array_equal(e.values, e0.values)
+    assert np.max(np.diag(np.asarray(e.cov)) / np.diag(np.asarray(e0.cov))) == pytest.approx(1 + so["ratio"])
+
+
 def test_second_order_bias_vanishes_without_noise():
     """Independent reference: with noise sd 1e-4 the errors-in-variables bias (O(sigma^2)) is negligible
     against the first-order s.e. (O(sigma))."""

@@ -71,12 +71,12 @@ def coverage_message(label):
               + ("" if label == CALIBRATED else
                  f"; the closest matching configuration, for a vector field affine in the states and the "
                  f"parameters, is {fix} ({_figures(CALIBRATED)})"))
+    worst = min(lo for k, v in RECORDED.items() if k != "Embedding" for lo, _, _ in v.values())
     seen = (f"this configuration covered {_figures(label)}" if label in RECORDED else
-            "this configuration was not run; the matching estimators' configurations that were covered "
-            f"{min(lo for k, v in RECORDED.items() if k != 'Embedding' for lo, _, _ in v.values()):.2f} "
-            "at worst")
-    return (f"{label}: the 95% Wald intervals under-cover (the plug-in covariance misses the proxy's "
-            f"errors-in-variables and smoothing bias). In the recorded study (alpha-pinene, sigma = 3, 500 "
+            f"this configuration was not run; the matching configurations that were covered {worst:.2f} "
+            "per parameter at worst")
+    return (f"{label}: the 95% Wald intervals under-cover (the proxy's errors-in-variables and "
+            f"smoothing bias are not, or not fully, in the estimate's covariance). In the recorded study (alpha-pinene, sigma = 3, 500 "
             f"replicates, {REFERENCE}) {seen}. {better}.")
 
 
@@ -87,11 +87,10 @@ def coverage_note(estimator, test_functions=None, correction="none", ratio=None,
     above 1 the correction was not applied (expansion unreliable) and the fit is warned about."""
     label = coverage_label(estimator, test_functions, correction, undersmooth)
     if ratio is not None and ratio > 1.0:
-        base = coverage_label(estimator, test_functions, "none", undersmooth)
         return (f"{estimator}: correction='second_order' was not applied: the second-order variance is "
                 f"{ratio:.3g} times the first-order one for some parameter (the expansion is unreliable at this "
                 f"noise level); the estimate is uncorrected, its covariance includes the second-order term, and "
-                f"its Wald intervals are not calibrated. " + coverage_message(base))
+                f"its Wald intervals are not calibrated. " + coverage_message(label))
     if _calibrated(label):
         return None
     return coverage_message(label)
