@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from odeinfer.errors import OdeinferWarning
 
-__all__ = ["CoverageWarning", "RECORDED", "coverage_label", "coverage_note", "coverage_message"]
+__all__ = ["RECORDED", "CoverageWarning", "coverage_label", "coverage_message", "coverage_note"]
 
 REFERENCE = "tests/reference/matching_coverage.md"
 
