@@ -27,7 +27,7 @@ __all__ = [
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
     "Embedding", "Simultaneous", "AdjointDDE",
-    "IdentifiabilityWarning", "Estimate",
+    "IdentifiabilityWarning", "CoverageWarning", "Estimate",
     # Bayesian stage and views
     "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
     # the standard analysis in one call
@@ -47,6 +47,7 @@ _LAZY = {
     "StochasticNewton": ("odeinfer.estimators", "StochasticNewton"),
     "StochasticGradient": ("odeinfer.estimators", "StochasticGradient"),
     "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
+    "CoverageWarning": ("odeinfer.estimators._coverage", "CoverageWarning"),
     "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
     "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),

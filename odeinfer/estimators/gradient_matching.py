@@ -18,6 +18,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._log_proxy import fit_proxies
+from odeinfer.estimators._coverage import CoverageWarning, coverage_note
 from odeinfer.estimators._quadrature import gauss_grid, node_model, solve_whitened
 from odeinfer.estimators._trajectory_check import record_trajectory_check
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning, make_estimate, prepare
@@ -187,6 +188,10 @@ class GradientMatching(Estimator):
                   "n_basis_gcv": {s: [pr[s].n_basis_gcv for pr in proxies] for s in model.states},
                   "gcv": {s: [dict(pr[s].gcv) for pr in proxies] for s in model.states}, "proxy": proxies}
         r = resid(th)
+        note = coverage_note("GradientMatching")
+        if note and cov is not None and np.all(np.isfinite(cov)):
+            warnings.warn(note, CoverageWarning, stacklevel=3)
+            warn = list(warn) + [note]
         record_trajectory_check(prob, full(th), "GradientMatching", extras, warn)
         estimate = make_estimate(self, prob, prob.free, th, cov, sol.status, t_start=t_start,
                                  message=sol.message, n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig,
