@@ -21,15 +21,19 @@ compared with the stored outputs, which come from the full setting):
    HTML tables per cell is the same), each HTML table by its column names and number of rows
    (where the cell does not depend on the setting; the fast setting may print fewer rows).
 3. Numbers are compared only where the fast setting computes the same thing: in the code cells
-   before the first one whose source reads the setting (``FAST`` or a name assigned from it in the
-   first cell) or a clock (``perf_counter``, ``time.time``), the first cell itself excluded when it
-   reads them (it defines the setting and prints it). There every number printed in text
-   (stdout, ``text/plain``) must agree within :data:`RTOL` relative (:data:`ATOL` absolute), in the
-   same count and order.
+   that do not depend on the setting. A cell depends on it when it reads ``FAST``, a clock
+   (``perf_counter``, ``time.time``), or a name that an earlier dependent statement bound or modified
+   (found from the cells' syntax trees; see :func:`_depends_on_setting`), or when it is tagged
+   ``varies`` (the builder's ``code(..., varies=True)``: timings measured inside odeinfer, values
+   read back from a file written with the setting). In the other cells the
+   HTML tables have the same number of rows, and the numbers printed in text (stdout,
+   ``text/plain``) agree within :data:`RTOL` relative (:data:`ATOL` absolute), in the same count
+   and order.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -44,6 +48,7 @@ FAST_ENV = "ODEINFER_NOTEBOOK_FAST"
 FIGURE_DPI = 80            # inline PNG figures: readable, about 20-40 kB each
 CELL_TIMEOUT = 1800        # seconds per cell; the full setting's longest cell (a Monte Carlo study) is far below
 RTOL, ATOL = 1e-3, 1e-6    # numbers as printed (rounded), across BLAS builds and optimiser round-off
+VARIES = "varies"          # cell tag: printed numbers vary in a way the source does not show (timings inside odeinfer)
 META_KEY = "odeinfer"      # notebook metadata: {"setting": "full" | "fast", "source_sha256": ...}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -232,20 +237,46 @@ def _items(cell):
     return items
 
 
-def _setting_names(first_source):
-    """``FAST`` and the names the first code cell assigns from it (``N_REP = 20 if FAST else 200``)."""
-    names = {"FAST"}
-    for line in first_source.splitlines():
-        m = re.match(r"\s*([A-Za-z_][\w, ]*)=(?!=)(.*)", line)
-        if m and re.search(r"\bFAST\b", m.group(2)) and not m.group(1).strip() == "FAST":
-            names.update(n.strip() for n in m.group(1).split(",") if n.strip())
-    return names
+def _names(node):
+    """The base name of an assignment target or a method call's receiver (``a`` of ``a[k].b``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
-def _reads_setting(source, names):
-    lines = [ln for ln in source.splitlines() if not re.match(r"\s*FAST\s*=", ln)]
-    text = "\n".join(ln.split("#", 1)[0] for ln in lines)
-    return bool(_CLOCK.search(text)) or any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+def _depends_on_setting(sources):
+    """Per code cell: may its printed numbers differ between the settings? A cell does when it
+    has a statement that reads ``FAST``, a clock, or a name that an earlier such statement bound
+    or modified (assigned, item- or attribute-assigned, or called a method on); imported modules
+    are never tainted.
+    A cell that does not parse (a shell escape, say) counts as dependent."""
+    tainted, modules, result = {"FAST"}, set(), []
+    for source in sources:
+        text = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            result.append(True)
+            continue
+        depends = False
+        for statement in tree.body:  # statement by statement: `N_REP = 8 if FAST else 100` taints N_REP only
+            loads, binds = set(), set()
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name):
+                    (loads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
+                elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
+                    binds.add(_names(node))
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    binds.add(_names(node.func.value))
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    binds.add(node.name)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+            if _CLOCK.search(ast.unparse(statement)) or loads & tainted:
+                depends = True
+                tainted |= {n for n in binds if n and n not in modules}
+        result.append(depends)
+    return result
 
 
 def _numbers(text):
@@ -271,16 +302,13 @@ def compare(stored, executed, name="notebook"):
     if [c.cell_type for c in stored.cells] != [c.cell_type for c in executed.cells]:
         return problems + [f"{name}: the cells differ ({len(stored.cells)} stored, {len(executed.cells)} executed)"]
     code = [i for i, c in enumerate(stored.cells) if c.cell_type == "code"]
-    names = _setting_names(stored.cells[code[0]].source) if code else set()
-    exact = True  # numbers compared until the first cell that reads the setting or a clock
+    depends = _depends_on_setting([stored.cells[i].source for i in code])
     for number, i in enumerate(code, start=1):
         where = f"{name}: code cell {number} (cell {i})"
         if stored.cells[i].source != executed.cells[i].source:
             problems.append(f"{where}: the sources differ")
             continue
-        reads = _reads_setting(stored.cells[i].source, names)
-        exact = exact and not (reads and number > 1)  # the first cell defines the setting: only its own numbers differ
-        compare_numbers = exact and not reads
+        compare_numbers = not depends[number - 1] and VARIES not in stored.cells[i].metadata.get("tags", ())
         a, b = _items(stored.cells[i]), _items(executed.cells[i])
         kinds_a = [(x[0],) + ((x[1],) if x[0] in ("display", "result") else ()) for x in a]
         kinds_b = [(x[0],) + ((x[1],) if x[0] in ("display", "result") else ()) for x in b]

@@ -208,6 +208,26 @@ def test_a_real_notebook_copy_with_changed_source_is_stale(tmp_path):
     assert _builder().stale(tmp_path)  # and its sources no longer match the builder's
 
 
+def test_build_keeps_current_outputs_and_drops_stale_ones(tmp_path):
+    """`python notebooks/_build.py` leaves an executed notebook whose sources are unchanged as it is,
+    and rewrites one whose sources differ from the builder without outputs (to be re-executed)."""
+    import shutil
+
+    builder = _builder()
+    for path in NOTEBOOKS:
+        shutil.copy(path, tmp_path / path.name)
+    assert builder.build(tmp_path) == []
+    first = tmp_path / NOTEBOOKS[0].name
+    nb = nbformat.read(os.fspath(first), as_version=4)
+    nb.cells[1].source += "\n# edited by hand"
+    nbformat.write(nb, os.fspath(first))
+    assert builder.build(tmp_path) == [first]
+    assert builder.stale(tmp_path) == [] and first.read_text(encoding="utf-8") == builder.render(
+        builder.NOTEBOOKS[first.name])
+    assert builder.stale_outputs(tmp_path) == [f"{first.name}: no stored outputs; "
+                                               "run `python notebooks/_build.py --execute`"]
+
+
 def test_readme_lists_every_notebook_in_one_table():
     """notebooks/README.md: one unbroken table with a row per notebook, and the count it states is right."""
     lines = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8").splitlines()
