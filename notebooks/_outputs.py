@@ -8,7 +8,8 @@ still belong to the stored sources (:func:`compare`, :func:`stale_outputs`).
 Reproducible files: every notebook runs in a fresh ``python3`` kernel in a temporary working
 directory, figures are PNG at :data:`FIGURE_DPI` dpi, and :func:`normalise` removes what changes
 from run to run without changing the content: execution timestamps, the kernel's version
-metadata, and the random ids of widget models (renumbered in order of appearance).
+metadata, and the random ids of widget models and of HTML elements (renumbered in order of
+appearance). What the cells print themselves (timings, an InferenceData's creation time) stays.
 
 What "current" means (the rule :func:`compare` applies; a re-execution in the fast setting is
 compared with the stored outputs, which come from the full setting):
@@ -118,7 +119,8 @@ def source_digest(nb) -> str:
 def normalise(nb, *, metadata, setting, name):
     """Make an executed notebook reproducible: kernel metadata replaced by ``metadata`` (the
     builder's) plus the setting and source digest, no per-cell execution records, widget model
-    ids renumbered deterministically (from ``name`` and their order of appearance)."""
+    ids and random HTML element ids renumbered deterministically (from ``name`` and their order
+    of appearance)."""
     widgets = nb.metadata.get("widgets")  # the widget state nbclient recorded, if any
     nb.metadata = json.loads(json.dumps(metadata))
     for cell in nb.cells:
@@ -126,7 +128,26 @@ def normalise(nb, *, metadata, setting, name):
     nb.metadata[META_KEY] = {"setting": setting, "source_sha256": source_digest(nb)}
     if widgets is not None:
         nb.metadata["widgets"] = widgets
+    _renumber_html_ids(nb, name)
     return _renumber_widgets(nb, name)
+
+
+_UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def _renumber_html_ids(nb, name):
+    """Random element ids in HTML outputs (xarray's and ArviZ's reprs draw a uuid4 per section) are
+    renamed in order of appearance, consistently, so the toggles still work and a re-run is identical."""
+    new = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", ()) if cell.cell_type == "code" else ():
+            html = out.get("data", {}).get("text/html")
+            if html is None:
+                continue
+            text = _text(html)
+            for old in _UUID4.findall(text):
+                new.setdefault(old, str(uuid.uuid5(uuid.NAMESPACE_URL, f"odeinfer-notebook/{name}/html/{len(new)}")))
+            out["data"]["text/html"] = _UUID4.sub(lambda m: new[m.group(0)], text)
 
 
 def executed_notebook(nb, *, metadata, name, fast, workdir=None):

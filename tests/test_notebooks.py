@@ -35,6 +35,7 @@ import importlib.util
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,8 @@ def _tiny(sources):
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
     nb.cells = [nbformat.v4.new_markdown_cell("# tiny")] + [nbformat.v4.new_code_cell(s) for s in sources]
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:02d}"
     return nb
 
 
@@ -192,6 +195,38 @@ def test_stored_outputs_current_and_stale(tmp_path):
     # the digest alone catches an edit that leaves the output structure as it was
     modified.cells[1].source += "\n# a comment"
     assert "other sources" in OUT.compare(modified, fresh, "tiny.ipynb")[0]
+
+
+def test_normalise_makes_a_rerun_identical():
+    """Execution records, kernel metadata, random HTML element ids and widget ids do not reach the file."""
+    def run(seed):
+        import random
+        rnd = random.Random(seed)
+        ids = [str(uuid.UUID(int=rnd.getrandbits(128), version=4)) for _ in range(2)]
+        model = f"{rnd.getrandbits(128):032x}"
+        nb = _tiny(["x = 1"])
+        nb.metadata["language_info"] = {"name": "python", "version": f"3.11.{seed}"}
+        nb.metadata["widgets"] = {OUT.WIDGET_STATE: {"state": {
+            model: {"model_module": "m", "model_name": "ImageModel", "state": {"value": "png"}},
+            f"{rnd.getrandbits(128):032x}": {"model_module": "m", "model_name": "LayoutModel", "state": {}}}}}
+        nb.cells[1].metadata["execution"] = {"iopub.status.idle": f"2026-01-0{seed}T00:00:00Z"}
+        nb.cells[1].outputs = [
+            nbformat.v4.new_output("display_data", data={
+                "text/html": f'<input id="a{ids[0]}"><label for="a{ids[0]}"></label><div id="{ids[1]}">',
+                "text/plain": "x"}),
+            nbformat.v4.new_output("display_data", data={OUT.WIDGET_VIEW: {"model_id": model}, "text/plain": "w"})]
+        return nbformat.writes(OUT.normalise(nb, metadata={"language_info": {"name": "python"}},
+                                             setting="full", name="n.ipynb"))
+
+    first, second = run(1), run(2)
+    assert first == second
+    nb = nbformat.reads(first, as_version=4)
+    html = nb.cells[1].outputs[0].data["text/html"]
+    a, b = re.findall(r'id="a?([0-9a-f-]{36})"', html)
+    assert a != b and f'for="a{a}"' in html  # renamed consistently: the label still points at its input
+    state = nb.metadata.widgets[OUT.WIDGET_STATE]["state"]
+    assert list(state) == [nb.cells[1].outputs[1].data[OUT.WIDGET_VIEW]["model_id"]]  # the undisplayed one dropped
+    assert "execution" not in nb.cells[1].metadata and nb.metadata.language_info == {"name": "python"}
 
 
 def test_a_real_notebook_copy_with_changed_source_is_stale(tmp_path):
