@@ -270,7 +270,8 @@ def _depends_on_setting(sources):
     has a statement that reads ``FAST``, a clock, or a name that an earlier such statement bound
     or modified (assigned, item- or attribute-assigned, or called a method on); imported modules
     are never tainted.
-    A cell that does not parse (a shell escape, say) counts as dependent."""
+    Magic and shell lines (``%``, ``!``) are skipped; a cell that still does not parse (``est?``, say)
+    counts as dependent."""
     tainted, modules, result = {"FAST"}, set(), []
     for source in sources:
         text = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))

@@ -191,6 +191,7 @@ def test_stored_outputs_current_and_stale(tmp_path):
     assert "other sources" in problems
     assert re.search(r"code cell 2 \(cell 2\): table columns \[\('', 'a', 'b'\)\] stored, \[\('', 'a', 'c'\)\]",
                      problems), problems
+    assert "code cell 2 (cell 2): printed numbers differ beyond rtol=0.001 (number 1: 2.5 stored, 2.75 on " in problems
     assert re.search(r"code cell 3 \(cell 3\): outputs \[\('result', .*image/png.*\)\] stored, \[\] on", problems)
     # the digest alone catches an edit that leaves the output structure as it was
     modified.cells[1].source += "\n# a comment"
@@ -227,6 +228,21 @@ def test_normalise_makes_a_rerun_identical():
     state = nb.metadata.widgets[OUT.WIDGET_STATE]["state"]
     assert list(state) == [nb.cells[1].outputs[1].data[OUT.WIDGET_VIEW]["model_id"]]  # the undisplayed one dropped
     assert "execution" not in nb.cells[1].metadata and nb.metadata.language_info == {"name": "python"}
+
+
+def test_setting_dependence_is_traced_statement_by_statement():
+    """Numbers are compared only in cells that cannot depend on the setting or a clock."""
+    cells = ["%matplotlib inline\nimport os\nimport numpy as np\nFAST = os.environ.get('X') == '1'\n"
+             "N_REP = 8 if FAST else 100\ndata = np.arange(3)",                # reads FAST: dependent
+             "est = data.mean()\nprint(est)",                                  # data was not set from FAST
+             "reps = [np.mean(data) for _ in range(N_REP)]",                    # reads N_REP
+             "table = {}\ntable['reps'] = reps",                                # reads reps: table tainted
+             "print(table)",                                                    # reads table
+             "np.random.seed(0)\nprint(est)",                                  # a module is never tainted
+             "import time\nt0 = time.perf_counter()",                          # a clock
+             "def f():\n    return N_REP\nprint(est)",                        # a function reading N_REP
+             "est?"]                                                            # not Python
+    assert OUT._depends_on_setting(cells) == [True, False, True, True, True, False, True, True, True]
 
 
 def test_a_real_notebook_copy_with_changed_source_is_stale(tmp_path):
