@@ -46,7 +46,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 FAST_ENV = "ODEINFER_NOTEBOOK_FAST"
-FIGURE_DPI = 80            # inline PNG figures: readable, about 20-40 kB each
+FIGURE_DPI = 80            # inline PNG figures: readable, 40-170 kB each as base64 text
 CELL_TIMEOUT = 1800        # seconds per cell; the full setting's longest cell (a Monte Carlo study) is far below
 RTOL, ATOL = 1e-3, 1e-6    # numbers as printed (rounded), across BLAS builds and optimiser round-off
 VARIES = "varies"          # cell tag: printed numbers vary in a way the source does not show (timings inside odeinfer)
@@ -315,12 +315,7 @@ def compare(stored, executed, name="notebook"):
     """Differences between the stored outputs of ``stored`` and a fresh execution ``executed`` of
     the same sources (empty when the stored outputs are current), by the rule in the module
     docstring. Each difference is a sentence naming the notebook and the cell."""
-    problems = []
-    meta = stored.metadata.get(META_KEY, {})
-    digest = source_digest(stored)
-    if meta.get("source_sha256") != digest:
-        problems.append(f"{name}: the stored outputs were computed from other sources "
-                        f"(digest {meta.get('source_sha256')!r}, sources now {digest[:12]}...)")
+    problems = stale_outputs(stored, name)
     if [c.cell_type for c in stored.cells] != [c.cell_type for c in executed.cells]:
         return problems + [f"{name}: the cells differ ({len(stored.cells)} stored, {len(executed.cells)} executed)"]
     code = [i for i, c in enumerate(stored.cells) if c.cell_type == "code"]
