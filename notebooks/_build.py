@@ -1,10 +1,12 @@
 """Write the example notebooks (``notebooks/*.ipynb``) from the cell lists below.
 
-The notebooks are generated, without outputs, so that they are reviewed as Python here and
-diffs stay readable. After editing a cell list, regenerate them::
+The notebooks are generated from the cell lists below so that they are reviewed as Python here,
+and committed executed so that they render with their results (``notebooks/_outputs.py`` runs them
+and checks that the stored outputs are current). After editing a cell list::
 
-    python notebooks/_build.py            # writes notebooks/NN_*.ipynb next to this file
-    python notebooks/_build.py --check    # exit status 1 if a committed notebook is stale
+    python notebooks/_build.py             # writes the notebooks whose sources changed, without outputs
+    python notebooks/_build.py --execute   # executes them (full setting; `--fast`, names like `01` accepted)
+    python notebooks/_build.py --check     # exit status 1 if sources or stored outputs are stale
 
 Every notebook runs top to bottom in a fresh kernel; its first code cell reads the environment
 variable ``ODEINFER_NOTEBOOK_FAST`` ("1": few replicates, short chains; unset: the full settings).
@@ -18,17 +20,44 @@ the inline backend is active.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def _outputs():
+    """The execution helpers (``notebooks/_outputs.py``), importable however this file was loaded."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("notebooks_outputs", HERE / "_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+OUTPUTS = _outputs()
 
 
 def md(text: str) -> tuple[str, str]:
     return ("markdown", text.strip("\n"))
 
 
-def code(text: str) -> tuple[str, str]:
-    return ("code", text.strip("\n"))
+class _Cell(tuple):
+    """A ``(kind, source)`` pair that may carry cell tags (``cell.tags``)."""
+
+    tags: tuple[str, ...] = ()
+
+
+def code(text: str, *, varies: bool = False) -> tuple[str, str]:
+    """A code cell. ``varies=True`` tags it ``varies``: the numbers it prints change between runs or
+    settings in a way its source does not show (timings measured inside odeinfer, values read
+    back from a file written with the setting), so the stored-output check compares only their
+    structure (``notebooks/_outputs.py``)."""
+    cell = _Cell(("code", text.strip("\n")))
+    if varies:
+        cell.tags = (OUTPUTS.VARIES,)
+    return cell
 
 
 # ---- 01 ---------------------------------------------------------------------------------------
@@ -579,8 +608,8 @@ panel = oi.widgets.FitPanel(model, data, estimators=["OrthogonalConditions", "Em
 panel.run()
 panel
 """),
-    code("""
-results = panel.table()
+    code(varies=True, text="""
+results = panel.table()   # with each estimator's run time
 assert (results["status"] == "converged").all(), results["status"]
 results
 """),
@@ -641,7 +670,7 @@ delta = "TruncatedNormal(mu=0.05, sigma=0.05, lower=0)"
 ''')
 print(pathlib.Path("lynx_hare.toml").read_text())
 """),
-    code("""
+    code(varies=True, text="""
 from odeinfer.pipeline import run_spec
 from odeinfer.spec import load_spec
 
@@ -651,7 +680,7 @@ assert [e.estimator for e in result.estimates] == ["GradientMatching", "Embeddin
 assert result.idata is not None
 result.timings
 """),
-    code("""
+    code(varies=True, text="""
 path = result.export_html("05_spec_report.html")
 print("wrote", path, f"({pathlib.Path(path).stat().st_size / 1e3:.0f} kB)")
 """),
@@ -1862,43 +1891,111 @@ def notebook(cells):
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     })
-    for i, (kind, source) in enumerate(cells):
+    for i, pair in enumerate(cells):
+        kind, source = pair
         cell = new_markdown_cell(source) if kind == "markdown" else new_code_cell(source)
         cell["id"] = f"cell-{i:02d}"
+        if getattr(pair, "tags", ()):
+            cell.metadata["tags"] = list(pair.tags)
         nb.cells.append(cell)
     nbformat.validate(nb)
     return nb
 
 
 def render(cells) -> str:
-    """The notebook file's text."""
+    """The notebook file's text, without outputs."""
     import nbformat
 
     return nbformat.writes(notebook(cells)) + "\n"
 
 
+def _sources_of(path) -> str | None:
+    """The text :func:`render` would give for the stored notebook at ``path`` with its outputs
+    removed (None if there is no such file)."""
+    import nbformat
+
+    if not path.is_file():
+        return None
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop(OUTPUTS.META_KEY, None)
+    nb.metadata.pop("widgets", None)
+    return nbformat.writes(nb) + "\n"
+
+
+def _write(path, text):
+    from odeinfer._io import write_atomic
+
+    write_atomic(text, path, argument="notebook")
+
+
 def build(out_dir=HERE) -> list[Path]:
-    """Write every notebook into ``out_dir``; returns the paths."""
+    """Write the notebooks whose sources changed into ``out_dir`` (without outputs: run
+    :func:`execute` next); a notebook whose sources are unchanged keeps its stored outputs.
+    Returns the paths written."""
     out_dir = Path(out_dir)
     paths = []
     for name, cells in NOTEBOOKS.items():
         path = out_dir / name
-        path.write_text(render(cells), encoding="utf-8")
+        text = render(cells)
+        if _sources_of(path) != text:
+            _write(path, text)
+            paths.append(path)
+    return paths
+
+
+def execute(names=None, out_dir=HERE, *, fast=False) -> list[Path]:
+    """Execute the notebooks ``names`` (all by default; "01" selects ``01_*.ipynb``) from the
+    builder's sources, in the full setting unless ``fast``, and store them with their outputs."""
+    import nbformat
+
+    out_dir = Path(out_dir)
+    chosen = [n for n in NOTEBOOKS if not names or any(n == s or n.startswith(s + "_") for s in names)]
+    unknown = [s for s in names or () if not any(n == s or n.startswith(s + "_") for n in NOTEBOOKS)]
+    if unknown:
+        raise SystemExit(f"--execute: no notebook named {unknown}; expected one of {list(NOTEBOOKS)} "
+                         "or their two-digit prefixes")
+    paths = []
+    for name in chosen:
+        nb = notebook(NOTEBOOKS[name])
+        metadata = dict(nb.metadata)
+        start = time.perf_counter()
+        OUTPUTS.executed_notebook(nb, metadata=metadata, name=name, fast=fast)
+        path = out_dir / name
+        _write(path, nbformat.writes(nb) + "\n")
+        print(f"executed {name} ({'fast' if fast else 'full'} setting) in {time.perf_counter() - start:.0f} s, "
+              f"{path.stat().st_size / 1e3:.0f} kB", flush=True)
         paths.append(path)
     return paths
 
 
 def stale(out_dir=HERE) -> list[str]:
-    """Names of notebooks in ``out_dir`` that differ from what :func:`build` would write."""
+    """Names of notebooks in ``out_dir`` whose sources differ from what :func:`build` would write."""
     out_dir = Path(out_dir)
-    return [name for name, cells in NOTEBOOKS.items()
-            if not (out_dir / name).is_file() or (out_dir / name).read_text(encoding="utf-8") != render(cells)]
+    return [name for name, cells in NOTEBOOKS.items() if _sources_of(out_dir / name) != render(cells)]
+
+
+def stale_outputs(out_dir=HERE) -> list[str]:
+    """Why stored outputs in ``out_dir`` are missing or belong to other sources (checked without
+    executing; ``tests/test_notebooks.py`` also re-executes and compares)."""
+    import nbformat
+
+    return [p for name in NOTEBOOKS if (Path(out_dir) / name).is_file()
+            for p in OUTPUTS.stale_outputs(nbformat.read(str(Path(out_dir) / name), as_version=4), name)]
 
 
 if __name__ == "__main__":
-    if "--check" in sys.argv[1:]:
+    args = sys.argv[1:]
+    if "--check" in args:
         bad = stale()
-        print("stale: " + ", ".join(bad) if bad else "notebooks up to date")
-        sys.exit(1 if bad else 0)
-    for p in build():
-        print("wrote", p.name)
+        print("stale: " + ", ".join(bad) if bad else "notebook sources up to date")
+        outputs = stale_outputs()
+        print("\n".join(outputs) if outputs else "stored outputs current")
+        sys.exit(1 if bad or outputs else 0)
+    if "--execute" in args:
+        execute([a for a in args if not a.startswith("--")], fast="--fast" in args)
+    else:
+        for p in build():
+            print("wrote", p.name, "(without outputs: run `python notebooks/_build.py --execute", p.name[:2] + "`)")
