@@ -5,9 +5,10 @@ A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_
 have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
 (``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py`` and
 ``dde.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
-text) is compiled once per machine and calls the model through C callbacks (``cfuncs.py``, plus
-``cfuncs_rodas.py`` for the kernels that need time and second derivatives; ``dde_cfuncs.py``)
-that compile in about a second.
+text) is compiled once per machine and calls the model through C callbacks with the layouts of
+``cfuncs.py`` (plus ``cfuncs_rodas.py`` for the kernels that need time and second derivatives;
+``dde_cfuncs.py``), lowered straight to LLVM IR by :mod:`odeinfer.model.native` in milliseconds
+(numba's bits); numba compiles them (about a second each) only for a source outside that subset.
 
 On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``Dopri5`` or ``Rodas``) or
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
