@@ -8,8 +8,9 @@ still belong to the stored sources (:func:`compare`, :func:`stale_outputs`).
 Reproducible files: every notebook runs in a fresh ``python3`` kernel in a temporary working
 directory, figures are PNG at :data:`FIGURE_DPI` dpi, and :func:`normalise` removes what changes
 from run to run without changing the content: execution timestamps, the kernel's version
-metadata, and the random ids of widget models and of HTML elements (renumbered in order of
-appearance). What the cells print themselves (timings, an InferenceData's creation time) stays.
+metadata, the random ids of widget models and of HTML elements (renumbered in order of
+appearance), and ``stderr`` (warnings name the files and the process of the run that printed
+them: paths of that machine; the cells that matter show ``fit.warnings`` themselves). What the cells print themselves (timings, an InferenceData's creation time) stays.
 
 What "current" means (the rule :func:`compare` applies; a re-execution in the fast setting is
 compared with the stored outputs, which come from the full setting):
@@ -118,13 +119,16 @@ def source_digest(nb) -> str:
 
 def normalise(nb, *, metadata, setting, name):
     """Make an executed notebook reproducible: kernel metadata replaced by ``metadata`` (the
-    builder's) plus the setting and source digest, no per-cell execution records, widget model
+    builder's) plus the setting and source digest, no per-cell execution records nor ``stderr``, widget model
     ids and random HTML element ids renumbered deterministically (from ``name`` and their order
     of appearance)."""
     widgets = nb.metadata.get("widgets")  # the widget state nbclient recorded, if any
     nb.metadata = json.loads(json.dumps(metadata))
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if "outputs" in cell:  # warnings name the files and process of the run that printed them
+            cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream"
+                                                            and o.get("name") == "stderr")]
     nb.metadata[META_KEY] = {"setting": setting, "source_sha256": source_digest(nb)}
     if widgets is not None:
         nb.metadata["widgets"] = widgets

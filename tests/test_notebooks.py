@@ -143,9 +143,14 @@ def test_notebooks_committed_with_current_outputs():
     """Every notebook is stored executed, from its current sources, in the full setting, and small."""
     problems = _builder().stale_outputs(NOTEBOOK_DIR)
     assert not problems, "\n".join(problems)
+    home = os.fspath(NOTEBOOK_DIR.resolve().parent)
     for path in NOTEBOOKS:
-        meta = nbformat.read(os.fspath(path), as_version=4).metadata
+        nb = nbformat.read(os.fspath(path), as_version=4)
+        meta = nb.metadata
         assert meta[OUT.META_KEY]["setting"] == "full", f"{path.name}: stored from the fast setting"
+        outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.get("name") == "stderr"], f"{path.name}: stderr stored"
+        assert home not in path.read_text(), f"{path.name}: a path of the machine that ran it is stored"
         assert "language_info" in meta and set(meta["language_info"]) == {"name"}, f"{path.name}: kernel metadata"
     total = sum(p.stat().st_size for p in NOTEBOOK_DIR.iterdir() if p.is_file())
     assert total < 3e6, f"notebooks/ holds {total / 1e6:.1f} MB; lower FIGURE_DPI or the figure count"

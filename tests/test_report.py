@@ -13,16 +13,14 @@ from odeinfer import _io
 from odeinfer.errors import InputError
 from odeinfer.model import Model
 
+from _browser import lv_fits
+
 EVIL = "<script>window.__pwned=1</script>"
 
 
 @pytest.fixture(scope="module")
 def lv():
-    z = oi.zoo.get("lotka_volterra")
-    data, _ = oi.simulate(z.model, z.params, z.x0, z.t, noise=z.sigma, rng=1, name="simulated")
-    oc = oi.OrthogonalConditions().fit(z.model, data)
-    gm = oi.GradientMatching().fit(z.model, data)
-    return z, data, oc, gm
+    return lv_fits()
 
 
 def _idata(z, shift=0.0, chains=2, draws=300, seed=0):

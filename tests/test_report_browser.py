@@ -10,7 +10,6 @@ Screenshots go to ``$ODEINFER_TEST_ARTIFACTS`` if set, else the pytest tmp dir.
 
 import os
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -20,20 +19,13 @@ import sympy as sp
 import odeinfer as oi
 from odeinfer.model import Model
 
-CHROMIUM = os.environ.get("ODEINFER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+from _browser import CHROMIUM, artifacts as _artifacts
+
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not found: install it with "
                                                            "`apt-get install -y chromium` (Debian package)")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 EVIL = "<script>window.__pwned=1;alert(1)</script>"
-
-
-def _artifacts(tmp_path):
-    d = os.environ.get("ODEINFER_TEST_ARTIFACTS")
-    if d:
-        os.makedirs(d, exist_ok=True)
-        return d
-    return str(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ Screenshots go to ``$ODEINFER_TEST_ARTIFACTS`` if set, else the pytest tmp dir.
 import json
 import os
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -20,18 +19,9 @@ from odeinfer.errors import InputError
 from odeinfer.model import Model
 from odeinfer.report._interactive import json_for_script, viewer_source
 
-CHROMIUM = os.environ.get("ODEINFER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from _browser import CHROMIUM, FLAGS, artifacts as _artifacts, lv_fits, playwright as _playwright
+
 HOSTILE = "</script><script>window.__pwned=1</script><!--"
-
-
-def _playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    return sync_playwright
 
 
 browser_test = pytest.mark.skipif(
@@ -39,22 +29,11 @@ browser_test = pytest.mark.skipif(
     reason="needs headless Chromium (`apt-get install -y chromium`) and Playwright for Python (`pip install playwright`)")
 
 
-def _artifacts(tmp_path):
-    d = os.environ.get("ODEINFER_TEST_ARTIFACTS")
-    if d:
-        os.makedirs(d, exist_ok=True)
-        return d
-    return str(tmp_path)
-
-
 @pytest.fixture(scope="module")
 def lv():
     import arviz as az
 
-    z = oi.zoo.get("lotka_volterra")
-    data, _ = oi.simulate(z.model, z.params, z.x0, z.t, noise=z.sigma, rng=1, name="simulated")
-    oc = oi.OrthogonalConditions().fit(z.model, data)
-    gm = oi.GradientMatching().fit(z.model, data)
+    z, data, oc, gm = lv_fits()
     rng = np.random.default_rng(0)
     idata = az.from_dict(posterior={p: rng.normal(v, 0.05 * v, (2, 300)) for p, v in z.params.items()})
     return z, data, oc, gm, idata
