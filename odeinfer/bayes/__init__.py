@@ -7,6 +7,7 @@
 * :func:`priors_from_estimate` -- priors centred on a frequentist estimate.
 * :func:`build_problem_model`, :func:`sample_problem` -- the same for an :class:`~odeinfer.FitProblem`
   (observables, noise models, conditions); ``sample(problem, init=fit)`` dispatches there.
+* :func:`sample_many` -- one posterior per dataset, on any executor (seeded per dataset).
 * :func:`ode_op`, :class:`ODEProblem`, ``ODEOp`` -- the Op itself; :func:`dde_op`,
   :class:`DDEProblem` -- the same Op over a delay differential equation.
 
@@ -22,7 +23,7 @@ from odeinfer.bayes.sample import SamplingInterruptedWarning, sample  # noqa: E4
 
 __all__ = ["build_model", "sample", "priors_from_estimate", "ode_op", "ODEProblem", "ODEOp",
            "dde_op", "DDEProblem", "SeedingWarning", "SamplingInterruptedWarning", "build_problem_model",
-           "sample_problem"]
+           "sample_problem", "sample_many"]
 
 _LAZY = {
     "ode_op": ("odeinfer.bayes.op", "ode_op"),
@@ -35,6 +36,7 @@ _LAZY = {
     "SeedingWarning": ("odeinfer.bayes.seed", "SeedingWarning"),
     "build_problem_model": ("odeinfer.bayes.problem", "build_problem_model"),
     "sample_problem": ("odeinfer.bayes.problem", "sample_problem"),
+    "sample_many": ("odeinfer.bayes.many", "sample_many"),
 }
 
 
