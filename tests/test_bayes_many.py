@@ -9,11 +9,12 @@ import pytest
 
 pytest.importorskip("pymc")
 
-import odeinfer as oi  # noqa: E402
-from odeinfer.errors import InputError  # noqa: E402
-from test_bayes_sample import gn_estimate  # noqa: E402
+from test_bayes_sample import gn_estimate
 
-KW = dict(draws=20, tune=20, chains=1, cores=1, posterior_predictive=False)
+import odeinfer as oi
+from odeinfer.errors import InputError
+
+KW = {"draws": 20, "tune": 20, "chains": 1, "cores": 1, "posterior_predictive": False}
 
 
 @pytest.fixture(scope="module")

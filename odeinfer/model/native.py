@@ -75,7 +75,7 @@ def compile_callbacks(source: str, kernels: dict, name: str) -> dict:
     NotLowerable
         When a function is missing or uses a construct outside the covered subset.
     """
-    import llvmlite.ir as ir
+    from llvmlite import ir
 
     tree = ast.parse(source)
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
@@ -100,7 +100,7 @@ class _Lowering:
     """Emits one callback: loads, local assignments and stores of one generated function."""
 
     def __init__(self, module, cname, node, args):
-        import llvmlite.ir as ir
+        from llvmlite import ir
 
         self.ir, self.module, self.node = ir, module, node
         self.f64 = ir.DoubleType()
