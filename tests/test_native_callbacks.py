@@ -44,11 +44,13 @@ def _inputs_for(args, rng):
     return vals
 
 
-def _assert_bitwise_equal(model, full, trials=25, seed=1):
+def _mismatches(model, full, trials=25, seed=1):
+    """Callbacks of ``model`` whose native bits differ from numba's on random inputs."""
     source, kernels = callback_spec(model, full)
     native = compile_callbacks(source, kernels, model.name)
     reference = numba_callbacks(model, full)
     rng = np.random.default_rng(seed)
+    bad = set()
     for _ in range(trials):
         for cname, (_, args) in kernels.items():
             vals = _inputs_for(args, rng)
@@ -59,11 +61,13 @@ def _assert_bitwise_equal(model, full, trials=25, seed=1):
             same = np.array_equal(a[-1].view(np.int64), b[-1].view(np.int64)) or (
                 np.array_equal(np.isnan(a[-1]), np.isnan(b[-1]))
                 and np.array_equal(np.nan_to_num(a[-1]).view(np.int64), np.nan_to_num(b[-1]).view(np.int64)))
-            assert same, f"{model.name}: {cname} differs from numba's bits"
+            if not same:
+                bad.add(cname)
+    return sorted(bad)
 
 
 def test_every_construct_gives_numbas_bits():
-    _assert_bitwise_equal(CONSTRUCTS, full=True)
+    assert _mismatches(CONSTRUCTS, full=True) == []
 
 
 def test_the_callbacks_agree_with_sympys_evaluation():
@@ -83,14 +87,14 @@ def test_the_callbacks_agree_with_sympys_evaluation():
 @pytest.mark.parametrize("name", ["lotka_volterra", "nicholson_blowflies"])
 def test_zoo_models_give_numbas_bits(name):
     model = oi.zoo.get(name).model
-    _assert_bitwise_equal(model, full=not model.delays)
+    assert _mismatches(model, full=not model.delays) == []
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", oi.zoo.available("all"))
 def test_every_zoo_model_gives_numbas_bits(name):
     model = oi.zoo.get(name).model
-    _assert_bitwise_equal(model, full=not model.delays)
+    assert _mismatches(model, full=not model.delays) == []
 
 
 @pytest.mark.slow
@@ -100,7 +104,7 @@ def test_petab_models_give_numbas_bits(name):
     from pathlib import Path
 
     pp = oi.petab.load(Path(__file__).parent / "data" / "petab" / name / f"{name}.yaml")
-    _assert_bitwise_equal(pp.problem.solve_model, full=True, trials=5)
+    assert _mismatches(pp.problem.solve_model, full=True, trials=5) == []
 
 
 def test_a_construct_outside_the_subset_is_refused_and_the_handle_falls_back_to_numba(monkeypatch):
