@@ -26,7 +26,6 @@ from functools import cached_property
 import numpy as np
 import sympy as sp
 from numba import njit
-from scipy.optimize import least_squares
 
 from odeinfer.estimators.base import EstimationError
 from odeinfer.model.codegen import safe_symbols
@@ -419,6 +418,8 @@ def solve_whitened(resid, jac, x0, lin_idx, nonlin_idx, S, *, max_nfev=200, xtol
         th, r, _ = profile(np.empty(0))
         c = float(r @ r)
         return Solved(th, c, 1, "converged", "closed form (linear in the parameters)", [c], last["sv"])
+    from scipy.optimize import least_squares  # on use: importing scipy.optimize costs about a second
+
     if lin_idx.size:
         def fun(th_nl):
             th, r, _ = profile(th_nl)

@@ -68,7 +68,8 @@ class ParametricBootstrap:
         self._build = build
         self.names = tuple(estimate.names)
         self.values = np.array(estimate.values, float)
-        self.se = estimate.bse.to_numpy()
+        d = np.full(len(self.names), np.nan) if estimate.cov is None else np.diag(np.asarray(estimate.cov, float))
+        self.se = np.sqrt(np.where(d >= 0, d, np.nan))  # estimate.bse's values, without pandas (not loaded yet)
         self._samples = {}
 
     def __reduce__(self):
