@@ -109,7 +109,7 @@ def model_handle(compiled, full: bool = False) -> tuple:
             try:
                 addr = compile_callbacks(source, kernels, f"model {model.name} C callbacks")
             except NotLowerable:
-                addr = numba_callbacks(model, key[1])
+                addr = numba_callbacks(model, key[1], spec=(source, kernels))
             if model.delays:
                 hit = (model.n_states, model.n_params, model.n_delays, np.array(model.delay_indices, dtype=np.int64),
                        *(addr[k] for k in ("model_f_c", "model_jac_y_c", "model_jac_ylag_c", "model_jac_p_c")))
@@ -149,13 +149,14 @@ def callback_spec(model, full: bool):
         for k, shape in outs.items()}
 
 
-def numba_callbacks(model, full: bool) -> dict:
+def numba_callbacks(model, full: bool, spec=None) -> dict:
     """``{callback: address}`` of ``callback_spec``'s callbacks compiled by numba (``cfuncs*.py``):
-    the path for sources outside :mod:`odeinfer.model.native`'s subset, and its test oracle."""
+    the path for sources outside :mod:`odeinfer.model.native`'s subset, and its test oracle.
+    ``spec``: ``callback_spec(model, full)`` when the caller has it already."""
     from odeinfer.model.cache import build_module
     from odeinfer.solve.kernels import DDE_MODEL_CFUNC_FILES, MODEL_CFUNC_FILES, RODAS_CFUNC_FILES
 
-    source, kernels = callback_spec(model, full)
+    source, kernels = spec if spec is not None else callback_spec(model, full)
     files = DDE_MODEL_CFUNC_FILES if model.delays else RODAS_CFUNC_FILES if full else MODEL_CFUNC_FILES
     mod = build_module(source, title=f"model {model.name} C callbacks", kernel_files=files)
     return {k: getattr(mod, k).address for k in kernels}
