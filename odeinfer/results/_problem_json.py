@@ -30,13 +30,10 @@ def observables_to_dict(model) -> dict:
 
 
 def _fail(where, what, exc=None):
+    from odeinfer.results.estimate import _short
+
     why = "" if exc is None else f" ({type(exc).__name__}: {_short(exc)})"
     raise ResultFileError(f"{where}: {what}{why}; write the estimate again with Estimate.to_json") from None
-
-
-def _short(exc, limit=200):
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def observe_from_dict(model, stored, where):

@@ -186,8 +186,9 @@ class Estimate:
             (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
             :class:`~odeinfer.inference.bootstrap.BootstrapWarning`.
             The refits are cached on the estimate per ``(n_boot, seed)``, so both kinds and every
-            ``alpha`` reuse them. Profile and bootstrap intervals are not available after a JSON
-            or pickle round trip.
+            ``alpha`` reuse them. Bootstrap intervals are not available after a JSON or pickle
+            round trip, profile intervals only for likelihood fits read back by :meth:`from_json`
+            (which rebuilds their objective).
         kind : {"percentile", "studentized"}, default "percentile"
             Bootstrap only. ``"percentile"``: the ``alpha/2`` and ``1 - alpha/2`` quantiles of
             the refitted values. ``"studentized"`` (bootstrap-t): ``estimate - q(t*) * bse`` with
