@@ -148,6 +148,8 @@ def _data(names, cols):
                                                                  r"the observable's value"),
     ({"sa": "1/(1 + (a - 3)**2)", "yb": "b"}, oi.Normal(sigma=0.1), (), r"'sa' \('1/\(\(a - 3\)\*\*2 \+ 1\)': 2 "
                                                                         r"inverses reproduce"),
+    ({"sa": "a + sin(a)", "yb": "b"}, oi.Normal(sigma=0.1), (), r"'sa' \(sympy finds no inverse of 'a \+ sin\(a\)' "
+                                                                r"on the lin noise scale\)"),
 ])
 def test_refused_observables_are_named(chain, est, obs, noise, params, match):
     m, X, za, yb = chain
@@ -157,6 +159,15 @@ def test_refused_observables_are_named(chain, est, obs, noise, params, match):
         est.fit(mo, d, start=[1.0, 1.0]) if not isinstance(est, (oi.OrthogonalConditions, oi.GradientMatching)) \
             else est.fit(mo, d)
     assert "oi.Embedding()" in str(info.value)
+
+
+def test_observable_not_strictly_monotone_on_the_data_is_refused(chain):
+    m, X, za, yb = chain
+    mo = m.observe({"ca": "a**3", "yb": "b"}, noise=oi.Normal(sigma=0.1))
+    d = _data(["ca", "yb"], [np.linspace(0.0, 1.0, T.size), X[:, 1]])  # a = 0 reached: d(a^3)/da = 0 there
+    with pytest.raises(EstimationError, match=r"'ca' \('a\*\*3' is not strictly monotone in 'a' over the range "
+                                              r"\[0, 1\] of the states it measures\)"):
+        oi.GradientMatching().fit(mo, d)
 
 
 def test_refused_setups(chain):
