@@ -272,12 +272,6 @@ def state_view(model, data, fixed, estimator) -> StateView | None:
     fixed_all = _fixed_dict(fixed, model, estimator)
     exps = as_experiments(data)
     names = list(exps.names)
-    for n in names:
-        c = exps.condition(n)
-        if (c.params or c.x0 or c.doses or c.preequilibrate is not None):
-            raise EstimationError(f"data: experiment {n!r} has a condition (parameter overrides, initial states, doses "
-                                  f"or pre-equilibration); {estimator} smooths each experiment's states and cannot "
-                                  f"apply it. {_EMBEDDING[0].upper()}{_EMBEDDING[1:]}")
     obs = {o.name: o for o in model.observables}
     for n, d in zip(names, exps):
         unknown = [c for c in d.states if c not in obs]
@@ -293,6 +287,12 @@ def state_view(model, data, fixed, estimator) -> StateView | None:
             cands[o.name] = r
     if bad:
         _refuse(estimator, model, bad)
+    for n in names:
+        c = exps.condition(n)
+        if (c.params or c.x0 or c.doses or c.preequilibrate is not None):
+            raise EstimationError(f"data: experiment {n!r} has a condition (parameter overrides, initial states, doses "
+                                  f"or pre-equilibration); {estimator} smooths each experiment's states and cannot "
+                                  f"apply it. {_EMBEDDING[0].upper()}{_EMBEDDING[1:]}")
     by_state = {}
     for name, (state, _, _) in cands.items():
         by_state.setdefault(state, []).append(name)
