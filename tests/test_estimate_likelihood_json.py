@@ -103,3 +103,27 @@ def test_tampered_problem_is_a_result_file_error(fit, tamper, match):
     tamper(d)
     with pytest.raises(ResultFileError, match=match):
         oi.Estimate.from_json(json.dumps(d))
+
+
+@pytest.mark.parametrize("name", ["Zheng_PNAS2012", "Fujita_SciSignal2010"])
+def test_petab_problem_round_trip(name):
+    """PEtab problems with pre-equilibration (Zheng) and condition inputs (Fujita): the estimate at the
+    nominal parameters, written and read back, predicts every experiment as before."""
+    from pathlib import Path
+
+    pp = oi.petab.load(Path(__file__).parent / "data" / "petab" / name / f"{name}.yaml")
+    obj = pp.objective(oi.Rodas(rtol=1e-8, atol=1e-10))
+    u = np.asarray(pp.u_nominal, float)
+    ev = obj(u, grad=False)
+    assert ev.ok, ev.failure
+    names = pp.problem.estimated
+    est = oi.Estimate("Embedding", pp.problem.model, names, obj.natural(u)[obj.est_index], None, "converged",
+                      cost=ev.nll, fixed={n: pp.problem.params[n].value for n in pp.problem.names if n not in names},
+                      extras={"u": u, "scales": dict(zip(names, obj.scales))})
+    object.__setattr__(est, "_objective", obj)
+    back = oi.Estimate.from_json(est.to_json())
+    assert back._objective(u, grad=False).nll == pytest.approx(ev.nll, rel=1e-10)
+    for plan in pp.problem.plans:
+        t = np.linspace(plan.t0, float(plan.t_rows.max()), 9)
+        np.testing.assert_allclose(back.predict(t, experiment=plan.name).y, est.predict(t, experiment=plan.name).y,
+                                   rtol=1e-10, atol=1e-12)
