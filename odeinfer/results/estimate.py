@@ -68,7 +68,8 @@ class Estimate:
     fixed : mapping
         Quantities held fixed, name -> value (parameters and/or initial states).
     sigma : mapping
-        Noise standard deviation per observed state, as estimated or given.
+        Noise standard deviation per observed state, as estimated or given (per observable, on its
+        noise scale, for a matching estimate of a model with observables).
     residuals : ndarray or None
         Estimator's residual vector at the optimum (its meaning depends on the estimator).
     history : mapping of str to ndarray
