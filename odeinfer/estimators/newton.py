@@ -379,9 +379,6 @@ def _fit(est, algorithm, model, data, start, fixed, rng=None):
     _reject_delays(est, model)
     t0 = time.perf_counter()
     view, model, data, fixed, start = state_inputs(model, data, fixed, start, type(est).__name__)
-    problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
-                      estimator=type(est).__name__)
-    _reject_log_noise(est, model)
     scheme = _scheme(est)
     maps = None
     if view is not None and view.nonlinear:
@@ -393,6 +390,9 @@ def _fit(est, algorithm, model, data, start, fixed, rng=None):
                 f"delta-method covariance does not apply; use derivative='spline' (or 'auto'), which smooths on the "
                 f"noise scale, or oi.OrthogonalConditions / oi.GradientMatching")
         maps = {m.state: m.fn for m in view.nonlinear}
+    problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
+                      estimator=type(est).__name__)
+    _reject_log_noise(est, model)
     source = _rows_from_data(problem, scheme, maps)
     states = problem.model.states
     warns = _warn_bias([(f"data {d.name!r}", d.t, _series(d, states)) for d in problem.experiments], states, scheme)
