@@ -47,9 +47,12 @@ def _quiet(fn, *a, **k):
         return fn(*a, **k)
 
 
-def _same(e1, e2, sigma_factor=None):
-    np.testing.assert_allclose(e1.values, e2.values, rtol=RTOL)
-    np.testing.assert_allclose(e1.cov, e2.cov, rtol=1e-6)
+def _same(e1, e2):
+    """The model parameters of ``e1`` (a model with observables) equal those of ``e2`` (states)."""
+    k = len(e2.names)
+    assert e1.names[:k] == e2.names
+    np.testing.assert_allclose(e1.values[:k], e2.values, rtol=RTOL)
+    np.testing.assert_allclose(e1.cov[:k, :k], e2.cov, rtol=1e-6)
     assert e1.status == e2.status
 
 
@@ -69,10 +72,32 @@ def test_log_and_affine_observables_equal_the_state_fit(chain, make):
     assert e1.model.observable_names == ("la", "sb")
     assert e1.sigma["la"] == pytest.approx(e2.sigma["a"], rel=RTOL)
     assert e1.sigma["sb"] == pytest.approx(2.5 * e2.sigma["b"], rel=RTOL)
+    # the shared noise sd "sd" is reported as a start (no standard error): the pooled residual sd
+    assert e1.names[-1] == "sd" and np.isnan(e1.bse["sd"])
+    assert e1.params["sd"] == pytest.approx(np.sqrt((e1.sigma["la"] ** 2 + e1.sigma["sb"] ** 2) / 2), rel=1e-12)
     # the trajectory check compares on the noise scale: the same ratio for log(a); b's residuals scale by 2.5
     # and so does its noise
     c1, c2 = e1.extras["trajectory_check"], e2.extras["trajectory_check"]
     assert c1["rms_ratio"] == pytest.approx(c2["rms_ratio"], rel=1e-6)
+
+
+def test_quick_start_matching_then_likelihood_fit(chain):
+    """The quick start on observables: a matching estimate starts the likelihood fit (noise sd included),
+    which reaches the optimum a fit started at the truth reaches (rtol 1e-5: two trust-region runs
+    stopping at 1e-7 in the NLL)."""
+    m, X, za, yb = chain
+    mo = m.observe({"la": "log(a)", "sb": "scale*b + 1"}, noise={"la": oi.Normal(sigma="sd_a"),
+                                                               "sb": oi.Normal(sigma="sd_b")},
+                   params=["scale", "sd_a", "sd_b"])
+    dobs = oi.Data(T, np.column_stack([za, yb]), ["la", "sb"], t0=0.0)
+    oc = _quiet(oi.OrthogonalConditions(L=6).fit, mo, dobs, fixed={"scale": 2.5})
+    assert oc.names == ("k1", "k2", "sd_a", "sd_b")
+    assert oc.params["sd_a"] == pytest.approx(oc.sigma["la"]) and oc.params["sd_b"] == pytest.approx(oc.sigma["sb"])
+    x0 = {"a": 5.0, "b": 0.5}
+    fit = oi.Embedding().fit(mo, dobs, start=oc, fixed={"scale": 2.5}, x0=x0)
+    ref = oi.Embedding().fit(mo, dobs, start={**TRUTH, "sd_a": 0.05, "sd_b": 0.1}, fixed={"scale": 2.5}, x0=x0)
+    assert fit.converged and ref.converged
+    np.testing.assert_allclose(fit.values, ref.values, rtol=1e-5)
 
 
 def test_log10_noise_and_known_scale(chain):

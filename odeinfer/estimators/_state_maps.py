@@ -32,6 +32,7 @@ naming the observables it cannot use, before any work; the trajectory estimators
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -154,6 +155,36 @@ class StateView:
     def sigma(self, by_state) -> dict:
         """``{state: sd}`` -> ``{observable: sd}`` (the sd is on the observable's noise scale)."""
         return {self.maps[s].observable: v for s, v in by_state.items() if s in self.maps}
+
+    def noise_starts(self, proxies) -> dict:
+        """``{parameter: value}`` for the observables' noise sds that are one free observable parameter:
+        the smoothers' residual sd on the noise scale, pooled (by the number of measurements) over the
+        experiments and the observables sharing it; a start for a likelihood fit, not an estimate with
+        a standard error."""
+        by_param = {}
+        for o in self.source.observables:
+            name = str(o.sigma_expr)
+            if not (o.sigma_expr.is_Symbol and name in self.source.obs_params and name not in self.fixed_obs):
+                continue
+            state = next((m.state for m in self.maps.values() if m.observable == o.name), None)
+            for pr in proxies:
+                f = pr[state]
+                ss, n = by_param.get(name, (0.0, 0))
+                by_param[name] = (ss + f.nobs * f.sigma ** 2, n + f.nobs)
+        return {k: math.sqrt(ss / n) for k, (ss, n) in by_param.items() if n > 0}
+
+    def extend(self, names, values, cov, proxies):
+        """``(names, values, cov)`` with the :meth:`noise_starts` appended (NaN covariance: no standard
+        error), so that ``oi.Embedding().fit(model, data, start=estimate)`` starts every parameter."""
+        extra = self.noise_starts(proxies)
+        if not extra:
+            return names, values, cov
+        k, m = len(names), len(extra)
+        if cov is not None:
+            full = np.full((k + m, k + m), np.nan)
+            full[:k, :k] = cov
+            cov = full
+        return tuple(names) + tuple(extra), np.concatenate([values, list(extra.values())]), cov
 
     def report(self, problem):
         """``problem`` as the estimate reports it: the user's model, its fixed observable parameters."""

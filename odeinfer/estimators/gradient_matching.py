@@ -199,9 +199,11 @@ class GradientMatching(Estimator):
             warnings.warn(note, CoverageWarning, stacklevel=3)
             warn = list(warn) + [note]
         record_trajectory_check(prob, full(th), "GradientMatching", extras, warn, maps)
+        names = prob.free
         if view is not None:
             sig = view.sigma(sig)
-        estimate = make_estimate(self, prob if view is None else view.report(prob), prob.free, th, cov, sol.status,
+            names, th, cov = view.extend(names, th, cov, proxies)
+        estimate = make_estimate(self, prob if view is None else view.report(prob), names, th, cov, sol.status,
                                  t_start=t_start,
                                  message=sol.message, n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig,
                                  residuals=r, history={"cost": np.asarray(sol.history, float)}, extras=extras,

@@ -530,9 +530,11 @@ class OrthogonalConditions(Estimator):
         if so is not None:
             extras["second_order"] = so
         record_trajectory_check(prob, r["full"], "OrthogonalConditions", extras, warn, maps)
+        names = prob.free
         if view is not None:
             sig = view.sigma(sig)
-        estimate = make_estimate(self, prob if view is None else view.report(prob), prob.free, theta, cov,
+            names, theta, cov = view.extend(names, theta, cov, proxies)
+        estimate = make_estimate(self, prob if view is None else view.report(prob), names, theta, cov,
                                  r["status"], t_start=t_start,
                                  message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
                                  residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,
@@ -657,8 +659,8 @@ def confidence_ellipsoid(estimate, alpha=0.05, names=None) -> ConfidenceEllipsoi
     unknown = [n for n in names if n not in estimate.names]
     if unknown:
         raise InputError(f"names: {unknown} are not estimated quantities {list(estimate.names)}")
-    if estimate.cov is None or not np.all(np.isfinite(estimate.cov)):
-        raise InputError("estimate: no finite covariance (see estimate.warnings); no ellipsoid can be formed")
     idx = [estimate.names.index(n) for n in names]
-    return ConfidenceEllipsoid(names, np.array(estimate.values)[idx], np.array(estimate.cov)[np.ix_(idx, idx)],
-                               float(chi2.ppf(1 - alpha, len(idx))))
+    cov = None if estimate.cov is None else np.array(estimate.cov)[np.ix_(idx, idx)]
+    if cov is None or not np.all(np.isfinite(cov)):
+        raise InputError("estimate: no finite covariance (see estimate.warnings); no ellipsoid can be formed")
+    return ConfidenceEllipsoid(names, np.array(estimate.values)[idx], cov, float(chi2.ppf(1 - alpha, len(idx))))
