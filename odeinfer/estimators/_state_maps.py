@@ -23,7 +23,13 @@ from sympy (:class:`~odeinfer.estimators._log_proxy.MappedSplineFit`; ``noise="l
 case ``phi = exp``). The Newton family smooths ``z`` (``derivative="spline"``) and maps the rows; an
 affine ``phi`` (``"2.5*x + 1"`` with linear noise) commutes with every derivative scheme, so the
 difference stencils and their delta-method covariance apply to the samples ``phi(z)`` unchanged.
-Trajectory checks and the ``L`` scan compare on the noise scale.
+Trajectory checks and the ``L`` scan compare on the noise scale. The estimate reports the user's
+model, the fixed observable parameters in ``fixed``, the residual sd per observable in ``sigma``
+and, for :class:`~odeinfer.OrthogonalConditions` and :class:`~odeinfer.GradientMatching`, each free
+noise-sd parameter (an observable's sd that is one observable parameter) after the model's
+parameters, valued at the pooled residual sd with a NaN standard error: a start, so that
+``oi.Embedding().fit(model, data, start=estimate, fixed=...)`` starts every parameter (the quick
+start). The parametric bootstrap is not offered for these estimates (it would simulate observables).
 
 Everything else is refused by :func:`state_view` with an :class:`~odeinfer.estimators.base.EstimationError`
 naming the observables it cannot use, before any work; the trajectory estimators
