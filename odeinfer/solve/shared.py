@@ -1,10 +1,11 @@
 """Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
 
 A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``,
-``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``; ``dde_solve`` for a model with delays)
+``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``, ``dopri5_adjoint_vjp``; ``dde_solve``,
+``dde_adjoint_vjp`` and ``dde_adjoint_gradient`` for a model with delays; the estimators' kernels)
 have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
-(``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py`` and
-``dde.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
+(``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``,
+``dde.py`` and ``dde_adjoint.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
 text) is compiled once per machine and calls the model through C callbacks with the layouts of
 ``cfuncs.py`` (plus ``cfuncs_rodas.py`` for the kernels that need time and second derivatives;
 ``dde_cfuncs.py``), lowered straight to LLVM IR by :mod:`odeinfer.model.native` in milliseconds
@@ -192,9 +193,11 @@ class TieredKernel:
 
     def __init__(self, compiled, kernel, full_handle=None):
         # full_handle: the shared kernel needs the model's time and second-order derivative
-        # callbacks (default: Rodas's kernels do)
+        # callbacks (default: odeinfer.solve.abi.needs_full_handle)
+        from odeinfer.solve.abi import needs_full_handle
+
         self.compiled, self.kernel = compiled, kernel
-        self._full = kernel.__name__.startswith("rodas") if full_handle is None else bool(full_handle)
+        self._full = needs_full_handle(kernel.__name__) if full_handle is None else bool(full_handle)
         self.tier = "pending"
 
     def __call__(self, *args):

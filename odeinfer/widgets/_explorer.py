@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from odeinfer.errors import InputError
-from odeinfer.solve.status import Info
+from odeinfer.solve.abi import Info
 from odeinfer.widgets._common import check_data, check_model, message_html
 
 __all__ = ["TrajectorySimulator", "Explorer", "start_values"]
@@ -362,7 +362,7 @@ class Explorer:
     def _status_text(self, status):
         if status == 0:
             return message_html("solver: ok")
-        from odeinfer.solve.status import status_message
+        from odeinfer.solve.abi import status_message
 
         return message_html("solver failed: " + status_message(status, t_reached=self.sim.t_reached(),
                                                              max_steps=self.sim.solver.max_steps), "error")
