@@ -165,3 +165,20 @@ def test_bad_priors_are_refused_before_any_work(tmp_path):
     data, _ = oi.simulate(z.model, z.params, z.x0, z.t, noise=0.5, rng=1)
     with pytest.raises(InputError, match=r"priors: a MAP fit needs a likelihood"):
         est.fit(z.model, data, start=z.params, priors={"alpha": Prior("normal", 0.5, 0.1)})
+
+
+def test_fit_command_with_priors_reports_both_parts(tmp_path, capsys):
+    from odeinfer.cli import main
+
+    pp = with_priors(tmp_path, "Perelson_Science1996", PERELSON)
+    yaml = tmp_path / "Perelson_Science1996" / "Perelson_Science1996.yaml"
+    out = tmp_path / "r.html"
+    assert main(["fit", str(yaml), "-o", str(out), "--starts", "1", "--priors"]) == 0
+    said = capsys.readouterr().out
+    assert "negative log-posterior" in said and "(NLL + the priors'" in said
+    assert "Maximum a posteriori fit" in out.read_text()
+    plain = oi.petab.load(PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml")
+    assert not plain.objective_priors and pp.objective_priors
+    boehm = PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml"
+    assert main(["fit", str(boehm), "-o", str(out), "--starts", "1", "--priors"]) == 1
+    assert "gives no objective priors" in capsys.readouterr().err
