@@ -128,6 +128,8 @@ def pypesto_runner(problem, names):
         if np.max(np.abs(x0 - u)) > 1e-9:
             raise SystemExit("pyPESTO started from another point than the one given")
         f = res.fval if res.fval is not None and math.isfinite(res.fval) else math.nan
+        if res.x is None or not math.isfinite(f):  # a failed start (e.g. AMICI could not integrate at x0)
+            return math.nan, None, f"failed: {res.message}"
         x = np.asarray(res.x, float)
         return f, (x[problem.x_free_indices] if x.size == problem.dim_full else x)[perm], str(res.exitflag)
 
@@ -241,7 +243,7 @@ def main(argv=None):
         w = warm_boehm(folder)
         report["warm_boehm"] = w
         print(f"\nBoehm at the nominal parameters: odeinfer NLL {w['odeinfer_nll']:.6f}, pyPESTO fval "
-              f"{w['pypesto_fval']:.6f}, AMICI -llh {w['amici_minus_llh']:.6f}")
+              f"{w['pypesto_fval']:.6f}, AMICI -llh {w['amici_minus_llh']:.6f}", flush=True)
         base = w["median_s"]["odeinfer Objective (NLL + gradient + FIM)"]
         for label, s in w["median_s"].items():
             print(f"  warm {label}: {1e3 * s:.3f} ms median ({s / base:.2f} x odeinfer)")

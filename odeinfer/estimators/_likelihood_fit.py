@@ -309,7 +309,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     names = problem.estimated
     fixed = {n: problem.params[n].value for n in problem.names if n not in names}
     warns = []
-    prior_nll = 0.0
+    prior_nll, fisher_rank = 0.0, None
     if best is None:
         values, cov, cov_u, f, n_iter, u = np.full(len(names), np.nan), None, None, math.nan, 0, None
     else:
@@ -321,6 +321,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         cov = cov_u = None
         if ev.ok:
             cov_u, rank = _inverse(ev.fim)
+            fisher_rank = rank
             if rank < len(names):
                 what = "Fisher information" + (" plus the priors' curvature" if priors else "")
                 msg = (f"the {what} has rank {rank} < {len(names)}: some parameters are not identifiable "
@@ -341,7 +342,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
               "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + 0.1) if f_ok else 0,
-              "n_evaluations": obj.n_eval}
+              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank}
     method = "maximum likelihood"
     if priors:
         extras["prior_nll"] = prior_nll
