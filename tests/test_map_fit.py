@@ -65,6 +65,11 @@ def test_map_of_a_linear_gaussian_model_is_the_closed_form_posterior_mode():
     assert fit.cost == fit.extras["objective"]
     assert fit.extras["objective_kind"].startswith("negative log-posterior")
     assert "negative log-posterior" in fit.summary()
+    # the negative log-posterior is exactly quadratic here: its profile interval is mode +- z sqrt(A^-1_ii)
+    half = stats.norm.ppf(0.975) * np.sqrt(np.diag(np.linalg.inv(A)))
+    prof = fit.conf_int(method="profile").loc[["a", "b"]]
+    np.testing.assert_allclose(prof["lower"].to_numpy(), mode - half, atol=1e-4)
+    np.testing.assert_allclose(prof["upper"].to_numpy(), mode + half, atol=1e-4)
     starts = fit.extras["starts"]
     assert starts["objective"][0] == pytest.approx(starts["nll"][0] + starts["prior_nll"][0], rel=1e-12)
     # the maximum-likelihood fit is ordinary least squares, away from the MAP (the priors pull)
