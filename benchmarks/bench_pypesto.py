@@ -16,7 +16,9 @@ For each problem in tests/data/petab (both tools read the same PEtab files):
    value at that point is printed as a cross-check), starts converged (final objective within
    0.1 of the best of both tools), failed starts, median wall time per start, the whole
    multistart's time (the sum of the starts' wall times) and the time per converged start (whole
-   multistart time / converged starts);
+   multistart time / converged starts); each start's process CPU time is printed and kept in the
+   JSON too (both tools run single-threaded in this process; on an oversubscribed machine it is
+   the fairer measure of work);
 3. the issue's target per problem: odeinfer's best objective at most 0.01 above pyPESTO's
    (equal to the published values' 3 decimals, or better), and pyPESTO's time per converged start
    at least 10 times odeinfer's;
@@ -139,15 +141,19 @@ def pypesto_runner(problem, names):
 def run_both(one_o, one_p, U):
     """Every start by both tools, alternating which goes first (both meet the same machine load);
     wall time around each local fit."""
-    out = {k: {"f": np.full(len(U), np.nan), "time": np.full(len(U), np.nan), "status": [None] * len(U),
-               "u": [None] * len(U)} for k in ("odeinfer", "pypesto")}
+    out = {k: {"f": np.full(len(U), np.nan), "time": np.full(len(U), np.nan), "cpu": np.full(len(U), np.nan),
+               "status": [None] * len(U), "u": [None] * len(U)} for k in ("odeinfer", "pypesto")}
     for i, u in enumerate(U):
         order = (("odeinfer", one_o), ("pypesto", one_p))
         for key, one in (order if i % 2 == 0 else order[::-1]):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             f, x, status = one(np.array(u, float))
             r = out[key]
-            r["time"][i], r["f"][i], r["u"][i], r["status"][i] = time.perf_counter() - t, f, x, status
+            r["time"][i], r["cpu"][i] = time.perf_counter() - t, time.process_time() - c
+            r["f"][i], r["u"][i], r["status"][i] = f, x, status
+        print(f"    start {i}: odeinfer {out['odeinfer']['f'][i]:.4f} in {out['odeinfer']['time'][i]:.1f} s "
+              f"(CPU {out['odeinfer']['cpu'][i]:.1f} s); pyPESTO {out['pypesto']['f'][i]:.4f} in "
+              f"{out['pypesto']['time'][i]:.1f} s (CPU {out['pypesto']['cpu'][i]:.1f} s)", flush=True)
     for r in out.values():
         r["wall"] = float(np.sum(r["time"]))
         r["best_u"] = r["u"][int(np.nanargmin(r["f"]))] if np.any(np.isfinite(r["f"])) else None
@@ -275,9 +281,10 @@ def main(argv=None):
               f"start {bound if bound == '>=' else ''}{speed:.2f}x less than pyPESTO+AMICI: {fast} (>= 10x)",
               flush=True)
         report["problems"][name] = {
-            "odeinfer": {**so, "f": ours["f"].tolist(), "time": ours["time"].tolist(), "status": ours["status"],
+            "odeinfer": {**so, "f": ours["f"].tolist(), "time": ours["time"].tolist(), "cpu": ours["cpu"].tolist(),
+                         "status": ours["status"],
                          "pypesto_f_at_best": cross_o, "setup_s": ours["setup"]},
-            "pypesto": {**sp, "f": theirs["f"].tolist(), "time": theirs["time"].tolist(),
+            "pypesto": {**sp, "f": theirs["f"].tolist(), "time": theirs["time"].tolist(), "cpu": theirs["cpu"].tolist(),
                         "odeinfer_f_at_best": cross_p, "setup_s": amici_setup},
             "speedup_per_converged": speed, "speedup_kind": bound, "best_equal_or_better": bool(equal)}
         if args.json:
