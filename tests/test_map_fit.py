@@ -65,6 +65,8 @@ def test_map_of_a_linear_gaussian_model_is_the_closed_form_posterior_mode():
     assert fit.cost == fit.extras["objective"]
     assert fit.extras["objective_kind"].startswith("negative log-posterior")
     assert "negative log-posterior" in fit.summary()
+    back = oi.Estimate.from_json(fit.to_json(), model=LINE)  # the parts survive a round trip
+    assert back.extras["prior_nll"] == fit.extras["prior_nll"] and back.extras["objective"] == fit.cost
     # the negative log-posterior is exactly quadratic here: its profile interval is mode +- z sqrt(A^-1_ii)
     half = stats.norm.ppf(0.975) * np.sqrt(np.diag(np.linalg.inv(A)))
     prof = fit.conf_int(method="profile").loc[["a", "b"]]
