@@ -210,7 +210,10 @@ class Embedding(Estimator):
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
         from odeinfer.likelihood import FitProblem
+        from odeinfer.petab.tables import PetabProblem
 
+        if isinstance(model, PetabProblem):
+            model = model.problem
         if isinstance(model, FitProblem):
             if data is not None or fixed or x0 is not None:
                 raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
@@ -237,15 +240,16 @@ class Embedding(Estimator):
                 return (a, b)
         return (-math.inf, math.inf)
 
-    def fit(self, model, data=None, *, start=None, fixed=None, x0=None):
+    def fit(self, model, data=None, *, start=None, fixed=None, x0=None, priors=None):
         """Fit ``model`` to ``data`` by trajectory least squares, or by maximum likelihood for a
         model with observables.
 
         Parameters
         ----------
-        model : Model or FitProblem
+        model : Model, FitProblem or PetabProblem
             Its observation model gives the observed states and the noise scale. A model with
-            observables (:meth:`Model.observe`) or an :class:`~odeinfer.FitProblem` is fitted by
+            observables (:meth:`Model.observe`), an :class:`~odeinfer.FitProblem` or a
+            :class:`~odeinfer.petab.PetabProblem` (its FitProblem) is fitted by
             maximum likelihood: the objective is the negative log-likelihood of its noise models
             (with all constants, as PEtab defines it), minimised by a bound-constrained trust
             region (fides) on the parameters' scales with the exact gradient and the Fisher
@@ -272,6 +276,18 @@ class Embedding(Estimator):
             For a FitProblem, a 2-D array (one row per start, natural units,
             ``problem.estimated``'s order) gives several starts; ``starts`` beyond its rows are
             sampled within the bounds.
+        priors : True or dict, optional
+            Makes a likelihood fit a maximum a posteriori (MAP) fit: it minimises the negative
+            log-likelihood plus the priors' negative log densities (the negative log-posterior up
+            to a constant). ``True``: the objective priors of a PetabProblem's parameter table
+            (``objectivePriorType``; an InputError if it has none); a dict ``{estimated parameter:
+            odeinfer.petab.priors.Prior(kind, a, b, scale)}`` for any likelihood fit (``scale``:
+            the parameter's estimation scale). Default None: maximum likelihood. The estimate keeps
+            the parts apart: ``fit.nll`` is the negative log-likelihood at the MAP point,
+            ``extras["prior_nll"]`` the priors' term, ``extras["objective"]`` their sum (the
+            value minimised; ``extras["objective_kind"]`` names it) and the table of starts has
+            the three columns; the covariance adds the priors' curvature to the Fisher
+            information (a Laplace approximation of the posterior).
         fixed : dict, optional
             Parameters held fixed, name -> value.
         x0 : dict, array-like or dict of dicts, optional
@@ -295,10 +311,15 @@ class Embedding(Estimator):
         t_start = time.perf_counter()
         problem = self._likelihood_problem(model, data, fixed, x0)
         if problem is not None:
-            from odeinfer.estimators._likelihood_fit import fit_likelihood
+            from odeinfer.estimators._likelihood_fit import fit_likelihood, resolve_priors
 
+            priors = resolve_priors(model, problem, priors)
             with single_threaded_blas():
-                return fit_likelihood(self, problem, start, t_start)
+                return fit_likelihood(self, problem, start, t_start, priors)
+        if priors is not None and priors is not False:
+            raise InputError("priors: a MAP fit needs a likelihood (a model with observables and noise models, a "
+                             "FitProblem or a PetabProblem); this model is fitted by trajectory least squares; drop "
+                             "priors= or add observables (Model.observe)")
         with single_threaded_blas():
             S = build_setup(self, model, data, start, fixed, x0)
             est, start, S, info = self._resolve_start(S, model, data, start, fixed, x0)

@@ -313,7 +313,9 @@ class Estimate:
         return float(self.extras.get("nll", float("nan")))
 
     def _objective_words(self):
-        return "negative log-likelihood" if "nll" in self.extras else "cost"
+        if "nll" not in self.extras:
+            return "cost"
+        return self.extras.get("objective_kind", "negative log-likelihood")
 
     def to_priors(self, inflate: float = 10.0, **kwargs) -> dict:
         """PyMC priors centred on this estimate, ``inflate`` times wider than its standard errors.
