@@ -149,7 +149,7 @@ def test_matching_estimators_refuse_observables_naming_them():
     from odeinfer.estimators import EstimationError
 
     exps = two_conditions(np.random.default_rng(5))
-    for est in (oi.OrthogonalConditions(), oi.GradientMatching(), oi.NewtonRaphson(), oi.Simultaneous()):
+    for est in (oi.OrthogonalConditions(), oi.GradientMatching(), oi.NewtonRaphson()):  # Simultaneous fits them
         with pytest.raises(EstimationError, match=r"the observables \['signal'\] of model 'chain' are not states.*"
                                                   r"oi.Embedding\(\)"):
             est.fit(OBS, exps)

@@ -228,7 +228,6 @@ def _table(problem, obj, U, runs):
 
 
 def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts):
-    from odeinfer.estimators.base import IdentifiabilityWarning
     from odeinfer.results import Estimate
 
     names = problem.estimated
@@ -242,14 +241,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         nll = ev.nll if ev.ok else math.nan
         cov = cov_u = None
         if ev.ok:
-            cov_u, rank = _inverse(ev.fim)
-            if rank < len(names):
-                msg = (f"the Fisher information has rank {rank} < {len(names)}: some parameters are not identifiable "
-                       "from these data (NaN standard errors); fix some of them or add data")
-                warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
-                warns.append(msg)
-            d = dnatural_dscaled(values, obj.scales)
-            cov = cov_u * np.outer(d, d)
+            cov, cov_u = wald_covariance(ev.fim, values, obj.scales, warns)
         small = _small_sample_note(problem, obj.n_data)
         if small:
             warns.append(small)
@@ -274,6 +266,21 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         boot = ParametricBootstrap(out, est, likelihood_builder(obj, np.array(u, float)))
         object.__setattr__(out, "_bootstrapper", boot)
     return out
+
+
+def wald_covariance(fim, values, scales, warns, what="the Fisher information"):
+    """``(cov, cov_scaled)``: the inverse Fisher information on the estimation scale and mapped to
+    natural units (delta method); a rank deficiency is warned (IdentifiabilityWarning) and noted in ``warns``."""
+    from odeinfer.estimators.base import IdentifiabilityWarning
+
+    cov_u, rank = _inverse(fim)
+    if rank < len(values):
+        msg = (f"{what} has rank {rank} < {len(values)}: some parameters are not identifiable from these data (NaN "
+               "standard errors); fix some of them or add data")
+        warnings.warn(msg, IdentifiabilityWarning, stacklevel=5)
+        warns.append(msg)
+    d = dnatural_dscaled(values, scales)
+    return cov_u * np.outer(d, d), cov_u
 
 
 def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):

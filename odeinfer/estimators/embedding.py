@@ -21,7 +21,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
-from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.estimators.base import Estimator, likelihood_problem, norm_bounds, norm_sigma
 from odeinfer.inference.executor import as_executor
 from odeinfer.solve.config import as_solver
 
@@ -209,26 +209,12 @@ class Embedding(Estimator):
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
-        from odeinfer.likelihood import FitProblem
-
-        if isinstance(model, FitProblem):
-            if data is not None or fixed or x0 is not None:
-                raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
-                                 "fit(problem, start=...) without data, fixed or x0")
-        elif not getattr(model, "observables", ()):
-            return None
-        odd = [f"{k}={getattr(self, k)!r}" for k, v in (("segments", 1), ("boundary", "initial"), ("sigma", "pooled"))
-               if getattr(self, k) != v]
-        if odd:
-            raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its "
-                             "noise models, by single shooting; drop these settings")
-        if isinstance(model, FitProblem):
-            return model
         from odeinfer.estimators._likelihood_fit import problem_from_embedding
 
-        if data is None:
-            raise InputError("data: expected Data or Experiments with the observables' measurements, got None")
-        return problem_from_embedding(self, model, data, None, fixed, x0)
+        return likelihood_problem(self, model, data, fixed, x0,
+                                  defaults=(("segments", 1), ("boundary", "initial"), ("sigma", "pooled")),
+                                  how="by single shooting",
+                                  build=lambda m, d, f, x: problem_from_embedding(self, m, d, None, f, x))
 
     def bounds_of(self, name):
         """``(lower, upper)`` given for ``name`` (natural units), or ``(-inf, inf)``."""
