@@ -135,8 +135,9 @@ def test_embedding_with_observables_builds_the_problem_from_its_settings():
 def test_likelihood_fit_bad_inputs():
     exps = two_conditions(np.random.default_rng(5))
     prob = problem(exps)
-    with pytest.raises(InputError, match="segments=3: a model with observables is fitted by maximum likelihood"):
-        oi.Embedding(segments=3).fit(prob)
+    with pytest.raises(InputError, match="sigma='per_state': a model with observables is fitted by maximum "
+                                         "likelihood"):
+        oi.Embedding(sigma="per_state").fit(prob)
     with pytest.raises(InputError, match="a FitProblem carries its data"):
         oi.Embedding().fit(prob, exps)
     with pytest.raises(InputError, match=r"start\['k1'\]: k1 is estimated on the log10 scale, so its start must be > 0"):

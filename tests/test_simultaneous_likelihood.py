@@ -22,6 +22,7 @@ import pytest
 from scipy.optimize import minimize
 
 import odeinfer as oi
+from likelihood_reference import newton_optimum
 from odeinfer.errors import InputError
 
 
@@ -193,12 +194,7 @@ def test_doses_inputs_and_overrides_reach_embeddings_optimum():
     # is finished by Newton steps on the same single-shooting objective (exact gradient and
     # Fisher information, solver at rtol 1e-11) to a gradient norm below 1e-5 (the smallest eigenvalue
     # of the Fisher information is about 20, so u_ref is then within 1e-6 of the optimum)
-    exact = oi.Objective(prob, solver=oi.Dopri5(rtol=1e-11, atol=1e-13))
-    u_ref = np.array(emb.extras["u"])
-    for _ in range(6):
-        ev = exact(u_ref)
-        u_ref = u_ref - np.linalg.solve(ev.fim, ev.grad)
-    ev = exact(u_ref)
+    u_ref, ev = newton_optimum(prob, emb.extras["u"])
     assert np.linalg.norm(ev.grad) < 1e-5
     fit = oi.Simultaneous(scheme="hermite-simpson", n_grid=121).fit(prob)
     assert fit.converged, fit.message

@@ -127,6 +127,10 @@ def _box(obj, u_user):
 
 
 def _local(obj, u0, max_iter):
+    local = getattr(obj, "local", None)  # multiple shooting (odeinfer.likelihood.shooting) fits its own way
+    if local is not None:
+        return local(u0, max_iter)
+
     def fun(u):
         ev = obj(u)
         return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
@@ -136,11 +140,11 @@ def _local(obj, u0, max_iter):
 
 def _chunk(payload, chunk):
     """Worker: local fits from several starts (top level, picklable)."""
-    from odeinfer.likelihood import Objective
+    from odeinfer.likelihood.shooting import make_objective
 
-    problem, solver, max_iter = payload
+    problem, solver, max_iter, shooting = payload
     try:
-        obj = Objective(problem, solver=solver)
+        obj = make_objective(problem, solver, shooting)
     except Exception as exc:
         return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
     return [_one(obj, i, u0, max_iter) for i, u0 in chunk]
@@ -161,11 +165,12 @@ def fit_likelihood(est, problem, start, t_start):
     """Fit ``problem`` with the settings of Embedding ``est`` (solver, starts, rng, sampler,
     n_jobs, max_iter); returns an :class:`~odeinfer.results.Estimate`."""
     from odeinfer.inference.multistart import run_starts, sample_starts
-    from odeinfer.likelihood import Objective
+    from odeinfer.likelihood.shooting import make_objective
 
     if not problem.estimated:
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
-    obj = Objective(problem, solver=est.solver)
+    shooting = (est.segments, est.continuity_weight, est.polish) if est.segments > 1 else None
+    obj = make_objective(problem, est.solver, shooting)
     X = _start_rows(problem, start)
     for k, x in enumerate(X):
         _check_start(problem, x, None if X.shape[0] == 1 else k)
@@ -189,7 +194,7 @@ def fit_likelihood(est, problem, start, t_start):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs,
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter, shooting), U, n_jobs=est.n_jobs,
                           executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
@@ -250,7 +255,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
               "n_within_0.1_of_best": sum(1 for v in nll_ok if v <= min(nll_ok) + 0.1) if nll_ok else 0,
-              "n_evaluations": obj.n_eval}
+              "n_evaluations": obj.n_eval, **getattr(obj, "last", {})}
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
             "method": "maximum likelihood, trust region (fides) with the Fisher information",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,

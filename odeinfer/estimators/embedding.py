@@ -52,7 +52,10 @@ class Embedding(Estimator):
         Multiple shooting: each experiment is cut at ``segments - 1`` observation times; the
         states at the cuts are extra unknowns tied by continuity residuals weighted by
         ``continuity_weight / sigma_k``. Must not exceed the number of intervals between the
-        distinct observation times.
+        distinct observation times. For a likelihood fit (observables) the cuts avoid dose times
+        and each gap is a Gaussian pseudo-measurement with sd ``scale_k / continuity_weight``
+        (``scale_k``: the noise sd of a directly observed state, else its largest magnitude at
+        the start); see :mod:`odeinfer.likelihood.shooting`.
     continuity_weight : float, default 1.0
         Initial weight of the continuity residuals; after convergence it is raised tenfold,
         up to three times, until the largest gap is below ``1e-6 (1 + max |u|)`` (a penalty
@@ -212,8 +215,8 @@ class Embedding(Estimator):
         from odeinfer.estimators._likelihood_fit import problem_from_embedding
 
         return likelihood_problem(self, model, data, fixed, x0,
-                                  defaults=(("segments", 1), ("boundary", "initial"), ("sigma", "pooled")),
-                                  how="by single shooting",
+                                  defaults=(("boundary", "initial"), ("sigma", "pooled")),
+                                  how="by single or multiple shooting (segments=m)",
                                   build=lambda m, d, f, x: problem_from_embedding(self, m, d, None, f, x))
 
     def bounds_of(self, name):
@@ -238,8 +241,9 @@ class Embedding(Estimator):
             information; conditions (overrides, doses, inputs, pre-equilibration) come from
             ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
             :class:`~odeinfer.Param` s of a model (a FitProblem carries its own), ``x0`` gives the
-            initial states (numbers or expressions of parameters; required), and
-            ``segments``/``boundary``/``sigma`` must keep their defaults.
+            initial states (numbers or expressions of parameters; required), ``segments > 1``
+            fits each start by multiple shooting (then single shooting with ``polish``), and
+            ``boundary``/``sigma`` must keep their defaults.
         data : Data or Experiments
             Several experiments share the parameters and have their own initial states
             (named ``"x0[state]@experiment"``). None for a FitProblem.
