@@ -168,7 +168,8 @@ class MultipleShooting(Objective):
             v, J = run.mapping(theta)
             res = run.states(v, J)
             if isinstance(res, str):
-                raise SolverError(f"multiple shooting: simulating the start to set the states at the cuts failed: {res}")
+                raise SolverError(f"multiple shooting: simulating the start to set the states at the cuts failed: "
+                                  f"{res}")
             X_all = res[0]
             X = X_all[np.searchsorted(times, cuts)]
             p, q = v[:n_p], v[n_p:n_p + n_q]
@@ -179,7 +180,8 @@ class MultipleShooting(Objective):
                 tr = plan.t_rows[rows]
                 h, hx, _, _ = self.obsf.h(k, tr, X_all[np.searchsorted(times, tr)], p, q)
                 sd = self.obsf.sigma(k, p, q, h)[0]
-                sd = sd * np.abs(h) * (1.0 if o.noise.scale == "log" else math.log(10.0)) if o.noise.scale != "lin" else sd
+                if o.noise.scale != "lin":  # a relative sd: on the natural scale about sd |h| (ln 10 for log10)
+                    sd = sd * np.abs(h) * (1.0 if o.noise.scale == "log" else math.log(10.0))
                 with np.errstate(divide="ignore", invalid="ignore"):
                     e = sd[:, None] / np.abs(hx)
                 for i in range(n):
