@@ -271,3 +271,15 @@ def test_preequilibration_reaches_embeddings_optimum():
     assert emb.converged and fit.converged, (emb.message, fit.message)
     np.testing.assert_allclose(fit.extras["u"], emb.extras["u"], atol=3e-5)  # Embedding's stopping error
     assert fit.nll == pytest.approx(emb.nll, abs=1e-6)
+
+
+def test_bootstrap_intervals_refit_by_simultaneous(ratio_fits):
+    """Parametric bootstrap (data drawn from the noise models at the estimate, refitted by Simultaneous):
+    the percentile intervals' widths are the Wald intervals' within 35% (the Monte Carlo error of a
+    95% interval's width from 60 refits is about 12%, the ML sd's small-sample bias about 9%)."""
+    prob, *_ = ratio_fits
+    fit = oi.Simultaneous(scheme="hermite-simpson", n_grid=101).fit(prob)
+    boot = fit.conf_int(method="bootstrap", n_boot=60, seed=3)
+    wald = fit.conf_int()
+    ratio = (boot["upper"] - boot["lower"]).to_numpy() / (wald["upper"] - wald["lower"]).to_numpy()
+    assert np.all(np.abs(ratio - 1) < 0.35), ratio

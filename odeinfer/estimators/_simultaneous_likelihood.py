@@ -461,4 +461,8 @@ def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
                         int(len(out.history["cost"]) - 1), nll, prob.n_data, fixed, {}, None, out.history, extras,
                         tuple(warns), prov)
     object.__setattr__(estimate, "_objective", obj)
+    if math.isfinite(nll):  # conf_int(method="bootstrap"): refits by this estimator of data drawn at the estimate
+        from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
+
+        object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, est, likelihood_builder(obj, u)))
     return estimate
