@@ -79,10 +79,12 @@ def test_lorenz_multiple_shooting_converges_where_single_shooting_fails():
     assert single.nll > ref.nll + 100
     assert multi.nll == pytest.approx(ref.nll, abs=1e-5)
     np.testing.assert_allclose(multi.extras["u"], ref.extras["u"], atol=1e-4)
-    assert multi.extras["continuity_max"] < 1e-6
-    # without the single-shooting polish: the penalty stage's point, whose exact-trajectory NLL is
-    # within 0.01 of the optimum (far below the 1.92 of a 95% likelihood-ratio interval)
+    assert multi.extras["continuity_max"] < 1e-3  # where single shooting took over
+    # without the single-shooting polish: the penalty stage's point (gaps below 1e-6 relative), whose
+    # exact-trajectory NLL is within 0.01 of the optimum (far below the 1.92 of a 95% likelihood-ratio
+    # interval)
     raw = oi.Embedding(segments=20, polish=False).fit(prob)
+    assert raw.extras["continuity_max"] < 1e-6
     assert raw.nll == pytest.approx(ref.nll, abs=0.01)
 
 
