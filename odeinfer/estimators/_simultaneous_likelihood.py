@@ -298,13 +298,19 @@ class LikelihoodCollocation:
         return np.inf if out is None else out
 
     # --- start ----------------------------------------------------------------------------------
-    def start(self, u0, start_states):
-        """``z0``: the states simulated at ``u0`` (or ``start_states``) on every grid, then ``u0``."""
-        from odeinfer.estimators._simultaneous_setup import _start_states_for
+    def start(self, u0, start_states, smoother=None):
+        """``z0``: on every grid the states measured directly by an observable (``h`` = the state)
+        at the spline proxy of their measurements (fitted on the noise scale), the others simulated
+        at ``u0``, or ``start_states``; then ``u0``."""
+        from odeinfer.estimators._simultaneous_setup import _proxy, _start_states_for
+        from odeinfer.smooth.splines import SplineSmoother
 
         at = self.at(u0)
         if isinstance(at, str):
             raise InputError(f"start: {at}")
+        m = self.model
+        direct = {k: m.state_symbols.index(o.expr) for k, o in enumerate(m.observables) if o.expr in m.state_symbols}
+        smoother = smoother or SplineSmoother()
         z = np.empty(self.nz)
         data = list(self.problem.experiments)
         for i, (e, (v, _, x0, _, pieces)) in enumerate(zip(self.exps, at)):
@@ -312,8 +318,21 @@ class LikelihoodCollocation:
             X = self.X(z, e)
             if user is not None:
                 X[:] = _user_trajectory(user, e.t, self.n, e.name)
-            else:
+                continue
+            proxies = {}
+            for k, _, tr, zy, _, _, scale in e.groups:
+                if k in direct:
+                    tu, inv = np.unique(tr, return_inverse=True)
+                    vals, _ = _proxy(smoother, tu, np.bincount(inv, zy) / np.bincount(inv), (e.t[0], e.t[-1]),
+                                     m.states[direct[k]], e.t)
+                    proxies[direct[k]] = vals if scale == 0 else (np.exp(vals) if scale == 1 else 10.0 ** vals)
+            try:
                 X[:] = self._simulate(e, v, x0, pieces)
+            except InputError:
+                if len(proxies) < self.n:  # a state neither measured directly nor simulated
+                    raise
+            for j, vals in proxies.items():
+                X[:, j] = vals
         z[self.theta_off:] = u0
         return z
 
@@ -426,7 +445,7 @@ def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
     x = _start(problem, start)
     prob = LikelihoodCollocation(problem, est)
     u0 = to_scale(x, prob.scales)
-    z0 = prob.start(u0, start_states)
+    z0 = prob.start(u0, start_states, est.smoother)
     scheme = _SCHEMES[est.scheme]
     out = _bock.iterate(prob, prob.kernel, z0, scheme, est.max_iter, est.xtol, est.ctol, evaluator=Constraints)
     z = out.z

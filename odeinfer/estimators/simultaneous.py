@@ -212,8 +212,10 @@ class Simultaneous(Estimator):
             the linear scale, unbounded, except ``fixed``), with the conditions of
             ``Experiments(..., conditions=...)`` (overrides, initial-state expressions, doses,
             step and linear inputs, pre-equilibration); ``x0`` is then a dict of numbers or
-            expressions, ``start`` is required, the start trajectory is the model simulated at
-            ``start`` (or ``start_states``), and ``estimate_x0`` and ``sigma`` must keep their
+            expressions, ``start`` is required, the start trajectory is ``start_states`` or else,
+            for a state an observable measures directly (``h`` = the state), the spline proxy
+            (``smoother``) of its measurements and, for the others, the model simulated at
+            ``start``; ``estimate_x0`` and ``sigma`` must keep their
             defaults (initial states come from the problem, noise from its noise models). See
             :mod:`odeinfer.estimators._simultaneous_likelihood`.
         data : Data or Experiments
