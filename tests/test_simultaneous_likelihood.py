@@ -300,3 +300,20 @@ def test_lorenz_from_a_poor_start_where_single_shooting_fails():
     assert ref.converged and fit.converged, (ref.message, fit.message)
     assert fit.extras["nll_ode"] == pytest.approx(ref.nll, abs=0.01)
     assert fit.nll == pytest.approx(ref.nll, abs=0.01)
+
+
+@pytest.mark.filterwarnings("ignore::odeinfer.IdentifiabilityWarning")  # at the failed point
+def test_a_degenerate_start_trajectory_fails_with_a_hint():
+    """Lorenz observed through scaled states (no spline proxy) from x0 = (0, 0, 1): the simulated start
+    stays on the z axis, where a1 and a2 move nothing; the fit fails and says to change the start."""
+    from test_likelihood_shooting import lorenz_problem
+
+    prob, _ = lorenz_problem()
+    z = oi.zoo.get("lorenz")
+    m = z.model.observe({"o1": "2*x1", "o2": "2*x2", "o3": "2*x3"}, noise=oi.Normal(sigma="sd"), params=["sd"])
+    d = prob.experiments[0]
+    scaled = oi.FitProblem(m, oi.Data(d.t, 2 * d.y, ["o1", "o2", "o3"]), dict(prob.params),
+                           x0={"x1": "x1_0", "x2": "x2_0", "x3": "x3_0"})
+    fit = oi.Simultaneous(n_grid=201).fit(scaled)
+    assert fit.status == "failed"  # said so, with the way out
+    assert "start values" in fit.message

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import math
+import warnings
 
 import numpy as np
 from numba import njit
@@ -240,8 +241,10 @@ class _KKT:
             self.AiB = self._band_solve(self.B)
             S = self.S = self.B.T @ self.AiB - Htt - np.diag(np.full(q, reg))
             try:
-                self.S_lu = la.lu_factor(S, check_finite=True)
-            except (ValueError, la.LinAlgError) as exc:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", la.LinAlgWarning)  # exactly singular: handled below
+                    self.S_lu = la.lu_factor(S, check_finite=True)
+            except (ValueError, la.LinAlgError, la.LinAlgWarning) as exc:
                 raise RuntimeError(f"singular parameter Schur complement ({exc})") from None
             if not np.all(np.isfinite(self.S_lu[0])) or np.any(np.diag(self.S_lu[0]) == 0):
                 raise RuntimeError("singular parameter Schur complement")
@@ -326,7 +329,10 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None)
                 big = float(np.max(H.blocks)) if isinstance(H, Hessian) else float(H.max())
                 lu = kkt.factor(H, ev.cdata, reg=1e-10 * max(big, 1.0))
             except RuntimeError:
-                status, message = "failed", f"the KKT matrix is singular at iteration {it}"
+                status, message = "failed", (f"the KKT matrix is singular at iteration {it}: some direction of the "
+                                             "unknowns moves neither the objective nor the constraints there (e.g. "
+                                             "a parameter without effect along the start trajectory); give other "
+                                             "start values or start_states")
                 iterates.append((cost, c1, z.copy()))
                 _record(hist, cost, cinf, cost + mu * c1, mu, np.nan, np.nan, np.nan)
                 break
