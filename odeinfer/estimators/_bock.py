@@ -25,6 +25,7 @@ __all__ = ["iterate", "covariance", "BockResult", "Hessian"]
 _ARMIJO = 1e-4
 _MAX_BACKTRACK = 40
 _MIN_ALPHA = 1e-10
+_RESTORE_RISE = 1e-3
 
 
 @njit(cache=True)
@@ -314,7 +315,7 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None)
     if terms is None:
         return BockResult(z, "failed", prob.nonfinite_start, np.nan, np.nan, np.nan,
                           {k: np.array([np.nan]) for k in hist})
-    mu, lam_max = 0.0, np.nan
+    mu, lam_max, prev_cost = 0.0, np.nan, np.inf
     status, message = "max_iter", f"no convergence within max_iter={max_iter} iterations; the best point is kept"
     iterates = []
     for it in range(max_iter + 1):
@@ -379,6 +380,15 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None)
             if alpha < _MIN_ALPHA:
                 break
         _record(hist, cost, cinf, phi, mu, alpha if accepted else 0.0, snorm, lam_max)
+        if not accepted and _stalled(prob, ev, lu, z, cost, prev_cost, ctol * (1.0 + xmax), bounds):
+            z = ev.z_restored
+            status, message = "converged", (
+                f"the objective stalled at iteration {it} (it changed by {abs(prev_cost - cost):.1e} < "
+                f"fatol={prob.fatol:g} in the last step and no step decreases the merit function: a kink of "
+                f"Laplace noise or the round-off floor); a last step restored the constraints to "
+                f"{ev.c_restored:.1e}, changing the objective by {ev.rise:.1e}")
+            iterates.append((prob.value(z), 0.0, z.copy()))
+            break
         if not accepted:
             status = "failed"
             message = (f"line search failed at iteration {it}: no step length down to {alpha:.1e} decreases the "
@@ -396,7 +406,7 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None)
             iterates.append((cost, c1, z.copy()))
             _record(hist, *_final_values(prob, ev, z, mu), mu, np.nan, np.nan, lam_max)
             break
-        z = zt
+        z, prev_cost = zt, cost
         ev.constraints(z, True)
         terms = prob.terms(z)
         if terms is None:  # the merit was finite there, so the objective is: defensive
@@ -408,6 +418,24 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None)
         z = iterates[best][2]
     return BockResult(z, status, message, prob.value(z), lam_max, mu,
                       {k: np.asarray(v, float) for k, v in hist.items()})
+
+
+def _stalled(prob, ev, lu, z, cost, prev_cost, c_tol, bounds):
+    """After a failed line search, for objectives with ``prob.fatol`` (likelihoods): the objective
+    changed by less than ``fatol`` in the last accepted step, and the feasibility step (the KKT
+    solve without the gradient, first order in the violation) meets the constraint tolerance without
+    raising the objective by more than ``_RESTORE_RISE`` (NLL units: far below the 1.92 of a 95%
+    likelihood-ratio interval). Leaves the restored point in ``ev.z_restored``."""
+    fatol = getattr(prob, "fatol", None)
+    if fatol is None or not abs(prev_cost - cost) < fatol:
+        return False
+    corr = lu.solve(np.concatenate([np.zeros(prob.nz), -ev.c]))[:prob.nz]
+    zc = _clip(z + corr, prob.theta_off, bounds)
+    if not ev.constraints(zc, False):
+        return False
+    ev.z_restored, ev.c_restored = zc, float(np.abs(ev.c).max()) if ev.c.size else 0.0
+    ev.rise = prob.value(zc) - cost
+    return ev.c_restored <= c_tol and ev.rise <= _RESTORE_RISE
 
 
 def _bounded_solve(lu, rhs, z, off, lower, upper):

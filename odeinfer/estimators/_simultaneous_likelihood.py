@@ -23,7 +23,10 @@ the measurements as the Gauss-Newton Hessian of the NLL (exact derivatives of ``
 from sympy): per measurement ``fh Dh Dh^T + fs Ds Ds^T`` with ``Dh``, ``Ds`` the gradients of the
 observable and of its sd in ``(X[node], u)``, which is block diagonal by node in ``X``. Bounds of
 the parameters (on their scales) are kept by an active set: a parameter on a bound whose step
-would leave it is held there.
+would leave it is held there. Besides the step and constraint tolerances, a stalled NLL counts as
+converged (Laplace noise has kinks where a residual is zero): when no step decreases the merit
+function after a step that changed the NLL by less than 1e-7 (the trust region's ``fatol``), a
+last feasibility step restores the constraints (raising the NLL by at most 1e-3).
 
 Covariance: the inverse of the Fisher information reduced to the constraint manifold,
 ``Z^T F Z`` with ``Z = dz/du`` (``C_x Z_x = -C_u``), on the estimation scale, mapped to natural
@@ -142,6 +145,7 @@ class LikelihoodCollocation:
 
     block_hessian = True
     param_scale = 1.0  # the step test on the estimation scale: |du| <= xtol (|u| + 1)
+    fatol = 1e-7  # a stalled NLL (Laplace noise's kinks) counts as converged: the trust region's fatol
     nonfinite_start = ("the negative log-likelihood is not finite at the starting point (an observable <= 0 under "
                        "log-scale noise, or a noise sd <= 0?); check the start values or start_states")
 
