@@ -95,3 +95,35 @@ def test_multiple_shooting_bad_inputs():
     with pytest.raises(InputError, match=r"boundary='optimal': a model with observables is fitted by maximum "
                                          r"likelihood"):
         oi.Embedding(boundary="optimal").fit(prob)
+
+
+@oi.model(states=["a", "b"], params=["k1", "k2", "u"])
+def feed(t, y, p):
+    return {"a": p.u - p.k1 * y.a, "b": p.k1 * y.a - p.k2 * y.b}
+
+
+def test_multiple_shooting_with_doses_inputs_and_preequilibration():
+    """Four conditions: a dose, a step input with an override, a linear input, a pre-equilibration;
+    the segments cut through them (their experiments' doses, inputs and pre-equilibration go with
+    each segment). Same reference and tolerance as above."""
+    m = feed.observe({"sig": "s*b"}, noise=oi.Normal(sigma="sd"), params=["s", "sd"])
+    t = np.linspace(0.25, 6.0, 24)
+    conds = {"dose": oi.Condition(params={"u": 0.0}, doses=[oi.Dose(2.0, "a", 1.5)]),
+             "feed": oi.Condition(params={"u": oi.Input([0.0, 3.0], [0.5, 0.0]), "k2": "k2_feed"}, x0={"a": 0.0}),
+             "ramp": oi.Condition(params={"u": oi.Input([0.0, 2.5, 6.0], [0.0, 0.6, 0.1], kind="linear")}),
+             "pre": oi.Condition(params={"u": 0.1}, preequilibrate=oi.Condition(params={"u": 0.4}))}
+    truth = {"k1": 0.8, "k2": 0.4, "k2_feed": 0.6, "s": 2.0, "sd": 0.05}
+    params = {k: oi.Param(0.5 if k != "sd" else 0.1, 1e-2, 1e2, "log10") for k in truth}
+    shell = oi.FitProblem(m, oi.Experiments([oi.Data(t, np.ones(t.size), "sig", name=k) for k in conds],
+                                            conditions=conds), params, x0={"a": 1.0, "b": 0.0})
+    u_true = np.log10([truth[k] for k in shell.estimated])
+    rng = np.random.default_rng(7)
+    prob = shell.with_measurements([h + 0.05 * rng.standard_normal(h.size)
+                                    for h, *_ in oi.Objective(shell).noise_model_at(u_true)])
+    single = oi.Embedding().fit(prob)
+    multi = oi.Embedding(segments=3).fit(prob)
+    assert single.converged and multi.converged, (single.message, multi.message)
+    u_ref, ev = newton_optimum(prob, single.extras["u"])
+    tol = np.sqrt(2e-7 / np.linalg.eigvalsh(ev.fim)[0])
+    assert np.max(np.abs(multi.extras["u"] - u_ref)) < tol
+    assert multi.nll == pytest.approx(ev.nll, abs=1e-6)
