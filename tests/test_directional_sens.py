@@ -15,7 +15,7 @@ import odeinfer as oi
 from odeinfer.errors import InputError
 from odeinfer.solve import _inputs, shared
 from odeinfer.solve.config import as_gradient
-from odeinfer.solve.status import Status
+from odeinfer.solve.abi import Status
 
 # a nonlinear model with explicit time dependence: J_p, its second derivatives d2f/dp dy (Rodas's
 # jac_p_dir) and its time derivative (Rodas's jac_p_t) are all non-zero

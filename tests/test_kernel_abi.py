@@ -1,9 +1,17 @@
-"""The kernels' calling convention is written twice (the kernel files cannot import Python
-modules): the Python side's names (odeinfer.solve.status) must agree with every generated
-module's constants."""
+"""The kernels' calling convention (odeinfer.solve.abi) is written twice: the kernel files
+cannot import Python modules. The Python side's names must agree with every generated module's
+constants and argument names, the shared module's ``ptr_*`` kernels take the same arguments after
+the model handle, and the adapters (the only positional calls of kernels) must put each value at
+its place. Reference: the kernel sources themselves (their signatures and size rules)."""
+
+import inspect
+
+import numpy as np
 
 from odeinfer import zoo
-from odeinfer.solve.status import DDE_INFO_SIZE, INFO_SIZE, Info, Status
+from odeinfer.solve import abi
+from odeinfer.solve.abi import DDE_INFO_SIZE, INFO_SIZE, SIGNATURES, Info, Status
+from odeinfer.solve.shared import shared_module
 
 
 def test_ode_kernels_agree_with_status_and_info():
@@ -24,3 +32,104 @@ def test_delay_kernels_agree_with_status_and_info():
     assert module.DDE_INFO_N_STORED == Info.N_STORED
     assert module.DDE_INFO_BUF_FULL == Info.BUF_FULL
     assert module.DDE_INFO_SIZE == DDE_INFO_SIZE
+
+
+def test_every_kernel_takes_the_arguments_of_the_abi_table():
+    """The model kernels and the shared ``ptr_*`` kernels (model handle first) against SIGNATURES."""
+    ode = zoo.get("lotka_volterra").model.compile().module
+    dde = zoo.get("logistic_delay").model.compile().module
+    shared = shared_module()
+    for name, args in SIGNATURES.items():
+        module = dde if name.startswith("dde") else ode
+        assert tuple(inspect.signature(getattr(module, name).py_func).parameters) == args, name
+        if name != "dopri5_fixed":  # a model kernel only (fixed steps have no shared tier)
+            ptr = getattr(shared, "ptr_" + name)
+            assert tuple(inspect.signature(ptr.py_func).parameters) == ("mh", *args), name
+
+
+def _recorded(adapter, run_args, *flags, **bound):
+    """The arguments ``adapter``'s closure passes to its kernel, each bound value being its own name."""
+    calls = []
+    run = adapter(lambda *a: calls.append(a), *flags, **{k: k for k in bound})
+    run(*run_args)
+    return calls[0]
+
+
+def test_the_python_adapters_pass_each_value_at_its_place():
+    sig = SIGNATURES
+    solve = dict.fromkeys(("t0", "t_eval", "rtol", "atol", "first_step", "max_steps", "sens_err", "z_out", "work",
+                           "info"))
+    for kernel, flags, run_args in (("dopri5_solve", (False, False), ("p", "y0")),
+                                    ("dopri5_solve_sens", (True, False), ("p", "y0")),
+                                    ("dopri5_solve_dir", (True, True), ("p", "y0", "pdir", "s0"))):
+        assert _recorded(abi.ode_solve_call, run_args, *flags, **solve) == sig[kernel]
+    assert _recorded(abi.fixed_step_call, ("p", "y0"), t0=1, t_eval=1, sens=1, h=1, z_out=1, work=1,
+                     info=1) == sig["dopri5_fixed"]
+    assert _recorded(abi.adjoint_vjp_call, ("p", "y0", "g"), t0=1, t_eval=1, rtol=1, atol=1, max_steps=1, nsub=1,
+                     z_out=1, rec=1, grad=1, work=1, info=1) == sig["dopri5_adjoint_vjp"]
+    assert _recorded(abi.dde_solve_call, ("p", "phi", "buf"), t0=1, t_eval=1, hkind=1, hb=1, hc=1, k=1, sens_err=1,
+                     rtol=1, atol=1, first_step=1, max_steps=1, z_out=1, work=1, info=1) == sig["dde_solve"]
+    assert _recorded(abi.dde_adjoint_vjp_call, ("p", "phi", "g", "buf", "nbuf", "grad"), t0=1, t_obs=1, hkind=1,
+                     hb=1, hc=1, nsub=1) == sig["dde_adjoint_vjp"]
+    assert _recorded(abi.dde_adjoint_gradient_call,
+                     ("p", "phi", "buf", "nbuf", "nsub", "grad", "anodes", "adnodes", "work"),
+                     t0=1, t_end=1, hkind=1, hb=1, hc=1, tb=1, tc=1, wl=1, paper=1) == sig["dde_adjoint_gradient"]
+
+
+def test_work_sizes_are_the_kernels_own():
+    """The model-independent size rules give what each model's own kernels ask for."""
+    cm = zoo.get("lotka_volterra").model.compile()
+    n, m, mod = cm.n_states, cm.n_params, cm.module
+    for sens in (False, True):
+        k = n + m if sens else 0
+        assert abi.ode_work_size("dopri5", n, m, k) == mod.dopri5_work_size(sens)
+        assert abi.ode_work_size("rodas", n, m, k) == mod.rodas_work_size(sens)
+    assert abi.ode_work_size("dopri5", n, m, 3) == mod.dopri5_work_size_dir(3)
+    assert abi.ode_work_size("rodas", n, m, 3) == mod.rodas_work_size_dir(3)
+    assert abi.adjoint_work_size(n, m) == mod.dopri5_adjoint_work_size()
+    dm = zoo.get("cheyne_stokes").model
+    dmod = dm.compile().module
+    for k, q in ((0, 1), (dm.n_params + 2, 2)):
+        assert abi.dde_work_size(dm, k, q) == dmod.dde_work_size(k, q)
+    assert abi.dde_adjoint_work_size(dm, 3) == dmod.dde_adjoint_work_size(3)
+
+
+def _echo(name):
+    """An ``@njit`` stand-in for kernel ``name``: takes its arguments (by SIGNATURES) and returns them."""
+    from numba import njit
+
+    args = ", ".join(SIGNATURES[name])
+    ns = {}
+    exec(f"def echo({args}):\n    return ({args},)\n", ns)  # noqa: S102 - test-generated text from the table
+    return njit(ns["echo"])
+
+
+def _check_echo(out, name, expected):
+    assert len(out) == len(SIGNATURES[name])
+    for arg, value in zip(SIGNATURES[name], out):
+        want = expected[arg]
+        if isinstance(want, np.ndarray):
+            assert isinstance(value, np.ndarray) and value.shape == want.shape and np.array_equal(value, want), arg
+        else:
+            assert value == want, arg  # the scalars of one call are all distinct
+
+
+def test_the_numba_adapters_pass_each_value_at_its_place():
+    rng = np.random.default_rng(0)
+    arr = {k: rng.standard_normal(shape) for k, shape in (
+        ("t_eval", (3,)), ("p", (4,)), ("y0", (2,)), ("z_out", (3, 5)), ("work", (7,)), ("info", (6,)), ("g", (3, 2)),
+        ("rec", (9, 13)), ("grad", (8,)), ("phi", (1,)), ("hb", (5,)), ("hc", (4, 4, 2)), ("buf", (11, 12)))}
+    for name in ("dopri5_solve_sens", "dopri5_solve"):
+        run = abi.njit_ode_solve(_echo(name), name.endswith("sens"), 0.5, arr["t_eval"], 1e-3, 1e-4, 77, True)
+        out = run(arr["p"], arr["y0"], arr["z_out"], arr["work"], arr["info"])
+        _check_echo(out, name, dict(arr, t0=0.5, rtol=1e-3, atol=1e-4, first_step=0.0, max_steps=77, sens_err=True))
+    run = abi.njit_adjoint_vjp(_echo("dopri5_adjoint_vjp"), 0.5, arr["t_eval"], 1e-3, 1e-4, 3)
+    out = run(arr["p"], arr["y0"], arr["g"], 55, arr["z_out"], arr["rec"], arr["grad"], arr["work"], arr["info"])
+    _check_echo(out, "dopri5_adjoint_vjp", dict(arr, t0=0.5, rtol=1e-3, atol=1e-4, max_steps=55, nsub=3))
+    run = abi.njit_dde_solve(_echo("dde_solve"), 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 4, True, 1e-3, 1e-4, 77)
+    out = run(arr["p"], arr["phi"], arr["z_out"], arr["work"], arr["buf"], arr["info"])
+    _check_echo(out, "dde_solve", dict(arr, t0=0.5, hkind=3, k=4, sens_err=True, rtol=1e-3, atol=1e-4,
+                                       first_step=0.0, max_steps=77))
+    run = abi.njit_dde_adjoint_vjp(_echo("dde_adjoint_vjp"), 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 2)
+    out = run(arr["p"], arr["phi"], arr["g"], arr["buf"], 9, arr["grad"])
+    _check_echo(out, "dde_adjoint_vjp", dict(arr, t0=0.5, t_obs=arr["t_eval"], hkind=3, nbuf=9, nsub=2))

@@ -12,7 +12,7 @@ import pytest
 
 import odeinfer as oi
 from odeinfer.solve import _inputs, shared
-from odeinfer.solve.status import Info, Status
+from odeinfer.solve.abi import Info, Status
 
 ZOO = ["lotka_volterra", "alpha_pinene", "fitzhugh_nagumo", "sir"]
 
@@ -115,3 +115,54 @@ def test_shared_newton_kernels_are_bitwise_equal_to_the_model_kernels():
     args = (t[:rows], X[:rows], D[:rows], p, free, a, c, X, np.zeros((w - 1, m, n)), np.zeros((n, m, m)))
     (g1, a1), (g2, a2) = _both(cm, "nc_obs_accumulate", *args, full=True)
     assert np.array_equal(g1, g2) and np.array_equal(a1[9], a2[9])
+
+
+DDE_ZOO = ["logistic_delay", "delay_exponential_decay", "cheyne_stokes", "hiv"]
+
+
+def _dde_forward(entry):
+    """A states-only forward delay solve of ``entry`` (its dense output feeds the adjoints)."""
+    s = oi.bind(oi.Problem(entry.model, entry.t, history=entry.history, t0=entry.t0),
+                solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
+    phi = entry.history_params_array() if entry.history_param_names else np.array(s.history.values)
+    _, _, status = s(entry.params_array(), phi)
+    assert status == Status.SUCCESS
+    return s, phi
+
+
+@pytest.mark.parametrize("name", DDE_ZOO)
+def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name):
+    entry = oi.zoo.get(name)
+    s, phi = _dde_forward(entry)
+    cm = s.compiled
+    g = np.random.default_rng(4).standard_normal((s.t.size, cm.n_states))
+    args = (s.t0, s.t, g, entry.params_array(), s._hkind, phi, s._hb, s._hc, s.buf, int(s.info[Info.N_STORED]), 2,
+            np.empty(cm.n_params + phi.size))
+    (s1, a1), (s2, a2) = _both(cm, "dde_adjoint_vjp", *args)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.all(np.isfinite(a1[-1])) and np.array_equal(a1[-1], a2[-1])  # the gradient, bit for bit
+
+
+@pytest.mark.parametrize("name", DDE_ZOO)
+def test_shared_dde_adjoint_gradient_is_bitwise_equal_to_the_model_kernel(name):
+    entry = oi.zoo.get(name)
+    s, phi = _dde_forward(entry)
+    cm = s.compiled
+    n, m, q = cm.n_states, cm.n_params, phi.size
+    p = entry.params_array()
+    t_end = float(s.t[-1])
+    # a running loss against a smooth target: a cubic piece per output interval, scipy PPoly layout
+    breaks = np.ascontiguousarray(s.t - s.t[0] + s.t0)
+    coef = np.zeros((4, breaks.size - 1, n))
+    coef[3] = 0.5
+    coef[2] = 0.01
+    nsub = 8
+    tau_min = min(p[j] for j in cm.model.delay_indices)
+    nnode = int(np.ceil((t_end - s.t0) / (tau_min / nsub) - 1e-9)) + 1
+    args = (s.t0, t_end, p, s._hkind, phi, s._hb, s._hc, s.buf, int(s.info[Info.N_STORED]), breaks, coef,
+            np.ones(n), nsub, False, np.empty(m + q + 1), np.zeros((nnode, n)), np.zeros((nnode, n)),
+            np.empty(cm.module.dde_adjoint_work_size(q)))
+    (s1, a1), (s2, a2) = _both(cm, "dde_adjoint_gradient", *args)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.all(np.isfinite(a1[14])) and np.array_equal(a1[14], a2[14])  # gradient and loss
+    assert np.array_equal(a1[15], a2[15]) and np.array_equal(a1[16], a2[16])  # the adjoint at the nodes

@@ -23,12 +23,14 @@ import hashlib
 import numpy as np
 
 from odeinfer.bayes.op import ForwardProblem
-from odeinfer.solve.status import DDE_INFO_SIZE, Info, Status
+from odeinfer.solve import abi
+from odeinfer.solve.abi import DDE_INFO_SIZE, Info, Status
 
 __all__ = ["DDEProblem"]
 
 # plain ints for the numba solve below
 _N_STORED, _BUF_FULL, _INFO_SIZE = int(Info.N_STORED), int(Info.BUF_FULL), DDE_INFO_SIZE
+_BAD_INPUT = int(Status.BAD_INPUT)
 
 
 class DDEProblem(ForwardProblem):
@@ -176,33 +178,25 @@ class DDEProblem(ForwardProblem):
     def _numba_forward(self, k):
         """An ``@njit`` function ``(p, ph) -> (status, z, buf, info)``: the model's ``dde_solve``
         kernel with ``k`` sensitivity columns (0 or ``n_params + n_init``) after the input checks
-        (finite values, ``0 < delay <= tau_limit``; status 6 otherwise), growing the dense-output
-        store ``buf`` as :class:`~odeinfer.solve.DDESolver` does."""
+        (finite values, ``0 < delay <= tau_limit``; ``Status.BAD_INPUT`` otherwise), growing the
+        dense-output store ``buf`` as :class:`~odeinfer.solve.DDESolver` does (adapter
+        :func:`odeinfer.solve.abi.njit_dde_solve`)."""
         from numba import njit
 
-        module = self.model.compile().module
-        kernel = module.dde_solve
         n, m, n_out, q = self.n_states, self.n_params, self.n_times, self.n_init
-        work_size = int(module.dde_work_size(k, q))
+        work_size = abi.dde_work_size(self.model, k, q)
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
-        hkind = int(hkind)
-        hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
-        t_eval = np.array(self.t)
-        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
-        sens_err = 1 if self.sens_error_control else 0
+        max_steps = self.max_steps
+        run = abi.njit_dde_solve(self.model.compile().module.dde_solve, self.t0, np.array(self.t), hkind, hb, hc, k,
+                                 self.sens_error_control, self.rtol, self.atol, max_steps)
         tau_limit = float(self.tau_limit)
         delay_idx = np.array(self.model.delay_indices, dtype=np.int64)
         width = n * (1 + k)
-        cols = 2 + 5 * width
+        cols = abi.dde_buffer_cols(n, k)
         rows0 = min(512, max_steps)
 
-        # closure constants reach numba as literal ints/bools and read-only arrays; the kernel is cached
-        # (cache=True) for the plain types the Python solver uses, so pass those (else a ~1 min recompile)
         @njit(error_model="numpy")
         def forward(p, ph):
-            hkind_v, k_v, max_steps_v = np.int64(hkind), np.int64(k), np.int64(max_steps)
-            sens_err_v = sens_err != 0
-            hb_v, hc_v = hb.copy(), hc.copy()
             z = np.empty((n_out, width))
             info = np.zeros(_INFO_SIZE)
             buf = np.empty((0, cols))
@@ -215,13 +209,12 @@ class DDEProblem(ForwardProblem):
                 for j in delay_idx:
                     ok = ok and p[j] > 0.0 and p[j] <= tau_limit
             if not ok:
-                return 6, z, buf, info
+                return _BAD_INPUT, z, buf, info
             work = np.empty(work_size)
             rows = rows0
             while True:
                 buf = np.empty((rows, cols))
-                status = kernel(t0, t_eval, p, hkind_v, ph, hb_v, hc_v, k_v, sens_err_v, rtol, atol, 0.0,
-                                max_steps_v, z, work, buf, info)
+                status = run(p, ph, z, work, buf, info)
                 if status == 0 or info[_BUF_FULL] == 0.0 or rows >= max_steps:
                     break
                 rows = min(4 * rows, max_steps)
@@ -256,16 +249,15 @@ class DDEProblem(ForwardProblem):
         elif not (np.all(np.isfinite(theta)) and np.all(np.isfinite(phi)) and np.all(np.isfinite(g))):
             status = Status.NON_FINITE
         elif self._delays_ok(theta):
-            solver = self._solver(False)
-            _, _, status = solver(theta, phi)
+            vjp = self._solvers.get("vjp")
+            if vjp is None:
+                from odeinfer.solve import Adjoint
+                from odeinfer.solve.dde_adjoint import DDEVJP
+
+                vjp = self._solvers["vjp"] = DDEVJP(self._solver(False), Adjoint(nsub=int(self.vjp_nsub)))
+            grad, status = vjp(theta, phi, g)
             if status == 0:
-                module = solver.compiled.module
-                grad = np.empty(m + q)
-                status = module.dde_adjoint_vjp(solver.t0, solver.t, g, theta, solver._hkind, phi, solver._hb,
-                                                solver._hc, solver.buf, int(solver.info[Info.N_STORED]), int(self.vjp_nsub),
-                                                grad)
-                if status == 0:
-                    return grad[:m].copy(), grad[m:].copy(), 0
+                return grad[:m].copy(), grad[m:].copy(), 0
         return np.full(m, np.nan), np.full(q, np.nan), int(status)
 
     def numba_vjp(self):
@@ -274,20 +266,17 @@ class DDEProblem(ForwardProblem):
         The numba counterpart of :meth:`python_vjp`: calls the model's generated
         ``dde_solve`` (states only, growing the dense-output store as
         :class:`~odeinfer.solve.DDESolver` does) and ``dde_adjoint_vjp`` kernels
-        directly (no Python).
+        directly (no Python; adapters :func:`odeinfer.solve.abi.njit_dde_solve` and
+        :func:`~odeinfer.solve.abi.njit_dde_adjoint_vjp`).
         """
         from numba import njit
 
-        vjp_kernel = self.model.compile().module.dde_adjoint_vjp
         n, m, n_out, q = self.n_states, self.n_params, self.n_times, self.n_init
         forward = self._numba_forward(0)
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
-        hkind = int(hkind)
-        hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
-        t_eval = np.array(self.t)
-        t0, nsub = self.t0, int(self.vjp_nsub)
+        adjoint = abi.njit_dde_adjoint_vjp(self.model.compile().module.dde_adjoint_vjp, self.t0, np.array(self.t),
+                                           hkind, hb, hc, int(self.vjp_nsub))
 
-        # the same argument types as the Python path (python_vjp / DDESolver), so the disk-cached kernels are reused
         @njit(error_model="numpy")
         def vjp(theta, phi, g):
             p = np.ascontiguousarray(theta)
@@ -306,8 +295,7 @@ class DDEProblem(ForwardProblem):
             if status != 0:
                 return g_theta, g_phi
             grad = np.empty(m + q)
-            status = vjp_kernel(t0, t_eval, gg, p, np.int64(hkind), ph, hb.copy(), hc.copy(), buf,
-                                np.int64(info[_N_STORED]), np.int64(nsub), grad)
+            status = adjoint(p, ph, gg, buf, np.int64(info[_N_STORED]), grad)
             if status == 0:
                 for j in range(m):
                     g_theta[j] = grad[j]

@@ -42,9 +42,9 @@ from pytensor.graph.null_type import NullType
 from pytensor.graph.op import Op
 
 from odeinfer.errors import InputError
-from odeinfer.solve.status import Status
+from odeinfer.solve.abi import INFO_SIZE, Status
 
-_MAX_STEPS = int(Status.MAX_STEPS)
+_MAX_STEPS, _NON_FINITE, _INFO_SIZE = int(Status.MAX_STEPS), int(Status.NON_FINITE), INFO_SIZE
 __all__ = ["ForwardProblem", "ODEProblem", "ODEOp", "VJPOp", "ode_op"]
 
 
@@ -208,39 +208,26 @@ class ODEProblem(ForwardProblem):
     def numba_solve(self, sens=True):
         """An ``@njit`` function ``(theta, x0) -> (y, S)`` with NaN outputs on failure.
 
-        It calls the model's generated dopri5/rodas kernel directly (no Python);
-        with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
+        It calls the model's generated dopri5/rodas kernel directly (no Python; adapter
+        :func:`odeinfer.solve.abi.njit_ode_solve`); with ``sens=False``, ``S`` has shape
+        (n_times, n_states, 0).
         """
+        from odeinfer.solve import abi
+
         module = self.model.compile().module
-        prefix = "dopri5" if self.method == "dopri5" else "rodas"
         n, m, n_out = self.n_states, self.n_params, self.n_times
         k = n + m if sens else 0
-        work_size = int(getattr(module, f"{prefix}_work_size")(bool(sens)))
-        t_eval = np.array(self.t)
-        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
-        # closure constants reach numba as literals; pass plain int64/bool so that the kernel's disk-cached
-        # compilation (the Python solver's signature) is reused instead of a recompile
-        sens_err = 1 if self.sens_error_control else 0
+        work_size = abi.ode_work_size(self.method, n, m, k)
+        kernel = getattr(module, abi.solve_kernel_name(self.method, bool(sens)))
+        run = abi.njit_ode_solve(kernel, bool(sens), self.t0, np.array(self.t), self.rtol, self.atol, self.max_steps,
+                                 self.sens_error_control)
         width = n * (1 + k)
-        if sens:
-            kernel = getattr(module, f"{prefix}_solve_sens")
-
-            @njit(error_model="numpy")
-            def run(theta, x0, z, work, info):
-                return kernel(t0, t_eval, x0, theta, sens_err != 0, rtol, atol, 0.0, np.int64(max_steps), z, work,
-                              info)
-        else:
-            kernel = getattr(module, f"{prefix}_solve")
-
-            @njit(error_model="numpy")
-            def run(theta, x0, z, work, info):
-                return kernel(t0, t_eval, x0, theta, rtol, atol, 0.0, np.int64(max_steps), z, work, info)
 
         @njit(error_model="numpy")
         def solve(theta, x0):
             z = np.empty((n_out, width))
             work = np.empty(work_size)
-            info = np.zeros(6)
+            info = np.zeros(_INFO_SIZE)
             p = np.ascontiguousarray(theta)
             y0 = np.ascontiguousarray(x0)
             ok = p.shape[0] == m and y0.shape[0] == n
@@ -249,7 +236,7 @@ class ODEProblem(ForwardProblem):
                     ok = ok and np.isfinite(p[j])
                 for j in range(n):
                     ok = ok and np.isfinite(y0[j])
-            status = run(p, y0, z, work, info) if ok else 4
+            status = run(p, y0, z, work, info) if ok else _NON_FINITE
             return split_augmented(z, n, k, status)
 
         return solve
@@ -294,14 +281,16 @@ class ODEProblem(ForwardProblem):
 
     def numba_vjp(self):
         """An ``@njit`` function ``(theta, x0, g) -> (g_theta, g_x0)``, NaN on failure (the adjoint
-        kernel ``dopri5_adjoint_vjp`` called directly, no Python)."""
+        kernel ``dopri5_adjoint_vjp`` called directly, no Python; adapter
+        :func:`odeinfer.solve.abi.njit_adjoint_vjp`)."""
+        from odeinfer.solve import abi
+
         self.check_adjoint()
-        module = self.model.compile().module
-        kernel = module.dopri5_adjoint_vjp
         n, m, n_out = self.n_states, self.n_params, self.n_times
-        work_size = int(module.dopri5_adjoint_work_size())
-        t_eval = np.array(self.t)
-        t0, rtol, atol, max_steps = self.t0, self.rtol, self.atol, self.max_steps
+        work_size = abi.adjoint_work_size(n, m)
+        max_steps, cols = self.max_steps, abi.adjoint_record_cols(n)
+        run = abi.njit_adjoint_vjp(self.model.compile().module.dopri5_adjoint_vjp, self.t0, np.array(self.t),
+                                      self.rtol, self.atol, 1)
 
         @njit(error_model="numpy")
         def vjp(theta, x0, g):
@@ -312,18 +301,17 @@ class ODEProblem(ForwardProblem):
             ok = p.shape[0] == m and y0.shape[0] == n and gc.shape[0] == n_out and gc.shape[1] == n
             if ok:
                 ok = np.all(np.isfinite(p)) and np.all(np.isfinite(y0)) and np.all(np.isfinite(gc))
-            status = 4
+            status = _NON_FINITE
             if ok:
                 y = np.empty((n_out, n))
                 work = np.empty(work_size)
-                info = np.zeros(6)
+                info = np.zeros(_INFO_SIZE)
                 # the step record needs a row per step: start small, and only when the solve runs out
                 # of steps rerun it with 4x the rows, up to max_steps (as the DDE dense store grows)
                 rows = min(512, max_steps)
                 while True:
-                    rec = np.empty((rows, 3 + 5 * n))
-                    status = kernel(t0, t_eval, y0, p, gc, rtol, atol, np.int64(rows), np.int64(1), y, rec, grad,
-                                    work, info)
+                    rec = np.empty((rows, cols))
+                    status = run(p, y0, gc, rows, y, rec, grad, work, info)
                     if status != _MAX_STEPS or rows >= max_steps:
                         break
                     rows = min(4 * rows, max_steps)

@@ -13,7 +13,7 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.model import History
-from odeinfer.solve.status import Info, Status, status_message
+from odeinfer.solve.abi import Info, Status, status_message
 
 __all__ = ["IntegralLoss", "L1IntegralLoss", "cosine_lr", "run_paper"]
 
@@ -54,20 +54,22 @@ class IntegralLoss:
     """
 
     def __init__(self, S, *, smoothing=None, nsub=32, paper_tau_gradient=False):
-        from odeinfer.solve import Problem, bind
+        from odeinfer.solve import Problem, abi, bind
+        from odeinfer.solve.shared import TieredKernel
 
         model = S.model
         t, self.target, w = _spline_target(S, smoothing)
         self.weights, self.nsub, self.paper = w, int(nsub), bool(paper_tau_gradient)
         self.S, self.t_end = S, float(t[-1])
         self.solver = bind(Problem(S.compiled, [self.t_end], history=S.history, t0=S.t0), solver=S.solver_value)
-        self._tb = np.ascontiguousarray(self.target.breaks)
-        self._tc = np.ascontiguousarray(self.target.coef)
-        hkind, _, self._hb, self._hc = S.history.kernel_arrays(S.t0)
-        self._hkind = hkind
-        mod = S.compiled.module
+        hkind, _, hb, hc = S.history.kernel_arrays(S.t0)
+        # the model's kernel, or the shared one while it compiles (odeinfer.solve.shared)
+        kernel = TieredKernel(S.compiled, S.compiled.module.dde_adjoint_gradient)
+        self._run = abi.dde_adjoint_gradient_call(kernel, S.t0, self.t_end, hkind, hb, hc,
+                                                  np.ascontiguousarray(self.target.breaks),
+                                                  np.ascontiguousarray(self.target.coef), self.weights, self.paper)
         self._grad = np.empty(model.n_params + S.history.n_params + 1)
-        self._work = np.empty(mod.dde_adjoint_work_size(S.history.n_params))
+        self._work = np.empty(abi.dde_adjoint_work_size(model, S.history.n_params))
         self._nodes = None
 
     def full(self, p, phi):
@@ -82,10 +84,8 @@ class IntegralLoss:
         if self._nodes is None or self._nodes[0].shape[0] != nnode:
             n = S.model.n_states
             self._nodes = (np.zeros((nnode, n)), np.zeros((nnode, n)))
-        mod = S.compiled.module
-        status = mod.dde_adjoint_gradient(S.t0, self.t_end, p, self._hkind, phi, self._hb, self._hc,
-                                          self.solver.buf, nbuf, self._tb, self._tc, self.weights, self.nsub,
-                                          self.paper, self._grad, self._nodes[0], self._nodes[1], self._work)
+        status = self._run(p, phi, self.solver.buf, nbuf, self.nsub, self._grad, self._nodes[0], self._nodes[1],
+                           self._work)
         if status != Status.SUCCESS:
             return None
         return float(self._grad[-1]), self._grad[:-1].copy()

@@ -29,7 +29,7 @@ from numba import njit
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.solve import Forward, Problem, bind
-from odeinfer.solve.status import Info, status_message
+from odeinfer.solve.abi import Info, status_message
 
 __all__ = ["ShootingProblem", "segment_nodes"]
 

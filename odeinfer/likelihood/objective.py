@@ -23,7 +23,7 @@ from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
 from odeinfer.solve import Forward, Problem, bind
 from odeinfer.solve.config import as_solver
-from odeinfer.solve.status import status_message
+from odeinfer.solve.abi import status_message
 
 __all__ = ["Objective", "Evaluation"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from odeinfer.solve import Forward, Problem, Rodas, bind
-from odeinfer.solve.status import status_message
+from odeinfer.solve.abi import status_message
 
 __all__ = ["SteadyState"]
 

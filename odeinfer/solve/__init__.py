@@ -8,19 +8,19 @@ gradient values (:class:`Dopri5`, :class:`Rodas`, :class:`Auto`, :class:`MethodO
 :func:`solve` is the validated, user-facing call; :func:`bind` returns the prebuilt solver
 (:class:`Solver`, :class:`AutoSolver`, :class:`DDESolver` or :class:`VJP`) that estimators, the PyMC Op and the
 widgets call in their loops. The numba kernels live in :mod:`odeinfer.solve.kernels`; their
-calling convention (signatures, info layout, status codes) in :mod:`odeinfer.solve.status`.
+calling convention (signatures, info layout, status codes) in :mod:`odeinfer.solve.abi`.
 """
 
 import sys as _sys
 import types as _types
 
+from odeinfer.solve.abi import Status, status_message
 from odeinfer.solve.adjoint import VJP
 from odeinfer.solve.api import AutoSolver, Solver
 from odeinfer.solve.config import DEFAULT_SOLVERS, Adjoint, Auto, Dopri5, Forward, MethodOfSteps, Rodas
 from odeinfer.solve.dde import DDESolver
 from odeinfer.solve.problem import Problem, bind, solve
 from odeinfer.solve.solution import Solution
-from odeinfer.solve.status import Status, status_message
 
 __all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
            "DEFAULT_SOLVERS", "Solver", "AutoSolver", "DDESolver", "VJP", "Status", "status_message"]

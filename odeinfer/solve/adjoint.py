@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from odeinfer.solve import abi
+from odeinfer.solve.abi import INFO_SIZE
 from odeinfer.solve.shared import TieredKernel
-from odeinfer.solve.status import INFO_SIZE
 
 __all__ = ["VJP"]
 
@@ -40,11 +41,14 @@ class VJP:
     info : ndarray (6,)
         The forward solve's t_reached, n_steps, n_rejected, n_rhs, h_next.
     kernel : numba dispatcher
-        ``module.dopri5_adjoint_vjp``, for use from numba code.
+        ``module.dopri5_adjoint_vjp``, for use from numba code (signature in
+        :data:`odeinfer.solve.abi.SIGNATURES`).
+    tier : str
+        Which kernel answers (see the property).
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "nsub", "kernel", "y",
-                 "grad", "rec", "work", "info", "_run")
+                 "grad", "rec", "work", "info", "_run", "_tiers")
 
     def __init__(self, compiled, t, t0, solver, gradient):
         module = compiled.module
@@ -54,18 +58,24 @@ class VJP:
         self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
         self.nsub = 1 if gradient.nsub is None else gradient.nsub
         self.kernel = module.dopri5_adjoint_vjp
-        self._run = TieredKernel(compiled, self.kernel)  # the shared kernel while the model's compiles
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)
-        self.rec = np.empty((self.max_steps, 3 + 5 * n))
-        self.work = np.empty(module.dopri5_adjoint_work_size())
+        self.rec = np.empty((self.max_steps, abi.adjoint_record_cols(n)))
+        self.work = np.empty(abi.adjoint_work_size(n, m))
         self.info = np.zeros(INFO_SIZE)
+        self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while the model's compiles
+        self._run = abi.adjoint_vjp_call(self._tiers, t0, t, self.rtol, self.atol,
+                                         self.max_steps, self.nsub, self.y, self.rec, self.grad, self.work, self.info)
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""
-        status = self._run(self.t0, self.t, x0, params, g, self.rtol, self.atol, self.max_steps, self.nsub,
-                             self.y, self.rec, self.grad, self.work, self.info)
-        return self.grad, status
+        return self.grad, self._run(params, x0, g)
+
+    @property
+    def tier(self):
+        """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (``ptr_dopri5_adjoint_vjp``
+        while :attr:`kernel` compiles; same results) or ``"pending"`` (before the first call)."""
+        return self._tiers.tier
 
     def __reduce__(self):
         from odeinfer.solve.api import rebuild

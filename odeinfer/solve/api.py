@@ -2,7 +2,8 @@
 returns for a model without delays) and the failure messages of ODE solves.
 
 The numerical work happens in the numba kernels of :mod:`odeinfer.solve.kernels`
-(compiled into each model's generated module); this module allocates buffers and calls them.
+(compiled into each model's generated module); this module allocates buffers and calls them
+through the adapters of :mod:`odeinfer.solve.abi`.
 Options are validated by the solver and gradient values (:mod:`odeinfer.solve.config`) and by
 :func:`odeinfer.bind`.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from odeinfer.errors import SolverError, StiffnessError
+from odeinfer.solve import abi
 from odeinfer.solve import shared as _shared
+from odeinfer.solve.abi import INFO_SIZE, Info, Status, status_message
 from odeinfer.solve.config import Dopri5
-from odeinfer.solve.status import INFO_SIZE, Info, Status, status_message
 
 __all__ = ["Solver", "AutoSolver"]
 
@@ -75,9 +77,7 @@ class Solver:
         The kernel this solver calls, for use from numba code:
         ``module.dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``, ``rodas_solve``,
         ``rodas_solve_sens`` or ``rodas_solve_dir`` (signatures in
-        ``odeinfer/solve/kernels/dopri.py`` and ``rodas.py``; the ``_sens`` kernels take
-        ``sens_error_control`` after ``params``, the ``_dir`` kernels ``pdir, s0,
-        sens_error_control``).
+        :data:`odeinfer.solve.abi.SIGNATURES`, called through the adapters of :mod:`odeinfer.solve.abi`).
     z : ndarray (n_times, n_states * (1 + k)) or (n_times, n_states)
         The output buffer (``y`` and ``sens`` are views of it).
     work : ndarray
@@ -110,11 +110,8 @@ class Solver:
         self.directions = directions
         self._nan_cols = np.array(sens_exclude if sensitivities and not directions else (), dtype=np.int64)
         self.sens_exclude = tuple(compiled.params[i] for i in self._nan_cols)
-        prefix = "dopri5" if method == "dopri5" else "rodas"
-        kind = "_dir" if directions else "_sens" if sensitivities else ""
-        self.kernel = getattr(module, f"{prefix}_solve{kind}")
-        self.work = np.empty(getattr(module, f"{prefix}_work_size_dir")(k) if directions
-                             else getattr(module, f"{prefix}_work_size")(sensitivities))
+        self.kernel = getattr(module, abi.solve_kernel_name(method, sensitivities, bool(directions)))
+        self.work = np.empty(abi.ode_work_size(method, n, m, k))
         self.info = np.zeros(INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
@@ -132,28 +129,14 @@ class Solver:
         return "model" if self._tiers is None else self._tiers.tier
 
     def _bind(self):
-        # a closure over locals: the cheapest call path from Python to the kernel
-        kernel = self.kernel if self._tiers is None else self._tiers
-        t0, t, rtol, atol = self.t0, self.t, self.rtol, self.atol
-        h0, max_steps, z, work, info = self.first_step, self.max_steps, self.z, self.work, self.info
+        # a closure over the bound values: the cheapest call path from Python to the kernel
         if self.fixed_step:
-            fixed, sens_on, h = self.compiled.module.dopri5_fixed, self.sensitivities, self.fixed_step
-
-            def run(params, x0):
-                return fixed(t0, t, x0, params, sens_on, h, z, work, info)
-        elif self.directions:
-            sens_err = self.sens_error_control
-
-            def run(params, x0, pdir, s0):
-                return kernel(t0, t, x0, params, pdir, s0, sens_err, rtol, atol, h0, max_steps, z, work, info)
-        elif self.sensitivities:
-            sens_err = self.sens_error_control
-
-            def run(params, x0):
-                return kernel(t0, t, x0, params, sens_err, rtol, atol, h0, max_steps, z, work, info)
+            run = abi.fixed_step_call(self.compiled.module.dopri5_fixed, self.t0, self.t, self.sensitivities,
+                                      self.fixed_step, self.z, self.work, self.info)
         else:
-            def run(params, x0):
-                return kernel(t0, t, x0, params, rtol, atol, h0, max_steps, z, work, info)
+            run = abi.ode_solve_call(self._tiers, self.sensitivities, bool(self.directions), self.t0, self.t,
+                                     self.rtol, self.atol, self.first_step, self.max_steps, self.sens_error_control,
+                                     self.z, self.work, self.info)
         if self._nan_cols.size:
             sens, cols, nan = self._sens, self._nan_cols, np.nan
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.model.history import History
-from odeinfer.solve import _inputs
+from odeinfer.solve import _inputs, abi
+from odeinfer.solve.abi import DDE_INFO_SIZE, Info
 from odeinfer.solve.shared import TieredKernel
-from odeinfer.solve.status import DDE_INFO_SIZE, Info
 
 __all__ = ["DDESolver", "as_history", "history_for"]
 
@@ -138,7 +138,7 @@ class DDESolver:
         The family (its values are the defaults of ``history_params``).
     history_params : tuple of str
     kernel : numba dispatcher
-        ``module.dde_solve`` (signature in ``odeinfer/solve/kernels/dde.py``).
+        ``module.dde_solve`` (signature in :data:`odeinfer.solve.abi.SIGNATURES`).
     tier : str
         Which kernel answers (see the property).
     z, work, buf, info : ndarray
@@ -148,7 +148,7 @@ class DDESolver:
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "history", "history_params", "rtol", "atol", "max_steps", "first_step",
                  "sensitivities", "sens_error_control", "kernel", "z", "work", "buf", "info", "_hkind", "_hb",
-                 "_hc", "_k", "_y", "_sens", "_tiers")
+                 "_hc", "_k", "_y", "_sens", "_tiers", "_run")
 
     def __init__(self, compiled, t, t0, history, solver, gradient=None, buffer_steps=512):
         module = compiled.module
@@ -168,20 +168,21 @@ class DDESolver:
         self._k = k = m + q if sensitivities else 0
         self.kernel = module.dde_solve
         self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while dde_solve compiles
-        self.work = np.empty(module.dde_work_size(k, q))
+        self.work = np.empty(abi.dde_work_size(compiled.model, k, q))
         self.info = np.zeros(DDE_INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
-        self.buf = np.empty((buffer_steps, 2 + 5 * n * (1 + k)))
+        self.buf = np.empty((buffer_steps, abi.dde_buffer_cols(n, k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
+        self._run = abi.dde_solve_call(self._tiers, t0, t, self._hkind, self._hb, self._hc, k, self.sens_error_control,
+                                       self.rtol, self.atol, self.first_step, self.max_steps, self.z, self.work,
+                                       self.info)
 
     def __call__(self, params, history_params=None):
         """Solve; returns ``(y, sens, status)``."""
         phi = self.history.values if history_params is None else history_params
         while True:
-            status = self._tiers(self.t0, self.t, params, self._hkind, phi, self._hb, self._hc, self._k,
-                                 self.sens_error_control, self.rtol, self.atol, self.first_step,
-                                 self.max_steps, self.z, self.work, self.buf, self.info)
+            status = self._run(params, phi, self.buf)
             if status == 0 or self.info[Info.BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:
                 return self._y, self._sens, status
             self.buf = np.empty((min(4 * self.buf.shape[0], self.max_steps), self.buf.shape[1]))

@@ -21,10 +21,11 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.model.history import History
-from odeinfer.solve import _inputs
+from odeinfer.solve import _inputs, abi
+from odeinfer.solve.abi import Info, Status, status_message
 from odeinfer.solve.config import Adjoint, as_gradient
 from odeinfer.solve.dde import _check_delays, _check_window, _with_history_params
-from odeinfer.solve.status import Info, Status, status_message
+from odeinfer.solve.shared import TieredKernel
 
 __all__ = ["AdjointGradient", "DDEVJP", "dde_loss_gradient", "dde_vjp"]
 
@@ -48,9 +49,13 @@ class DDEVJP:
     (n_params,), ``history_params`` (n_history_params,) and ``g`` (n_times, n_states); ``grad``
     (n_params + n_history_params,) and ``y`` (attribute: the states at ``t``) are buffers that
     the next call overwrites. Not validated on this path.
+
+    The backward sweep runs the model's ``dde_adjoint_vjp`` kernel or, while it compiles, the
+    shared ``ptr_dde_adjoint_vjp`` (same bits; :attr:`tier`, see :mod:`odeinfer.solve.shared`).
     """
 
-    __slots__ = ("forward", "compiled", "t", "t0", "history", "solver", "gradient", "nsub", "grad", "y")
+    __slots__ = ("forward", "compiled", "t", "t0", "history", "solver", "gradient", "nsub", "grad", "y", "_tiers",
+                 "_run")
 
     def __init__(self, forward, gradient):
         self.forward, self.compiled, self.t, self.t0 = forward, forward.compiled, forward.t, forward.t0
@@ -58,16 +63,23 @@ class DDEVJP:
         self.nsub = VJP_NSUB if gradient.nsub is None else gradient.nsub
         self.grad = np.empty(self.compiled.n_params + self.history.n_params)
         self.y = forward._y
+        self._tiers = TieredKernel(self.compiled, self.compiled.module.dde_adjoint_vjp)
+        # the history's kernel arrays as the forward solver prepared them once
+        self._run = abi.dde_adjoint_vjp_call(self._tiers, self.t0, self.t, forward._hkind, forward._hb, forward._hc,
+                                             self.nsub)
 
     def __call__(self, params, history_params, g):
         f = self.forward
         _, _, status = f(params, history_params)
         if status != Status.SUCCESS:
             return self.grad, status
-        # the history's kernel arrays as the forward solver prepared them once
-        status = self.compiled.module.dde_adjoint_vjp(self.t0, self.t, g, params, f._hkind, history_params, f._hb,
-                                                      f._hc, f.buf, int(f.info[Info.N_STORED]), self.nsub, self.grad)
-        return self.grad, status
+        return self.grad, self._run(params, history_params, g, f.buf, int(f.info[Info.N_STORED]), self.grad)
+
+    @property
+    def tier(self):
+        """Which kernel runs the backward sweep: ``"model"``, ``"shared"`` or ``"pending"`` (before the
+        first call); the forward solver has its own (``forward.tier``)."""
+        return self._tiers.tier
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,14 +182,14 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
     hkind, phi, hb, hc = hist.kernel_arrays(t0)
     tau_min = min(p[j] for j in m.delay_indices)
     nnode = int(np.ceil((t_end - t0) / (tau_min / nsub) - 1e-9)) + 1
-    mod = cm.module
     q = hist.n_params
     grad = np.empty(m.n_params + q + 1)
     anodes, adnodes = np.zeros((nnode, m.n_states)), np.zeros((nnode, m.n_states))
-    work = np.empty(mod.dde_adjoint_work_size(q))
-    status = mod.dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, solver.buf, nbuf,
-                                      np.ascontiguousarray(tgt.breaks), np.ascontiguousarray(tgt.coef), w, nsub,
-                                      bool(paper), grad, anodes, adnodes, work)
+    work = np.empty(abi.dde_adjoint_work_size(m, q))
+    run = abi.dde_adjoint_gradient_call(TieredKernel(cm, cm.module.dde_adjoint_gradient), t0, t_end, hkind, hb, hc,
+                                        np.ascontiguousarray(tgt.breaks), np.ascontiguousarray(tgt.coef), w,
+                                        bool(paper))
+    status = run(p, phi, solver.buf, nbuf, nsub, grad, anodes, adnodes, work)
     if status != Status.SUCCESS:
         raise SolverError(f"dde_loss_gradient: the adjoint solve failed: {status_message(status)}", status=status)
     return AdjointGradient(float(grad[-1]), grad[:-1].copy(), tuple(m.params) + hist.param_names(m.states))

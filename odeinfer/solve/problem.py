@@ -28,7 +28,7 @@ from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
 from odeinfer.solve.config import Adjoint, Auto, Dopri5, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
-from odeinfer.solve.status import Info, Status, status_message
+from odeinfer.solve.abi import Info, Status, status_message
 
 __all__ = ["Problem", "solve", "bind"]
 

@@ -1,10 +1,11 @@
 """Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
 
 A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``,
-``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``; ``dde_solve`` for a model with delays)
+``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``, ``dopri5_adjoint_vjp``; ``dde_solve``,
+``dde_adjoint_vjp`` and ``dde_adjoint_gradient`` for a model with delays; the estimators' kernels)
 have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
-(``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py`` and
-``dde.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
+(``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``,
+``dde.py`` and ``dde_adjoint.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
 text) is compiled once per machine and calls the model through C callbacks with the layouts of
 ``cfuncs.py`` (plus ``cfuncs_rodas.py`` for the kernels that need time and second derivatives;
 ``dde_cfuncs.py``), lowered straight to LLVM IR by :mod:`odeinfer.model.native` in milliseconds
@@ -17,7 +18,8 @@ one low-priority background process that compiles the model kernel into the disk
 that process is done, the next call switches to the model kernel; if it fails (or is killed),
 the first call that sees it warns once with the cause and the shared kernel goes on. Processes
 that need the same kernel compile it once (a lock file in the cache directory; a dead owner's
-lock is taken over at once).
+lock is taken over at once), and background compilers run one at a time per cache directory
+(:data:`SLOT_ENV`): the others wait in a bare interpreter.
 
 Both kernels run the same arithmetic in the same order, so results are bitwise identical
 whichever one answered, whatever compiled them first and in whichever process: every kernel,
@@ -48,9 +50,23 @@ from pathlib import Path
 
 __all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
 
+#: Environment variable naming the file whose exclusive lock is the machine's one background-compile
+#: slot (in the cache directory): background compilers run one at a time, each waiting for the slot
+#: in a bare interpreter (a few MB) before it imports anything. Without it, a multistart over many
+#: new models started dozens of compilers at once (about 0.4 GB each).
+SLOT_ENV = "ODEINFER_COMPILE_SLOT"
+
 #: The background process's command (it reads its job from stdin). Not ``-m odeinfer.solve.shared``:
 #: runpy warns on stderr when a package's ``__init__`` has imported the module it runs.
-COMMAND = (sys.executable, "-c", "from odeinfer.solve.shared import _main; _main()")
+COMMAND = (sys.executable, "-c",
+           "import os\n"
+           "try:\n"
+           "    import fcntl\n"
+           f"    fcntl.flock(os.open(os.environ['{SLOT_ENV}'], os.O_CREAT | os.O_RDWR, 0o600), fcntl.LOCK_EX)\n"
+           "except (ImportError, KeyError, OSError):\n"
+           "    pass\n"
+           "from odeinfer.solve.shared import _main\n"
+           "_main()\n")
 
 _LOCK = threading.Lock()
 _SHARED = []
@@ -177,9 +193,11 @@ class TieredKernel:
 
     def __init__(self, compiled, kernel, full_handle=None):
         # full_handle: the shared kernel needs the model's time and second-order derivative
-        # callbacks (default: Rodas's kernels do)
+        # callbacks (default: odeinfer.solve.abi.needs_full_handle)
+        from odeinfer.solve.abi import needs_full_handle
+
         self.compiled, self.kernel = compiled, kernel
-        self._full = kernel.__name__.startswith("rodas") if full_handle is None else bool(full_handle)
+        self._full = needs_full_handle(kernel.__name__) if full_handle is None else bool(full_handle)
         self.tier = "pending"
 
     def __call__(self, *args):
@@ -232,8 +250,8 @@ class Specialisation:
         self.error = None
         self._reported = False
         payload = pickle.dumps((module_name, kernel, sig, str(marker)))
-        self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, env={**os.environ, SLOT_ENV: str(slot_path())})
         self._proc.stdin.write(payload)
         self._proc.stdin.close()
         threading.Thread(target=self._wait, daemon=True, name=f"odeinfer-specialise-{kernel}").start()
@@ -287,6 +305,13 @@ def failure_cause(returncode: int, stderr: str) -> str:
     if returncode == 0:
         return f"the background compiler ended without compiling the kernel: {last}"
     return f"the background compiler exited with status {returncode}: {last}"
+
+
+def slot_path() -> Path:
+    """The file whose lock is the background-compile slot (see :data:`SLOT_ENV`)."""
+    from odeinfer.model.cache import cache_dir
+
+    return cache_dir() / "background-compile.slot"
 
 
 def _marker(module, kernel, sig) -> Path:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from odeinfer.errors import InputError
-from odeinfer.solve.status import Status
+from odeinfer.solve.abi import Status
 
 __all__ = ["Solution", "solution_frame"]
 

@@ -57,10 +57,11 @@ KERNEL_FILES: tuple[str, ...] = ("direct.py", "common.py", "rk.py", "linalg.py",
                                  "rodas.py", "residuals.py", "collocation.py", "noise_cov.py")
 
 #: The model-independent module (compiled once per machine): ``pointer.py`` defines the model
-#: handles' calls through C function pointers and the ``ptr_dopri5_*`` / ``ptr_dde_solve`` entry points; it may
+#: handles' calls through C function pointers and the ``ptr_*`` entry points (every solver kind); it may
 #: import ``llvmlite`` and ``numba.extending`` (see :mod:`odeinfer.solve.shared`).
 SHARED_KERNEL_FILES: tuple[str, ...] = ("pointer.py", "common.py", "rk.py", "linalg.py", "dopri.py", "adjoint.py",
-                                        "rodas.py", "collocation.py", "residuals.py", "noise_cov.py", "dde.py")
+                                        "rodas.py", "collocation.py", "residuals.py", "noise_cov.py", "dde.py",
+                                        "dde_adjoint.py")
 
 #: Appended to a model's source alone: its C callbacks for the shared module (Dormand-Prince).
 MODEL_CFUNC_FILES: tuple[str, ...] = ("cfuncs.py",)

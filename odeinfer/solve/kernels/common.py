@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit
 
 # Status codes returned by every solver kernel (mirrored, and tested, by
-# odeinfer.solve.status.Status).
+# odeinfer.solve.abi.Status).
 ST_SUCCESS = 0
 ST_MAX_STEPS = 1
 ST_STEP_TOO_SMALL = 2

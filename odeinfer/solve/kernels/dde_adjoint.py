@@ -2,7 +2,10 @@
 Theorem 1 plus the history term of the spec ``seed-002-dde-find.md`` section 1.4) and
 vector-Jacobian products of the solution at output times (point sources).
 
-Appended after ``dde.py`` to the module of every model with delays. Functional::
+Appended after ``dde.py`` to the module of every model with delays, and to the shared module
+(``pointer.py``'s ``ptr_dde_adjoint_vjp`` and ``ptr_dde_adjoint_gradient``): the private kernels take
+the delay model handle ``mh`` of ``dde.py`` and call the model through ``mh_dde_jac_y``,
+``mh_dde_jac_ylag``, ``mh_dde_jac_p`` (and ``mh_dde_f``). Functional::
 
     L = int_{t0}^{T} sum_i w_i (x_i(t) - target_i(t))^2 dt          (dde_adjoint_gradient)
     L = sum_r g_r . x(t_r),  T = the last t_r with g_r != 0        (dde_adjoint_vjp)
@@ -56,23 +59,29 @@ import math
 import numpy as np
 from numba import njit
 
-_ADJ_BP_ORDER = 3  # adjoint nodes t_r - sum_k n_k tau_k with sum n_k <= 3
-_ADJ_SNAP = 1e-10  # node merge / side-snapping tolerance, relative to max(1, |t0|, |T|)
+_DDEADJ_BP_ORDER = 3  # adjoint nodes t_r - sum_k n_k tau_k with sum n_k <= 3
+_DDEADJ_SNAP = 1e-10  # node merge / side-snapping tolerance, relative to max(1, |t0|, |T|)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
 def dde_adjoint_work_size(q):
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    """Length of the ``work`` buffer of :func:`dde_adjoint_gradient` for ``q`` history parameters."""
+    return _ddeadj_work_size(MODEL_HANDLE, q)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _ddeadj_work_size(mh, q):
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     kq = max(q, 1)
     return (2 * n * d + 9 * n + 2 * n * n + 2 * d * n * n + n * m + d * n + d * n * kq + n * kq
             + 4 * (n + m + q + 1) + 2 * (n + m + q + 1) + d)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
-    n = N_STATES
+def _ddeadj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
+    n = out.shape[0]
     if s >= t_end:
         for i in range(n):
             out[i] = 0.0
@@ -96,9 +105,9 @@ def _adj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag, out):
+def _ddeadj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag, out):
     """``a(s-)`` (left) or ``a(s+)`` on a non-uniform grid with jumps; returns False when it is 0 (s >= T)."""
-    n = N_STATES
+    n = out.shape[0]
     t_end = tnodes[nnode - 1]
     if s > t_end + snap or (not left and s >= t_end - snap) or nnode < 2:
         return False
@@ -130,21 +139,22 @@ def _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, g
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
              anodes, adnodes, w, out, tnodes, adright, gnode, jflag, snap):
     """d/dt of the augmented backward state [a (n), integrands (m + q), l] at ``t``.
 
     ``h > 0``: uniform grid ``t0 + j h``; ``h == 0``: nodes ``tnodes`` with jumps ``gnode``.
     ``tb.shape[0] < 2``: no running loss.
     """
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
+    dpar = mh[3]
     q = phi.shape[0]
     x, ylag, ylag2, ys, fd, hx, hdx, tx, tdx, aadv, jy, jl, jp, jl2, yd, gk, tg, ishist = w
     dde_dense_eval(t, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, x, hx, hdx, tg)
     for kk in range(d):
-        tau = p[DELAY_PARAMS[kk]]
+        tau = p[dpar[kk]]
         hist = dde_dense_eval(t - tau, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, hx, hx, hdx, gk[kk])
         ishist[kk] = hist
         for i in range(n):
@@ -153,12 +163,12 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
             for i in range(n):
                 yd[kk, i] = hdx[i]
         else:
-            _dde_ydot(MODEL_HANDLE, t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, 0, ys, ylag2, fd, hx, hdx, tg)
+            _dde_ydot(mh, t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, 0, ys, ylag2, fd, hx, hdx, tg)
             for i in range(n):
                 yd[kk, i] = fd[i]
-    model_jac_y(t, x, ylag, p, jy)
-    model_jac_ylag(t, x, ylag, p, jl)
-    model_jac_p(t, x, ylag, p, jp)
+    mh_dde_jac_y(mh, t, x, ylag, p, jy)
+    mh_dde_jac_ylag(mh, t, x, ylag, p, jl)
+    mh_dde_jac_p(mh, t, x, ylag, p, jp)
     # target and loss integrand
     has_loss = tb.shape[0] > 1
     if has_loss:
@@ -177,22 +187,22 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
         out[i] -= acc
     # advanced terms: J_lag_k(t + tau_k)^T a(t + tau_k)
     for kk in range(d):
-        s = t + p[DELAY_PARAMS[kk]]
+        s = t + p[dpar[kk]]
         if h > 0.0:
             use = s < t_end - eps
             if use:
-                _adj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, aadv)
+                _ddeadj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, aadv)
         else:
-            use = _adj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag,
+            use = _ddeadj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag,
                                      aadv)
         if use:
             dde_dense_eval(s, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, ys, hx, hdx, tg)
             for ll in range(d):
-                dde_dense_eval(s - p[DELAY_PARAMS[ll]], left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0,
+                dde_dense_eval(s - p[dpar[ll]], left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0,
                                hx, hx, hdx, tg)
                 for i in range(n):
                     ylag2[i, ll] = hx[i]
-            model_jac_ylag(s, ys, ylag2, p, jl2)
+            mh_dde_jac_ylag(mh, s, ys, ylag2, p, jl2)
             for i in range(n):
                 acc = 0.0
                 for l in range(n):
@@ -212,7 +222,7 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
                         dij = 0.0
                         for l in range(n):
                             dij += jl[kk, i, l] * gk[kk][l, j - m]
-                elif j == DELAY_PARAMS[kk] and not (paper and ishist[kk] == 1):
+                elif j == dpar[kk] and not (paper and ishist[kk] == 1):
                     for l in range(n):
                         dij -= jl[kk, i, l] * yd[kk, l]
                 acc += a[i] * dij
@@ -221,21 +231,21 @@ def _adj_rhs(t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, t
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf, nbuf, tb, tc,
+def _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf, nbuf, tb, tc,
                wl, paper, grad, anodes, adnodes, work):
     """RK4 backward adjoint on ``nstep`` steps: uniform (``h > 0``) or on ``tnodes`` with jumps ``gnode``.
 
     Checks done by the callers. Fills ``grad`` (m + q + 1,); returns a status code.
     """
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     q = phi.shape[0]
     kq = max(q, 1)
     size = n + m + q + 1
     nnode = nstep + 1
     eps = 64.0 * UROUND * max(abs(t0), abs(t_end), 1.0)
-    snap = _ADJ_SNAP * max(abs(t0), abs(t_end), 1.0)
+    snap = _DDEADJ_SNAP * max(abs(t0), abs(t_end), 1.0)
     uniform = h > 0.0
     off = 0
     x = work[off:off + n]
@@ -293,21 +303,21 @@ def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi
             tb_ = tnodes[jn + 1]
         hh = tb_ - ta
         # k1 at the right end (left limits), k4 at the left end (right limits)
-        _adj_rhs(tb_, True, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, tb_, True, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
         for i in range(n):
             adnodes[jn + 1, i] = k1[i]
         for c in range(size):
             zs[c] = z[c] - 0.5 * hh * k1[c]
-        _adj_rhs(tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
+        _ddeadj_rhs(mh, tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
                  h, nnode, anodes, adnodes, w, k2, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             zs[c] = z[c] - 0.5 * hh * k2[c]
-        _adj_rhs(tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
+        _ddeadj_rhs(mh, tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
                  h, nnode, anodes, adnodes, w, k3, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             zs[c] = z[c] - hh * k3[c]
-        _adj_rhs(ta, False, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, ta, False, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k4, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             z[c] = z[c] - hh * (k1[c] + 2.0 * k2[c] + 2.0 * k3[c] + k4[c]) / 6.0
@@ -317,14 +327,14 @@ def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi
             return ST_NON_FINITE
         if not uniform and jn > 0:
             if jflag[jn] != 0:  # a' jumps here: the right-limit derivative for the interpolant
-                _adj_rhs(ta, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h,
+                _ddeadj_rhs(mh, ta, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h,
                          nnode, anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
                 for i in range(n):
                     adright[jn, i] = k1[i]
             for i in range(n):
                 z[i] += gnode[jn, i]
     if uniform:
-        _adj_rhs(t0, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, t0, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
         for i in range(n):
             adnodes[0, i] = k1[i]
@@ -347,17 +357,24 @@ def _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi
 def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad,
                          anodes, adnodes, work):
     """RK4 backward adjoint of the integral loss; see the module docstring. Returns a status code."""
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    return _ddeadj_gradient(MODEL_HANDLE, t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper,
+                            grad, anodes, adnodes, work)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _ddeadj_gradient(mh, t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad, anodes,
+                     adnodes, work):
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     q = phi.shape[0]
     tau_min = np.inf
     for kk in range(d):
-        tau = p[DELAY_PARAMS[kk]]
+        tau = p[mh[3][kk]]
         if not (tau > 0.0):
             return ST_BAD_INPUT
         tau_min = min(tau_min, tau)
-    if not (t_end > t0) or nsub < 1 or grad.shape[0] != m + q + 1 or work.shape[0] < dde_adjoint_work_size(q):
+    if not (t_end > t0) or nsub < 1 or grad.shape[0] != m + q + 1 or work.shape[0] < _ddeadj_work_size(mh, q):
         return ST_BAD_INPUT
     h = tau_min / nsub
     nstep = int(math.ceil((t_end - t0) / h - 1e-9))
@@ -367,20 +384,20 @@ def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl
     tnodes = np.zeros(0)
     gnode = np.zeros((0, n))
     jflag = np.zeros(0, dtype=np.int64)
-    return _adj_solve(t0, t_end, nstep, h, tnodes, gnode, jflag, gnode, p, hkind, phi, hb, hc, buf, nbuf, tb,
+    return _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, gnode, p, hkind, phi, hb, hc, buf, nbuf, tb,
                       tc, wl, paper, grad, anodes, adnodes, work)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts, flags):
+def _ddeadj_vjp_points(mh, t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts, flags):
     """Candidate nodes (unsorted) into ``pts``/``flags`` (2: output time, 1: a' jumps, 0: other); returns their number."""
-    d = N_DELAYS
+    d = mh[2]
     npt = 0
     pts[npt] = t0
     flags[npt] = 0
     npt += 1
-    bps = np.empty(dde_breakpoint_capacity())
-    nbp = _dde_breakpoints(MODEL_HANDLE, t0, t_end, p, snap, bps)
+    bps = np.empty(_dde_bp_capacity(mh))
+    nbp = _dde_breakpoints(mh, t0, t_end, p, snap, bps)
     for a in range(nbp):
         pts[npt] = bps[a]
         flags[npt] = 0
@@ -398,32 +415,32 @@ def _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts,
             continue
         for kk in range(d):
             cnt[kk] = 0
-        while True:  # multi-indices with sum <= _ADJ_BP_ORDER (odometer)
+        while True:  # multi-indices with sum <= _DDEADJ_BP_ORDER (odometer)
             tot = 0
             val = t_obs[r]
             for kk in range(d):
                 tot += cnt[kk]
-                val -= cnt[kk] * p[DELAY_PARAMS[kk]]
-            if tot <= _ADJ_BP_ORDER and val > t0 - snap:
+                val -= cnt[kk] * p[mh[3][kk]]
+            if tot <= _DDEADJ_BP_ORDER and val > t0 - snap:
                 pts[npt] = max(val, t0) if tot > 0 else t_obs[r]
                 flags[npt] = 2 if tot == 0 else (1 if tot == 1 else 0)
                 npt += 1
-            if dde_next_multi_index(cnt, _ADJ_BP_ORDER):
+            if dde_next_multi_index(cnt, _DDEADJ_BP_ORDER):
                 break
     return npt
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def _adj_vjp_grid(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, hmax, snap):
+def _ddeadj_vjp_grid(mh, t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, hmax, snap):
     """Nodes ``tnodes`` (sorted, ``t0`` .. ``t_end``) and ``jflag`` (> 0 where a' jumps); output times are exact nodes."""
-    d = N_DELAYS
+    d = mh[2]
     ncomb = 1
     for i in range(1, d + 1):
-        ncomb = ncomb * (_ADJ_BP_ORDER + i) // i
-    cap = 1 + dde_breakpoint_capacity() + nbuf * nsub + nobs * ncomb
+        ncomb = ncomb * (_DDEADJ_BP_ORDER + i) // i
+    cap = 1 + _dde_bp_capacity(mh) + nbuf * nsub + nobs * ncomb
     pts = np.empty(cap)
     flags = np.empty(cap, dtype=np.int64)
-    npt = _adj_vjp_points(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts, flags)
+    npt = _ddeadj_vjp_points(mh, t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, snap, pts, flags)
     order = np.argsort(pts[:npt], kind="mergesort")
     # merge points closer than 2 snap; an output time keeps its exact value
     kept = np.empty(npt)
@@ -471,16 +488,21 @@ def _adj_vjp_grid(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, hmax, snap):
 @njit(cache=True, error_model="numpy", fastmath=False)
 def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     """``grad = sum_r g_r^T dx(t_r)/dtheta`` by the adjoint with point sources; see the module docstring."""
-    n = N_STATES
-    m = N_PARAMS
-    d = N_DELAYS
+    return _ddeadj_vjp(MODEL_HANDLE, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _ddeadj_vjp(mh, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
+    n = mh[0]
+    m = mh[1]
+    d = mh[2]
     q = phi.shape[0]
     nobs = t_obs.shape[0]
     if g.shape[0] != nobs or g.shape[1] != n or grad.shape[0] != m + q or nsub < 1 or p.shape[0] != m:
         return ST_BAD_INPUT
     tau_min = np.inf
     for kk in range(d):
-        tau = p[DELAY_PARAMS[kk]]
+        tau = p[mh[3][kk]]
         if not (tau > 0.0 and math.isfinite(tau)):
             return ST_BAD_INPUT
         tau_min = min(tau_min, tau)
@@ -502,8 +524,8 @@ def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
         grad[j] = 0.0
     if not any_src:
         return ST_SUCCESS
-    snap = _ADJ_SNAP * max(abs(t0), abs(t_end), 1.0)
-    tnodes, jflag = _adj_vjp_grid(t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, tau_min, snap)
+    snap = _DDEADJ_SNAP * max(abs(t0), abs(t_end), 1.0)
+    tnodes, jflag = _ddeadj_vjp_grid(mh, t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, tau_min, snap)
     nnode = tnodes.shape[0]
     gnode = np.zeros((nnode, n))
     for r in range(nobs):
@@ -517,12 +539,12 @@ def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     anodes = np.zeros((nnode, n))
     adnodes = np.zeros((nnode, n))
     adright = np.zeros((nnode, n))
-    work = np.empty(dde_adjoint_work_size(q))
+    work = np.empty(_ddeadj_work_size(mh, q))
     full = np.empty(m + q + 1)
     tb = np.zeros(0)
     tc = np.zeros((4, 0, n))
     wl = np.zeros(n)
-    status = _adj_solve(t0, t_end, nnode - 1, 0.0, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf,
+    status = _ddeadj_solve(mh, t0, t_end, nnode - 1, 0.0, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf,
                         nbuf, tb, tc, wl, False, full, anodes, adnodes, work)
     for j in range(m + q):
         grad[j] = full[j] if status == ST_SUCCESS else np.nan

@@ -2,7 +2,7 @@
 
 This file starts the model-independent module (``SHARED_KERNEL_FILES``: this file, then
 ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``, ``collocation.py``,
-``residuals.py``, ``noise_cov.py`` and ``dde.py``), compiled and cached once per machine, not once per
+``residuals.py``, ``noise_cov.py``, ``dde.py`` and ``dde_adjoint.py``), compiled and cached once per machine, not once per
 model. A model contributes only a few small C callbacks (``cfuncs.py``, ``dde_cfuncs.py``), so
 its first solve does not wait for its own solver to compile (see :mod:`odeinfer.solve.shared`).
 The numerics are those of ``dopri.py`` and ``dde.py`` (the same source text, operation for
@@ -25,7 +25,8 @@ Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_rodas_solve_sens`` and ``ptr_rodas_solve_dir`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
 family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
-``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``).
+``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``),
+``ptr_dde_adjoint_vjp`` and ``ptr_dde_adjoint_gradient`` (``work``: ``_ddeadj_work_size(mh, q)``).
 """
 from llvmlite import ir
 from numba import njit, types
@@ -210,3 +211,18 @@ def ptr_dde_solve(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol
     """``dde_solve`` for the model behind ``mh``."""
     return _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
                     z_out, work, buf, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_dde_adjoint_vjp(mh, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
+    """``dde_adjoint_vjp`` (``dde_adjoint.py``) for the model behind ``mh``."""
+    return _ddeadj_vjp(mh, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_dde_adjoint_gradient(mh, t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad,
+                             anodes, adnodes, work):
+    """``dde_adjoint_gradient`` (``dde_adjoint.py``) for the model behind ``mh`` (``work``:
+    ``_ddeadj_work_size(mh, q)``)."""
+    return _ddeadj_gradient(mh, t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad,
+                            anodes, adnodes, work)
