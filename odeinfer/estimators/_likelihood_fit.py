@@ -63,16 +63,20 @@ def problem_from_embedding(est, model, data, start, fixed, x0):
     return FitProblem(model, data, params, x0=x0 if isinstance(x0, dict) else None)
 
 
-def make_objective(problem, solver=None, priors=None):
-    """The objective a fit minimises: the :class:`~odeinfer.Objective` of ``problem``, plus the
-    negative log densities of ``priors`` (``{estimated parameter: Prior}``) when given."""
+def make_objective(problem, solver=None, priors=None, shooting=None):
+    """The objective a fit minimises: the :class:`~odeinfer.Objective` of ``problem`` (by multiple
+    shooting for ``shooting = (segments, continuity_weight, polish)``, see
+    :func:`odeinfer.likelihood.shooting.make_objective`), plus the negative log densities of
+    ``priors`` (``{estimated parameter: Prior}``) when given."""
     if priors:
+        if shooting is not None:
+            raise InputError("priors: a MAP fit runs by single shooting; use Embedding(segments=1) with priors")
         from odeinfer.petab.priors import PriorObjective
 
         return PriorObjective(problem, priors, solver=solver)
-    from odeinfer.likelihood import Objective
+    from odeinfer.likelihood.shooting import make_objective as likelihood_objective
 
-    return Objective(problem, solver=solver)
+    return likelihood_objective(problem, solver, shooting)
 
 
 def resolve_priors(model, problem, priors):
@@ -192,6 +196,10 @@ def _box(obj, u_user):
 
 
 def _local(obj, u0, max_iter):
+    local = getattr(obj, "local", None)  # multiple shooting (odeinfer.likelihood.shooting) fits its own way
+    if local is not None:
+        return local(u0, max_iter)
+
     def fun(u):
         ev = obj(u)
         return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
@@ -201,9 +209,9 @@ def _local(obj, u0, max_iter):
 
 def _chunk(payload, chunk):
     """Worker: local fits from several starts (top level, picklable)."""
-    problem, solver, max_iter, *rest = payload
+    problem, solver, max_iter, priors, shooting = payload
     try:
-        obj = make_objective(problem, solver, rest[0] if rest else None)
+        obj = make_objective(problem, solver, priors, shooting)
     except Exception as exc:
         return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
     return [_one(obj, i, u0, max_iter) for i, u0 in chunk]
@@ -228,7 +236,8 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
 
     if not problem.estimated:
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
-    obj = make_objective(problem, est.solver, priors)
+    shooting = (est.segments, est.continuity_weight, est.polish) if est.segments > 1 else None
+    obj = make_objective(problem, est.solver, priors, shooting)
     X = _start_rows(problem, start)
     for k, x in enumerate(X):
         _check_start(problem, x, None if X.shape[0] == 1 else k)
@@ -252,7 +261,7 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter, priors), U, n_jobs=est.n_jobs,
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter, priors, shooting), U, n_jobs=est.n_jobs,
                           executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
@@ -303,7 +312,6 @@ def _table(problem, obj, U, runs):
 
 
 def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts, priors=None):
-    from odeinfer.estimators.base import IdentifiabilityWarning
     from odeinfer.results import Estimate
 
     names = problem.estimated
@@ -320,16 +328,8 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
             prior_nll = obj.prior_nll(u)
         cov = cov_u = None
         if ev.ok:
-            cov_u, rank = _inverse(ev.fim)
-            fisher_rank = rank
-            if rank < len(names):
-                what = "Fisher information" + (" plus the priors' curvature" if priors else "")
-                msg = (f"the {what} has rank {rank} < {len(names)}: some parameters are not identifiable "
-                       "from these data (NaN standard errors); fix some of them or add data")
-                warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
-                warns.append(msg)
-            d = dnatural_dscaled(values, obj.scales)
-            cov = cov_u * np.outer(d, d)
+            what = "the Fisher information" + (" plus the priors' curvature" if priors else "")
+            cov, cov_u, fisher_rank = wald_covariance(ev.fim, values, obj.scales, warns, what)
         small = _small_sample_note(problem, obj.n_data)
         if small:
             warns.append(small)
@@ -342,7 +342,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
               "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + 0.1) if f_ok else 0,
-              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank}
+              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank, **getattr(obj, "last", {})}
     method = "maximum likelihood"
     if priors:
         extras["prior_nll"] = prior_nll
@@ -371,6 +371,22 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
 def _with_priors(build, priors):
     simulate, data, kwargs = build()
     return simulate, data, {**kwargs, "priors": priors}
+
+
+def wald_covariance(fim, values, scales, warns, what="the Fisher information"):
+    """``(cov, cov_scaled, rank)``: the inverse Fisher information on the estimation scale and mapped to
+    natural units (delta method), and the information's rank; a rank deficiency is warned
+    (IdentifiabilityWarning) and noted in ``warns``."""
+    from odeinfer.estimators.base import IdentifiabilityWarning
+
+    cov_u, rank = _inverse(fim)
+    if rank < len(values):
+        msg = (f"{what} has rank {rank} < {len(values)}: some parameters are not identifiable from these data (NaN "
+               "standard errors); fix some of them or add data")
+        warnings.warn(msg, IdentifiabilityWarning, stacklevel=5)
+        warns.append(msg)
+    d = dnatural_dscaled(values, scales)
+    return cov_u * np.outer(d, d), cov_u, rank
 
 
 def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter, priors=None):

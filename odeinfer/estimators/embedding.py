@@ -21,7 +21,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
-from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.estimators.base import Estimator, likelihood_problem, norm_bounds, norm_sigma
 from odeinfer.inference.executor import as_executor
 from odeinfer.solve.config import as_solver
 
@@ -52,7 +52,10 @@ class Embedding(Estimator):
         Multiple shooting: each experiment is cut at ``segments - 1`` observation times; the
         states at the cuts are extra unknowns tied by continuity residuals weighted by
         ``continuity_weight / sigma_k``. Must not exceed the number of intervals between the
-        distinct observation times.
+        distinct observation times. For a likelihood fit (observables) the cuts avoid dose times
+        and each gap is a Gaussian pseudo-measurement with sd ``scale_k / continuity_weight``
+        (``scale_k``: the noise sd of a directly observed state, else its largest magnitude at
+        the start); see :mod:`odeinfer.likelihood.shooting`.
     continuity_weight : float, default 1.0
         Initial weight of the continuity residuals; after convergence it is raised tenfold,
         up to three times, until the largest gap is below ``1e-6 (1 + max |u|)`` (a penalty
@@ -209,29 +212,12 @@ class Embedding(Estimator):
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
-        from odeinfer.likelihood import FitProblem
-        from odeinfer.petab.tables import PetabProblem
-
-        if isinstance(model, PetabProblem):
-            model = model.problem
-        if isinstance(model, FitProblem):
-            if data is not None or fixed or x0 is not None:
-                raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
-                                 "fit(problem, start=...) without data, fixed or x0")
-        elif not getattr(model, "observables", ()):
-            return None
-        odd = [f"{k}={getattr(self, k)!r}" for k, v in (("segments", 1), ("boundary", "initial"), ("sigma", "pooled"))
-               if getattr(self, k) != v]
-        if odd:
-            raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its "
-                             "noise models, by single shooting; drop these settings")
-        if isinstance(model, FitProblem):
-            return model
         from odeinfer.estimators._likelihood_fit import problem_from_embedding
 
-        if data is None:
-            raise InputError("data: expected Data or Experiments with the observables' measurements, got None")
-        return problem_from_embedding(self, model, data, None, fixed, x0)
+        return likelihood_problem(self, model, data, fixed, x0,
+                                  defaults=(("boundary", "initial"), ("sigma", "pooled")),
+                                  how="by single or multiple shooting (segments=m)",
+                                  build=lambda m, d, f, x: problem_from_embedding(self, m, d, None, f, x))
 
     def bounds_of(self, name):
         """``(lower, upper)`` given for ``name`` (natural units), or ``(-inf, inf)``."""
@@ -256,8 +242,9 @@ class Embedding(Estimator):
             information; conditions (overrides, doses, inputs, pre-equilibration) come from
             ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
             :class:`~odeinfer.Param` s of a model (a FitProblem carries its own), ``x0`` gives the
-            initial states (numbers or expressions of parameters; required), and
-            ``segments``/``boundary``/``sigma`` must keep their defaults.
+            initial states (numbers or expressions of parameters; required), ``segments > 1``
+            fits each start by multiple shooting (then single shooting with ``polish``), and
+            ``boundary``/``sigma`` must keep their defaults.
         data : Data or Experiments
             Several experiments share the parameters and have their own initial states
             (named ``"x0[state]@experiment"``). None for a FitProblem.
