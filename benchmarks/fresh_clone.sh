@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fresh-machine sequence: clone this repository's HEAD into a temporary folder, make a new
 # virtual environment, and run the README's two commands verbatim, in order, on ONE empty
-# ODEINFER_CACHE_DIR (the demo, then the test suite), while another odeinfer process shares the
-# cache. Prints the wall time of each command; exits non-zero when either fails.
+# ODEINFER_CACHE_DIR and an empty PyTensor compile directory (the demo, then the test suite), while
+# another odeinfer process shares the cache. Prints the wall time of each command; exits non-zero
+# when either fails.
 #
 #   bash benchmarks/fresh_clone.sh            # new venv: pip downloads every dependency
 #   bash benchmarks/fresh_clone.sh --reuse    # reuse the current Python (no venv; faster)
@@ -16,6 +17,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/odeinfer-fresh.XXXXXX")
 git clone -q "$repo" "$work/odeinfer"
 export ODEINFER_CACHE_DIR="$work/cache"
 mkdir -p "$ODEINFER_CACHE_DIR"
+# a brand-new machine has no PyTensor compile cache either
+export PYTENSOR_FLAGS="base_compiledir=$work/pytensor${PYTENSOR_FLAGS:+,$PYTENSOR_FLAGS}"
 cd "$work/odeinfer"
 echo "clone: $work/odeinfer at $(git rev-parse --short HEAD); cache: $ODEINFER_CACHE_DIR (empty)"
 

@@ -59,7 +59,8 @@ def _fit(args) -> int:
     Fisher information; starts from the parameter table's initialization priors, else uniform within
     the bounds on the parameters' scales) and write an HTML report of the best fit: observables with
     the data, estimates, the table of all starts and the negative log-likelihood (PEtab's, all
-    constants kept)."""
+    constants kept). With --priors, a maximum a posteriori fit: the negative log-likelihood plus the
+    parameter table's objective priors (objectivePriorType) is minimised, and both parts are reported."""
     import odeinfer as oi
     from odeinfer._lazy import pandas as pd
     from odeinfer.errors import SolverError
@@ -76,7 +77,8 @@ def _fit(args) -> int:
     say(f"fitting from {args.starts} start(s) with {args.jobs} process(es) ...")
     with warnings.catch_warnings():  # the fit's warnings are in the report and printed below
         warnings.simplefilter("ignore", IdentifiabilityWarning)
-        fit = oi.Embedding(starts=args.starts, n_jobs=args.jobs, rng=args.seed).fit(pp.problem, start=starts)
+        fit = oi.Embedding(starts=args.starts, n_jobs=args.jobs, rng=args.seed).fit(pp, start=starts,
+                                                                                   priors=args.priors or None)
     for w in fit.warnings:
         say(f"warning: {w}")
     try:
@@ -84,16 +86,22 @@ def _fit(args) -> int:
     except SolverError as exc:
         nominal = f"not computable ({exc})"
     ok = sum(s == "converged" for s in fit.extras["starts"]["status"])
-    say(f"best NLL {fit.nll:.6f} ({fit.status}); {ok}/{args.starts} starts converged, "
+    posterior = (f"; negative log-posterior {fit.extras['objective']:.6f} (NLL + the priors' "
+                 f"{fit.extras['prior_nll']:.6f})") if args.priors else ""
+    say(f"best NLL {fit.nll:.6f}{posterior} ({fit.status}); {ok}/{args.starts} starts converged, "
         f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best; NLL at the nominal parameters {nominal}")
-    table = pd.DataFrame(fit.extras["starts"]).sort_values("nll", na_position="last")
-    table.attrs["title"] = "All starts (sorted by NLL; parameters in natural units at each local optimum)"
-    notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. Maximum-likelihood fit by Embedding from "
+    key = "objective" if args.priors else "nll"
+    table = pd.DataFrame(fit.extras["starts"]).sort_values(key, na_position="last")
+    table.attrs["title"] = (f"All starts (sorted by {'negative log-posterior' if args.priors else 'NLL'}; parameters "
+                            "in natural units at each local optimum)")
+    kind = ("Maximum a posteriori fit (the parameter table's objective priors)" if args.priors
+            else "Maximum-likelihood fit")
+    notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. {kind} by Embedding from "
              f"{args.starts} start(s) (seed {args.seed}), drawn from the initialization priors of the parameter "
              "table where given, else uniform within the bounds on the parameters' scales. "
-             f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f} "
-             f"(status {fit.status}); {ok} of {args.starts} starts converged, {fit.extras['n_within_0.1_of_best']} "
-             f"within 0.1 of the best. NLL at the nominal parameters of the parameter table: {nominal}.")
+             f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f}"
+             f"{posterior} (status {fit.status}); {ok} of {args.starts} starts converged, "
+             f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best. NLL at the nominal parameters of the parameter table: {nominal}.")
     oi.report.export_html([notes, fit, table], args.out, title=f"odeinfer fit: PEtab problem {pp.name}")
     say(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -154,6 +162,8 @@ def main(argv=None) -> int:
     fit.add_argument("--starts", type=int, default=20, help="number of starts (default: %(default)s)")
     fit.add_argument("--jobs", type=int, default=1, help="worker processes, -1 for all cores (default: %(default)s)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the starts (default: %(default)s)")
+    fit.add_argument("--priors", action="store_true",
+                     help="maximum a posteriori: add the parameter table's objective priors to the NLL")
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     fit.set_defaults(func=_fit)
     args = parser.parse_args(argv)

@@ -114,22 +114,35 @@ def _check_echo(out, name, expected):
             assert value == want, arg  # the scalars of one call are all distinct
 
 
-def test_the_numba_adapters_pass_each_value_at_its_place():
+def test_the_numba_adapters_pass_each_value_at_its_place(monkeypatch):
+    """... and the adapters declare (to choose the model's or the shared kernel) exactly the numba
+    signature their call has."""
+    declared = {}
+
+    def stand_in(compiled, name, sig):
+        declared[name] = (sig, _echo(name))
+        return declared[name][1]
+
+    monkeypatch.setattr(abi, "_njit_kernel", stand_in)
     rng = np.random.default_rng(0)
     arr = {k: rng.standard_normal(shape) for k, shape in (
         ("t_eval", (3,)), ("p", (4,)), ("y0", (2,)), ("z_out", (3, 5)), ("work", (7,)), ("info", (6,)), ("g", (3, 2)),
         ("rec", (9, 13)), ("grad", (8,)), ("phi", (1,)), ("hb", (5,)), ("hc", (4, 4, 2)), ("buf", (11, 12)))}
     for name in ("dopri5_solve_sens", "dopri5_solve"):
-        run = abi.njit_ode_solve(_echo(name), name.endswith("sens"), 0.5, arr["t_eval"], 1e-3, 1e-4, 77, True)
+        run = abi.njit_ode_solve(None, "dopri5", name.endswith("sens"), 0.5, arr["t_eval"], 1e-3, 1e-4, 77, True)
         out = run(arr["p"], arr["y0"], arr["z_out"], arr["work"], arr["info"])
         _check_echo(out, name, dict(arr, t0=0.5, rtol=1e-3, atol=1e-4, first_step=0.0, max_steps=77, sens_err=True))
-    run = abi.njit_adjoint_vjp(_echo("dopri5_adjoint_vjp"), 0.5, arr["t_eval"], 1e-3, 1e-4, 3)
+    run = abi.njit_adjoint_vjp(None, 0.5, arr["t_eval"], 1e-3, 1e-4, 3)
     out = run(arr["p"], arr["y0"], arr["g"], 55, arr["z_out"], arr["rec"], arr["grad"], arr["work"], arr["info"])
     _check_echo(out, "dopri5_adjoint_vjp", dict(arr, t0=0.5, rtol=1e-3, atol=1e-4, max_steps=55, nsub=3))
-    run = abi.njit_dde_solve(_echo("dde_solve"), 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 4, True, 1e-3, 1e-4, 77)
+
+    run = abi.njit_dde_solve(None, 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 4, True, 1e-3, 1e-4, 77)
     out = run(arr["p"], arr["phi"], arr["z_out"], arr["work"], arr["buf"], arr["info"])
     _check_echo(out, "dde_solve", dict(arr, t0=0.5, hkind=3, k=4, sens_err=True, rtol=1e-3, atol=1e-4,
                                        first_step=0.0, max_steps=77))
-    run = abi.njit_dde_adjoint_vjp(_echo("dde_adjoint_vjp"), 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 2)
+    run = abi.njit_dde_adjoint_vjp(None, 0.5, arr["t_eval"], 3, arr["hb"], arr["hc"], 2)
     out = run(arr["p"], arr["phi"], arr["g"], arr["buf"], 9, arr["grad"])
     _check_echo(out, "dde_adjoint_vjp", dict(arr, t0=0.5, t_obs=arr["t_eval"], hkind=3, nbuf=9, nsub=2))
+    for name, (sig, echo) in declared.items():
+        assert [tuple(s) for s in echo.signatures] == [sig], name
+    assert len(declared) == 5

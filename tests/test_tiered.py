@@ -107,20 +107,35 @@ def _wait_for_end(spec_owner, timeout=600.0):
     pytest.fail(f"background compilation still running after {timeout} s ({spec_owner})")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="the compile slot is an flock (POSIX)")
 def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_kernel(monkeypatch):
+    """... and the background compiler waits for the machine's one compile slot: while another process
+    holds it (here this test, through the same lock), nothing compiles; once it is free, it does."""
+    import fcntl
+    import os
+
     monkeypatch.setenv("ODEINFER_TIERED", "1")
     model, c = _fresh_decay()
     t = np.linspace(0.0, 4.0, 9)
     p, x0 = np.array([0.7]), np.array([3.0])
     solver = oi.bind(oi.Problem(model, t), solver=oi.Dopri5(rtol=1e-10, atol=1e-12), gradient=oi.Forward())
     assert solver.tier == "pending"
-    y, sens, status = solver(p, x0)
-    assert solver.kernel is not None
-    assert status == Status.SUCCESS and solver.tier == "shared"
-    first_y, first_sens = y.copy(), sens.copy()
-    np.testing.assert_allclose(first_y[:, 0], _exact(t, 0.7, c, 3.0), rtol=1e-9)
-    # d x / d x0 = exp(-k t) (closed form)
-    np.testing.assert_allclose(first_sens[:, 0, 1], np.exp(-0.7 * t), rtol=1e-8)
+    slot = os.open(shared.slot_path(), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(slot, fcntl.LOCK_EX)  # a slot another background compiler holds
+    try:
+        y, sens, status = solver(p, x0)
+        assert solver.kernel is not None
+        assert status == Status.SUCCESS and solver.tier == "shared"
+        first_y, first_sens = y.copy(), sens.copy()
+        np.testing.assert_allclose(first_y[:, 0], _exact(t, 0.7, c, 3.0), rtol=1e-9)
+        # d x / d x0 = exp(-k t) (closed form)
+        np.testing.assert_allclose(first_sens[:, 0, 1], np.exp(-0.7 * t), rtol=1e-8)
+        waiting = [s for s in shared._PENDING.values() if not s.done.is_set()]
+        time.sleep(2.0)
+        assert waiting and all(not s.done.is_set() and not s.marker.exists() for s in waiting)
+        assert solver(p, x0)[2] == Status.SUCCESS and solver.tier == "shared"
+    finally:
+        os.close(slot)  # frees the slot
     _wait_for_end("first solve test")
     y, sens, status = solver(p, x0)
     assert solver.tier == "model" and status == Status.SUCCESS

@@ -156,7 +156,8 @@ class DDEProblem(ForwardProblem):
     def numba_solve(self, sens=True):
         """An ``@njit`` function ``(theta, phi) -> (y, S)`` with NaN outputs on failure.
 
-        Calls the model's generated ``dde_solve`` kernel directly (no Python),
+        Calls the model's generated ``dde_solve`` kernel (or the shared one while the model's is not
+        compiled) directly (no Python),
         growing the dense-output store as :class:`~odeinfer.solve.DDESolver` does;
         with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
         """
@@ -187,7 +188,7 @@ class DDEProblem(ForwardProblem):
         work_size = abi.dde_work_size(self.model, k, q)
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
         max_steps = self.max_steps
-        run = abi.njit_dde_solve(self.model.compile().module.dde_solve, self.t0, np.array(self.t), hkind, hb, hc, k,
+        run = abi.njit_dde_solve(self.model.compile(), self.t0, np.array(self.t), hkind, hb, hc, k,
                                  self.sens_error_control, self.rtol, self.atol, max_steps)
         tau_limit = float(self.tau_limit)
         delay_idx = np.array(self.model.delay_indices, dtype=np.int64)
@@ -274,7 +275,7 @@ class DDEProblem(ForwardProblem):
         n, m, n_out, q = self.n_states, self.n_params, self.n_times, self.n_init
         forward = self._numba_forward(0)
         hkind, _, hb, hc = self.history.kernel_arrays(self.t0)
-        adjoint = abi.njit_dde_adjoint_vjp(self.model.compile().module.dde_adjoint_vjp, self.t0, np.array(self.t),
+        adjoint = abi.njit_dde_adjoint_vjp(self.model.compile(), self.t0, np.array(self.t),
                                            hkind, hb, hc, int(self.vjp_nsub))
 
         @njit(error_model="numpy")

@@ -208,19 +208,17 @@ class ODEProblem(ForwardProblem):
     def numba_solve(self, sens=True):
         """An ``@njit`` function ``(theta, x0) -> (y, S)`` with NaN outputs on failure.
 
-        It calls the model's generated dopri5/rodas kernel directly (no Python; adapter
-        :func:`odeinfer.solve.abi.njit_ode_solve`); with ``sens=False``, ``S`` has shape
-        (n_times, n_states, 0).
+        It calls the model's generated dopri5/rodas kernel directly, or the shared kernel while the
+        model's is not compiled (no Python; adapter :func:`odeinfer.solve.abi.njit_ode_solve`); with
+        ``sens=False``, ``S`` has shape (n_times, n_states, 0).
         """
         from odeinfer.solve import abi
 
-        module = self.model.compile().module
         n, m, n_out = self.n_states, self.n_params, self.n_times
         k = n + m if sens else 0
         work_size = abi.ode_work_size(self.method, n, m, k)
-        kernel = getattr(module, abi.solve_kernel_name(self.method, bool(sens)))
-        run = abi.njit_ode_solve(kernel, bool(sens), self.t0, np.array(self.t), self.rtol, self.atol, self.max_steps,
-                                 self.sens_error_control)
+        run = abi.njit_ode_solve(self.model.compile(), self.method, bool(sens), self.t0, np.array(self.t), self.rtol,
+                                 self.atol, self.max_steps, self.sens_error_control)
         width = n * (1 + k)
 
         @njit(error_model="numpy")
@@ -281,7 +279,8 @@ class ODEProblem(ForwardProblem):
 
     def numba_vjp(self):
         """An ``@njit`` function ``(theta, x0, g) -> (g_theta, g_x0)``, NaN on failure (the adjoint
-        kernel ``dopri5_adjoint_vjp`` called directly, no Python; adapter
+        kernel ``dopri5_adjoint_vjp``, or the shared one while the model's is not compiled, called
+        directly, no Python; adapter
         :func:`odeinfer.solve.abi.njit_adjoint_vjp`)."""
         from odeinfer.solve import abi
 
@@ -289,8 +288,7 @@ class ODEProblem(ForwardProblem):
         n, m, n_out = self.n_states, self.n_params, self.n_times
         work_size = abi.adjoint_work_size(n, m)
         max_steps, cols = self.max_steps, abi.adjoint_record_cols(n)
-        run = abi.njit_adjoint_vjp(self.model.compile().module.dopri5_adjoint_vjp, self.t0, np.array(self.t),
-                                      self.rtol, self.atol, 1)
+        run = abi.njit_adjoint_vjp(self.model.compile(), self.t0, np.array(self.t), self.rtol, self.atol, 1)
 
         @njit(error_model="numpy")
         def vjp(theta, x0, g):

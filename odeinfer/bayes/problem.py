@@ -222,7 +222,10 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
     arviz.InferenceData
         ``posterior`` (the variables on their scales and the parameters in natural units),
         ``sample_stats``; ``posterior.attrs["odeinfer_failed_evaluations"]`` counts the points
-        where the objective could not be computed (zero density).
+        where the objective could not be computed (zero density). With ``init``, the attributes
+        ``odeinfer_fisher_rank``, ``odeinfer_n_estimated``, ``odeinfer_unidentified`` and
+        ``odeinfer_unidentified_with_prior`` (comma-separated names) record what the data identify
+        at the fit (its Fisher information); :func:`odeinfer.diagnostics.check` reads them.
     """
     from odeinfer.bayes.sample import _sample_pymc
     from odeinfer.bayes.seed import seed_from_estimate
@@ -248,4 +251,24 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
                              mass_matrix_weight, None, progressbar, None, log_likelihood=False)
     _idata.set_attrs(idata, odeinfer_sampler="pymc", odeinfer_seeded_mass_matrix=int(seeded), odeinfer_tune=int(tune),
                      odeinfer_wall_time=time.perf_counter() - start, odeinfer_failed_evaluations=int(op.cache.n_fail))
+    if init is not None:
+        _idata.set_attrs(idata, **_identifiability(obj, init, problem, priors))
     return idata
+
+
+def _identifiability(obj, init, problem, priors):
+    """What the data identify at the fit the chains started from, for :func:`odeinfer.diagnostics.check`:
+    the rank of the Fisher information there and the parameters of its null space (the fit's rule:
+    NaN standard errors), split into those with a prior of their own and those without (uniform in
+    their bounds, so the posterior along them is the bounds')."""
+    from odeinfer.estimators._likelihood_fit import _inverse
+
+    ev = obj(np.asarray(init.extras["u"], float))
+    if not ev.ok:
+        return {}
+    cov, rank = _inverse(ev.fim)
+    names = [n for n, v in zip(problem.estimated, np.diag(cov)) if not np.isfinite(v)]
+    own = set(priors or ())
+    return {"odeinfer_fisher_rank": int(rank), "odeinfer_n_estimated": len(problem.estimated),
+            "odeinfer_unidentified": ",".join(n for n in names if n not in own),
+            "odeinfer_unidentified_with_prior": ",".join(n for n in names if n in own)}

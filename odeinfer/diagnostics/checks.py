@@ -46,8 +46,9 @@ class DiagnosticsReport:
     ----------
     checks : list of Check
         ``(name, passed, value, threshold, advice)`` per check, in the order r_hat,
-        ess_bulk, ess_tail, divergences, bfmi, tree_depth; ``passed`` is None for a
-        skipped check.
+        ess_bulk, ess_tail, divergences, bfmi, tree_depth, and identifiability for the
+        posterior of a FitProblem sampled from a fit (``oi.bayes.sample(problem, init=fit)``);
+        ``passed`` is None for a skipped check.
     table : pandas.DataFrame
         Per parameter (Estimate-style names as index): ``mean``, ``sd``, ``r_hat``,
         ``ess_bulk``, ``ess_tail``, ``ok`` (a new copy on each access).
@@ -162,6 +163,16 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
         Largest acceptable fraction of draws that hit the maximum tree depth (read from
         ``reached_max_treedepth`` (PyMC) or ``maxdepth_reached`` (nutpie)).
 
+    Notes
+    -----
+    *identifiability* (only where the posterior records it: ``oi.bayes.sample(problem,
+    init=fit)``): the rank of the Fisher information at the fit the chains started from. It fails
+    when the data leave parameters undetermined that have no prior of their own (uniform in their
+    bounds): along that direction the posterior is the bounds', so their marginals report the
+    bounds rather than the data, and NUTS has to cross the whole range (the usual cause of draws at
+    the maximum tree depth, whose advice then points here). Unidentified parameters with a prior of
+    their own pass (the posterior along them is that prior's).
+
     Returns
     -------
     DiagnosticsReport
@@ -265,6 +276,7 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     else:
         checks.append(Check("bfmi", None, math.nan, bfmi_min, "Skipped: sample_stats has no 'energy' variable."))
 
+    identified = _identifiability(_idata.attrs(idata))
     _, reached = _stat(ss, _REACHED_KEYS)
     _, depth = _stat(ss, _DEPTH_KEYS)
     if reached is None and depth is not None:
@@ -283,14 +295,42 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     else:
         frac = float(np.mean(reached.astype(bool)))
         if frac > max_treedepth_fraction:
+            cause = ("Likely cause: parameters the data do not determine (see identifiability); fix them or give "
+                     "them priors. Otherwise: s" if identified is not None and not identified.passed else "S")
             checks.append(Check("tree_depth", False, frac, max_treedepth_fraction,
                                 f"{100 * frac:.1f}% of draws hit the maximum tree depth: sampling is inefficient "
-                                "(not biased). Seed the mass matrix from the estimate's covariance, "
+                                f"(not biased). {cause}eed the mass matrix from the estimate's covariance, "
                                 "reparameterise strongly correlated parameters, or raise max_treedepth."))
         else:
             checks.append(Check("tree_depth", True, frac, max_treedepth_fraction,
                                 "Trajectories end before the maximum tree depth."))
+    if identified is not None:
+        checks.append(identified)
     return DiagnosticsReport(tuple(checks), table, n_chains, n_draws)
+
+
+def _identifiability(attrs):
+    """The identifiability check from the posterior's ``odeinfer_fisher_rank`` attributes
+    (:func:`odeinfer.bayes.sample_problem` with ``init``), or None where they are absent."""
+    if "odeinfer_fisher_rank" not in attrs:
+        return None
+    rank, n = int(attrs["odeinfer_fisher_rank"]), int(attrs.get("odeinfer_n_estimated", 0))
+    bare = [x for x in str(attrs.get("odeinfer_unidentified", "")).split(",") if x]
+    held = [x for x in str(attrs.get("odeinfer_unidentified_with_prior", "")).split(",") if x]
+    if bare:
+        return Check("identifiability", False, rank, n,
+                     f"The Fisher information at the fit has rank {rank} < {n}: the data do not determine "
+                     f"{_list(bare)}, which have no prior of their own. Along that direction the posterior is "
+                     "uniform within the bounds, so their marginals report the bounds, not the data, and NUTS must "
+                     "cross the whole range (draws at the maximum tree depth, slow mixing). Fix some of them, give "
+                     "them informative priors (priors=, or the PEtab table's objectivePriorType) or add data "
+                     "that inform them.")
+    if rank < n:
+        return Check("identifiability", True, rank, n,
+                     f"The Fisher information at the fit has rank {rank} < {n}, but {_list(held)} have priors of "
+                     "their own: the posterior along the unidentified direction is those priors'.")
+    return Check("identifiability", True, rank, n, "The Fisher information at the fit has full rank: the data "
+                 "inform every parameter.")
 
 
 def _list(names, k=6):

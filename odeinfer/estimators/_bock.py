@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import math
+import warnings
 
 import numpy as np
 from numba import njit
@@ -19,11 +20,12 @@ import scipy.sparse as sps
 import scipy.linalg as la
 import scipy.sparse.linalg as spla
 
-__all__ = ["iterate", "covariance", "BockResult"]
+__all__ = ["iterate", "covariance", "BockResult", "Hessian"]
 
 _ARMIJO = 1e-4
 _MAX_BACKTRACK = 40
 _MIN_ALPHA = 1e-10
+_RESTORE_RISE = 1e-3
 
 
 @njit(cache=True)
@@ -90,6 +92,17 @@ def band_solve(a, kl, ku, mult, piv, b):
                 s -= a[k, j - k + kl] * b[j, c]
             b[k, c] = s * inv
 
+
+
+@dataclass
+class Hessian:
+    """A Gauss-Newton Hessian of an objective in ``z = [node values, parameters]`` whose x-x part is
+    block diagonal by node: ``blocks`` (n_nodes, n, n), ``xt`` (nx, q) the x-parameter block,
+    ``tt`` (q, q) the parameter block."""
+
+    blocks: np.ndarray
+    xt: np.ndarray
+    tt: np.ndarray
 
 
 @dataclass
@@ -170,8 +183,18 @@ class _KKT:
             k0 += nk
         is_x = prob.ccols < nx
         ci, cx = pos_c[prob.crows[is_x]], pos_z[prob.ccols[is_x]]
-        rows = np.concatenate([pos_z, ci, cx])
-        cols = np.concatenate([pos_z, cx, ci])
+        # the x-x block of the objective's Hessian: its diagonal (least squares: each residual
+        # touches one unknown), or full n x n blocks per node (a likelihood whose observables
+        # mix the states of a node: ``prob.block_hessian``)
+        self.blocks = bool(getattr(prob, "block_hessian", False))
+        if self.blocks:
+            node = pos_z.reshape(-1, n)
+            hr = np.repeat(node, n, axis=1).ravel()
+            hc = np.tile(node, (1, n)).ravel()
+        else:
+            hr = hc = pos_z
+        rows = np.concatenate([hr, ci, cx])
+        cols = np.concatenate([hc, cx, ci])
         self.kl = kl = int(max(np.max(rows - cols), 0))
         self.ku = ku = int(max(np.max(cols - rows), 0))
         self.width = 2 * kl + ku + 1
@@ -185,15 +208,24 @@ class _KKT:
         self.b_flat = pos_c[prob.crows[th]] * q + (prob.ccols[th] - nx)
         self.pos_z, self.pos_c, self.nx, self.nz, self.q = pos_z, pos_c, nx, nz, q
         self.vals = np.empty(rows.size)
+        self.nh = hr.size
 
-    def factor(self, D, cdata, reg=0.0):
-        """Factor at the current values; returns self (raises RuntimeError when singular)."""
-        nx, q = self.nx, self.q
+    def factor(self, H, cdata, reg=0.0):
+        """Factor at the current values; returns self (raises RuntimeError when singular).
+
+        ``H``: the objective's Gauss-Newton Hessian, the vector ``D`` (nz,) of its diagonal
+        (least squares), or a :class:`Hessian` (blocks per node, the x-parameter and the
+        parameter-parameter blocks) when the problem has ``block_hessian``."""
+        nx, q, nh = self.nx, self.q, self.nh
         cx = cdata[self.is_x]
         m = cx.size
-        self.vals[:nx] = D[:nx] + reg
-        self.vals[nx:nx + m] = cx
-        self.vals[nx + m:] = cx
+        if self.blocks:
+            n = H.blocks.shape[1]
+            self.vals[:nh] = (H.blocks + reg * np.eye(n)).ravel()
+        else:
+            self.vals[:nh] = H[:nx] + reg
+        self.vals[nh:nh + m] = cx
+        self.vals[nh + m:] = cx
         ab = self.ab
         ab[:] = 0.0
         ab.ravel()[self.flat] = self.vals
@@ -202,12 +234,18 @@ class _KKT:
             raise RuntimeError(f"singular KKT band matrix (zero pivot in column {info - 1})")
         self.B[:] = 0.0
         self.B.ravel()[self.b_flat] = cdata[~self.is_x]
+        Htt = 0.0
+        if self.blocks:
+            self.B[self.pos_z] += H.xt
+            Htt = H.tt
         if q:
             self.AiB = self._band_solve(self.B)
-            S = self.B.T @ self.AiB + np.diag(np.full(q, reg))
+            S = self.S = self.B.T @ self.AiB - Htt - np.diag(np.full(q, reg))
             try:
-                self.S_lu = la.lu_factor(S, check_finite=True)
-            except (ValueError, la.LinAlgError) as exc:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", la.LinAlgWarning)  # exactly singular: handled below
+                    self.S_lu = la.lu_factor(S, check_finite=True)
+            except (ValueError, la.LinAlgError, la.LinAlgWarning) as exc:
                 raise RuntimeError(f"singular parameter Schur complement ({exc})") from None
             if not np.all(np.isfinite(self.S_lu[0])) or np.any(np.diag(self.S_lu[0]) == 0):
                 raise RuntimeError("singular parameter Schur complement")
@@ -218,8 +256,9 @@ class _KKT:
         band_solve(self.ab, self.kl, self.ku, self.mult, self.piv, x)
         return x
 
-    def solve(self, rhs):
-        """Solve the KKT system; ``rhs`` and the result in the ``[z, lambda]`` order."""
+    def solve(self, rhs, held=None):
+        """Solve the KKT system; ``rhs`` and the result in the ``[z, lambda]`` order. ``held`` (q,) bool:
+        parameters whose step is held at 0 (active bounds; their stationarity rows are dropped)."""
         nx, nz, q = self.nx, self.nz, self.q
         f = np.empty(self.nb)
         f[self.pos_z] = rhs[:nx]
@@ -227,7 +266,13 @@ class _KKT:
         u = self._band_solve(f[:, None])[:, 0]
         out = np.empty(rhs.size)
         if q:
-            v = la.lu_solve(self.S_lu, self.B.T @ u - rhs[nx:nz])
+            r2 = self.B.T @ u - rhs[nx:nz]
+            if held is None or not held.any():
+                v = la.lu_solve(self.S_lu, r2)
+            else:
+                free = ~held
+                v = np.zeros(q)
+                v[free] = np.linalg.solve(self.S[np.ix_(free, free)], r2[free]) if free.any() else 0.0
             u = u - self.AiB @ v
             out[nx:nz] = v
         out[:nx] = u[self.pos_z]
@@ -236,8 +281,9 @@ class _KKT:
 
 
 def _state_scale(prob, z):
-    """Per-entry scale for the step test: max |x_k| over the grid for node values, 1e-6 for parameters."""
-    s = np.full(prob.nz, 1e-6)
+    """Per-entry scale for the step test: max |x_k| over the grid for node values, ``prob.param_scale``
+    (1e-6 for natural parameters, 1 on an estimation scale) for parameters."""
+    s = np.full(prob.nz, float(getattr(prob, "param_scale", 1e-6)))
     smax = np.zeros(prob.n)
     for e in prob.exps:
         smax = np.maximum(smax, np.abs(prob.X(z, e)).max(axis=0))
@@ -247,9 +293,16 @@ def _state_scale(prob, z):
     return s, float(smax.max())
 
 
-def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
-    """Run the Bock iteration from ``z0``; never raises on numerical failure (status instead)."""
-    ev = _Evaluator(prob, constraints, scheme)
+def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol, evaluator=None):
+    """Run the Bock iteration from ``z0``; never raises on numerical failure (status instead).
+
+    ``prob`` gives the objective: ``prob.terms(z)`` is ``(value, gradient (nz,), Gauss-Newton
+    Hessian)`` (see :meth:`_KKT.factor`) or None where it is not finite, ``prob.value(z)`` the
+    value (inf where not finite), ``prob.nonfinite_start`` the message when it is not finite at
+    ``z0``. ``evaluator`` fills the constraints (default :class:`_Evaluator`: one collocation kernel
+    call per experiment)."""
+    ev = (evaluator or _Evaluator)(prob, constraints, scheme)
+    bounds = getattr(prob, "bounds", None)  # (lower, upper) of the parameters, or None
     kkt = _KKT(prob)
     nz = prob.nz
     z = z0.copy()
@@ -258,31 +311,33 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
         return BockResult(z, "failed", "the collocation equations are not finite at the starting point; check the "
                           "start values (parameters, x0, start_states)", np.nan, np.nan, np.nan,
                           {k: np.array([np.nan]) for k in hist})
-    r, d = prob.residuals(z)
-    if not np.all(np.isfinite(r)):
-        return BockResult(z, "failed", "the residuals are not finite at the starting point (log-scale noise with a "
-                          "non-positive start state?)", np.nan, np.nan, np.nan, {k: np.array([np.nan]) for k in hist})
-    mu, lam_max = 0.0, np.nan
+    terms = prob.terms(z)
+    if terms is None:
+        return BockResult(z, "failed", prob.nonfinite_start, np.nan, np.nan, np.nan,
+                          {k: np.array([np.nan]) for k in hist})
+    mu, lam_max, prev_cost = 0.0, np.nan, np.inf
     status, message = "max_iter", f"no convergence within max_iter={max_iter} iterations; the best point is kept"
     iterates = []
     for it in range(max_iter + 1):
-        cost = 0.5 * float(r @ r)
+        cost, g, H = terms
         c1 = float(np.abs(ev.c).sum())
         cinf = float(np.abs(ev.c).max()) if ev.c.size else 0.0
-        D = np.bincount(prob.ridx, d * d, minlength=nz)
-        g = np.bincount(prob.ridx, d * r, minlength=nz)
         rhs = np.concatenate([-g, -ev.c])
         try:
-            lu = kkt.factor(D, ev.cdata)
+            lu = kkt.factor(H, ev.cdata)
         except RuntimeError:
             try:  # singular KKT (a direction neither observed nor constrained): tiny Levenberg shift
-                lu = kkt.factor(D, ev.cdata, reg=1e-10 * max(float(D.max()), 1.0))
+                big = float(np.max(H.blocks)) if isinstance(H, Hessian) else float(H.max())
+                lu = kkt.factor(H, ev.cdata, reg=1e-10 * max(big, 1.0))
             except RuntimeError:
-                status, message = "failed", f"the KKT matrix is singular at iteration {it}"
+                status, message = "failed", (f"the KKT matrix is singular at iteration {it}: some direction of the "
+                                             "unknowns moves neither the objective nor the constraints there (e.g. "
+                                             "a parameter without effect along the start trajectory); give other "
+                                             "start values or start_states")
                 iterates.append((cost, c1, z.copy()))
                 _record(hist, cost, cinf, cost + mu * c1, mu, np.nan, np.nan, np.nan)
                 break
-        sol = lu.solve(rhs)
+        sol = lu.solve(rhs) if bounds is None else _bounded_solve(lu, rhs, z, prob.theta_off, *bounds)
         dz, lam = sol[:nz], sol[nz:]
         if not np.all(np.isfinite(sol)):
             status, message = "failed", f"the KKT solve gave non-finite values at iteration {it}"
@@ -303,16 +358,16 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
             _record(hist, cost, cinf, phi, mu, np.nan, snorm, lam_max)
             break
         dphi = float(g @ dz) - mu * c1
-        alpha, accepted = 1.0, False
+        alpha, accepted = 1.0 if bounds is None else _max_step(z[prob.theta_off:], dz[prob.theta_off:], *bounds), False
         for _ in range(_MAX_BACKTRACK):
-            zt = z + alpha * dz
+            zt = _clip(z + alpha * dz, prob.theta_off, bounds)
             phit = _merit(prob, ev, zt, mu)
             if phit <= phi + _ARMIJO * alpha * dphi:
                 accepted = True
                 break
             if alpha == 1.0 and np.isfinite(phit):  # second-order correction (Maratos effect)
                 corr = lu.solve(np.concatenate([np.zeros(nz), -ev.c]))[:nz]
-                zs = zt + corr
+                zs = _clip(zt + corr, prob.theta_off, bounds)
                 phis = _merit(prob, ev, zs, mu)
                 if phis <= phi + _ARMIJO * dphi:
                     zt, phit, accepted = zs, phis, True
@@ -325,6 +380,15 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
             if alpha < _MIN_ALPHA:
                 break
         _record(hist, cost, cinf, phi, mu, alpha if accepted else 0.0, snorm, lam_max)
+        if not accepted and _stalled(prob, ev, lu, z, cost, prev_cost, ctol * (1.0 + xmax), bounds):
+            z = ev.z_restored
+            status, message = "converged", (
+                f"the objective stalled at iteration {it} (it changed by {abs(prev_cost - cost):.1e} < "
+                f"fatol={prob.fatol:g} in the last step and no step decreases the merit function: a kink of "
+                f"Laplace noise or the round-off floor); a last step restored the constraints to "
+                f"{ev.c_restored:.1e}, changing the objective by {ev.rise:.1e}")
+            iterates.append((prob.value(z), 0.0, z.copy()))
+            break
         if not accepted:
             status = "failed"
             message = (f"line search failed at iteration {it}: no step length down to {alpha:.1e} decreases the "
@@ -342,16 +406,63 @@ def iterate(prob, constraints, z0, scheme, max_iter, xtol, ctol):
             iterates.append((cost, c1, z.copy()))
             _record(hist, *_final_values(prob, ev, z, mu), mu, np.nan, np.nan, lam_max)
             break
-        z = zt
+        z, prev_cost = zt, cost
         ev.constraints(z, True)
-        r, d = prob.residuals(z)
+        terms = prob.terms(z)
+        if terms is None:  # the merit was finite there, so the objective is: defensive
+            status, message = "failed", f"the objective is not finite after iteration {it}; the best point is kept"
+            break
     if status != "converged":
         mu_f = mu
         best = min(range(len(iterates)), key=lambda i: iterates[i][0] + mu_f * iterates[i][1])
         z = iterates[best][2]
-    r, _ = prob.residuals(z)
-    return BockResult(z, status, message, 0.5 * float(r @ r), lam_max, mu,
+    return BockResult(z, status, message, prob.value(z), lam_max, mu,
                       {k: np.asarray(v, float) for k, v in hist.items()})
+
+
+def _stalled(prob, ev, lu, z, cost, prev_cost, c_tol, bounds):
+    """After a failed line search, for objectives with ``prob.fatol`` (likelihoods): the objective
+    changed by less than ``fatol`` in the last accepted step, and the feasibility step (the KKT
+    solve without the gradient, first order in the violation) meets the constraint tolerance without
+    raising the objective by more than ``_RESTORE_RISE`` (NLL units: far below the 1.92 of a 95%
+    likelihood-ratio interval). Leaves the restored point in ``ev.z_restored``."""
+    fatol = getattr(prob, "fatol", None)
+    if fatol is None or not abs(prev_cost - cost) < fatol:
+        return False
+    corr = lu.solve(np.concatenate([np.zeros(prob.nz), -ev.c]))[:prob.nz]
+    zc = _clip(z + corr, prob.theta_off, bounds)
+    if not ev.constraints(zc, False):
+        return False
+    ev.z_restored, ev.c_restored = zc, float(np.abs(ev.c).max()) if ev.c.size else 0.0
+    ev.rise = prob.value(zc) - cost
+    return ev.c_restored <= c_tol and ev.rise <= _RESTORE_RISE
+
+
+def _bounded_solve(lu, rhs, z, off, lower, upper):
+    """The KKT step with the parameters that sit on a bound and would leave it held there (one
+    more held per round until none would)."""
+    u = z[off:]
+    held = np.zeros(u.size, bool)
+    while True:
+        sol = lu.solve(rhs, held)
+        du = sol[off:off + u.size]
+        out = ~held & (((u <= lower) & (du < 0)) | ((u >= upper) & (du > 0)))
+        if not out.any():
+            return sol
+        held |= out
+
+
+def _max_step(u, du, lower, upper):
+    """The largest step length in (0, 1] along ``du`` that keeps ``u`` within its bounds."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(du > 0, (upper - u) / du, np.where(du < 0, (lower - u) / du, np.inf))
+    return float(min(1.0, max(np.min(a, initial=np.inf), 0.0))) or 1.0
+
+
+def _clip(z, off, bounds):
+    if bounds is not None:
+        z[off:] = np.clip(z[off:], *bounds)
+    return z
 
 
 def _record(hist, cost, cinf, phi, mu, step, snorm, lam):
@@ -362,18 +473,14 @@ def _record(hist, cost, cinf, phi, mu, step, snorm, lam):
 
 def _final_values(prob, ev, z, mu):
     ev.constraints(z, False)
-    r, _ = prob.residuals(z)
-    cost = 0.5 * float(r @ r)
+    cost = prob.value(z)
     return cost, float(np.abs(ev.c).max()) if ev.c.size else 0.0, cost + mu * float(np.abs(ev.c).sum())
 
 
 def _merit(prob, ev, z, mu):
     if not ev.constraints(z, False):
         return np.inf
-    r, _ = prob.residuals(z)
-    if not np.all(np.isfinite(r)):
-        return np.inf
-    return 0.5 * float(r @ r) + mu * float(np.abs(ev.c).sum())
+    return prob.value(z) + mu * float(np.abs(ev.c).sum())
 
 
 def reduced_jacobian(prob, constraints, z, scheme):

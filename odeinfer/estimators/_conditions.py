@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from odeinfer.estimators._log_proxy import is_log_fit
+from odeinfer.estimators._log_proxy import is_mapped_fit
 from odeinfer.estimators._quadrature import gauss_grid
 from odeinfer.estimators.base import EstimationError
 from odeinfer.smooth import TestFunctions, boundary_function
@@ -165,12 +165,12 @@ class Conditions:
         P, Pall = st.P, st.Pall
         for k, (Pk, f) in enumerate(zip(st.P, self.proxy.fits)):
             X[:, k] = Pk @ f.coef
-        logs = [k for k, f in enumerate(self.proxy.fits) if is_log_fit(f)]
-        if logs:  # x = exp(P c): the coefficients act through dx/dc = x P (see _log_proxy)
+        mapped = [k for k, f in enumerate(self.proxy.fits) if is_mapped_fit(f)]
+        if mapped:  # x = phi(P c): the coefficients act through dx/dc = phi'(P c) P (see _log_proxy)
             P = list(P)
-            for k in logs:
-                X[:, k] = np.exp(X[:, k])
-                P[k] = X[:, k, None] * P[k]
+            for k in mapped:
+                X[:, k], dx = self.proxy.fits[k].mapped(X[:, k])
+                P[k] = dx[:, None] * P[k]
             Pall = np.hstack(P)
         g = _Grid(st.T, X, P, Pall, st.offs, st.wPh, st.wdPh, st.w1, st.wd1)
         if len(self._cache) > 64:
@@ -204,7 +204,7 @@ class Conditions:
             w1, wd1 = (w * f1)[keep], (w * d1)[keep]
         if not keep.all():
             T, w, Ph, dPh = T[keep], w[keep], Ph[keep], dPh[keep]
-        P = [(f.log if is_log_fit(f) else f).basis(T) for f in self.proxy.fits]  # B-splines (cached)
+        P = [(f.inner if is_mapped_fit(f) else f).basis(T) for f in self.proxy.fits]  # B-splines (cached)
         offs = np.cumsum([0] + [Pk.shape[1] for Pk in P])
         st = _Struct(T, P, np.hstack(P), offs, w[:, None] * Ph, w[:, None] * dPh, w1, wd1)
         for a in (st.T, st.Pall, st.offs, st.wPh, st.wdPh, st.w1, st.wd1, *st.P):

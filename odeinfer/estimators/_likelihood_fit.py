@@ -6,10 +6,21 @@ many starts.
 The reported objective is the negative log-likelihood with all constants (PEtab's), so it
 compares across tools. The covariance is the inverse Fisher information on the estimation scale
 (``extras["cov_scaled"]``), mapped to natural units by the delta method (``cov``).
+
+With priors (``Embedding().fit(..., priors=...)``, :func:`resolve_priors`) the fit is a maximum a
+posteriori (MAP) estimate: it minimises ``nll(u) + prior_nll(u)``, the negative log-likelihood plus
+the priors' negative log densities on the estimation scale (PEtab's objective priors, no Jacobian
+of the scale change), i.e. the negative log-posterior up to its normalising constant. The
+estimate then keeps the two parts apart: ``fit.nll`` (``extras["nll"]``) is the negative
+log-likelihood at the MAP point, ``extras["prior_nll"]`` the priors' term there and
+``extras["objective"]`` their sum, the value minimised (``extras["objective_kind"]`` says which
+objective it is); the covariance adds the priors' curvature to the Fisher information (a Laplace
+approximation of the posterior), and the profiles are of the negative log-posterior.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -20,7 +31,7 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._trust import trust_region
 from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
 
-__all__ = ["fit_likelihood", "problem_from_embedding", "TOLERANCES"]
+__all__ = ["fit_likelihood", "make_objective", "problem_from_embedding", "resolve_priors", "TOLERANCES"]
 
 #: Stopping rules of the trust region on a negative log-likelihood (its units are log-likelihood
 #: units, so absolute tolerances are meaningful): an accepted step that changes the NLL by less
@@ -50,6 +61,64 @@ def problem_from_embedding(est, model, data, start, fixed, x0):
                 lo = max(lo, 0.0)
             params[n] = Param(math.nan, lo, hi, scale)
     return FitProblem(model, data, params, x0=x0 if isinstance(x0, dict) else None)
+
+
+def make_objective(problem, solver=None, priors=None, shooting=None):
+    """The objective a fit minimises: the :class:`~odeinfer.Objective` of ``problem`` (by multiple
+    shooting for ``shooting = (segments, continuity_weight, polish)``, see
+    :func:`odeinfer.likelihood.shooting.make_objective`), plus the negative log densities of
+    ``priors`` (``{estimated parameter: Prior}``) when given."""
+    if priors:
+        if shooting is not None:
+            raise InputError("priors: a MAP fit runs by single shooting; use Embedding(segments=1) with priors")
+        from odeinfer.petab.priors import PriorObjective
+
+        return PriorObjective(problem, priors, solver=solver)
+    from odeinfer.likelihood.shooting import make_objective as likelihood_objective
+
+    return likelihood_objective(problem, solver, shooting)
+
+
+def resolve_priors(model, problem, priors):
+    """``{name: Prior}`` of a MAP fit, or None for a maximum-likelihood fit.
+
+    ``priors``: None or False (maximum likelihood); True (the objective priors of the parameter
+    table of ``model``, a :class:`~odeinfer.petab.PetabProblem`); or a dict ``{estimated
+    parameter: odeinfer.petab.priors.Prior}`` whose priors are on the parameters' estimation
+    scales (``Prior(..., scale=problem.params[name].scale)``). Checked before any work.
+    """
+    from odeinfer.petab.priors import Prior
+    from odeinfer.petab.tables import PetabProblem
+
+    if priors is None or priors is False:
+        return None
+    if priors is True:
+        if not isinstance(model, PetabProblem):
+            raise InputError(f"priors: priors=True takes the objective priors of a PEtab problem's parameter table, "
+                             f"but the model is a {type(model).__name__}; pass the PetabProblem (oi.petab.load(...)) or "
+                             "priors={name: odeinfer.petab.priors.Prior(...)}")
+        if not model.objective_priors:
+            raise InputError(f"priors: priors=True, but the parameter table of PEtab problem {model.name!r} gives no "
+                             "objective priors (columns objectivePriorType / objectivePriorParameters); drop "
+                             "priors=True for a maximum-likelihood fit or add the priors to the table")
+        return dict(model.objective_priors)
+    if not isinstance(priors, dict):
+        raise InputError(f"priors: expected None, True or a dict {{parameter: odeinfer.petab.priors.Prior}}, got "
+                         f"{type(priors).__name__}")
+    out = {}
+    for name, prior in priors.items():
+        if name not in problem.estimated:
+            raise InputError(f"priors: {name!r} is not an estimated parameter of the problem "
+                             f"{list(problem.estimated)}; drop it")
+        if not isinstance(prior, Prior):
+            raise InputError(f"priors[{name!r}]: expected an odeinfer.petab.priors.Prior, got "
+                             f"{type(prior).__name__}; e.g. Prior('normal', mean, sd, scale=...)")
+        scale = problem.params[name].scale
+        if prior.scale != scale:
+            raise InputError(f"priors[{name!r}]: the prior is for a parameter on the {prior.scale!r} scale, but {name} "
+                             f"is estimated on the {scale!r} scale; build it with Prior(..., scale={scale!r})")
+        out[name] = prior
+    return out or None
 
 
 def _start_vector(problem, start):
@@ -127,6 +196,10 @@ def _box(obj, u_user):
 
 
 def _local(obj, u0, max_iter):
+    local = getattr(obj, "local", None)  # multiple shooting (odeinfer.likelihood.shooting) fits its own way
+    if local is not None:
+        return local(u0, max_iter)
+
     def fun(u):
         ev = obj(u)
         return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
@@ -136,11 +209,9 @@ def _local(obj, u0, max_iter):
 
 def _chunk(payload, chunk):
     """Worker: local fits from several starts (top level, picklable)."""
-    from odeinfer.likelihood import Objective
-
-    problem, solver, max_iter = payload
+    problem, solver, max_iter, priors, shooting = payload
     try:
-        obj = Objective(problem, solver=solver)
+        obj = make_objective(problem, solver, priors, shooting)
     except Exception as exc:
         return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
     return [_one(obj, i, u0, max_iter) for i, u0 in chunk]
@@ -157,15 +228,16 @@ def _one(obj, i, u0, max_iter):
             "n_iter": int(r.n_iter), "error": None, "time": time.perf_counter() - t, "result": r}
 
 
-def fit_likelihood(est, problem, start, t_start):
+def fit_likelihood(est, problem, start, t_start, priors=None):
     """Fit ``problem`` with the settings of Embedding ``est`` (solver, starts, rng, sampler,
-    n_jobs, max_iter); returns an :class:`~odeinfer.results.Estimate`."""
+    n_jobs, max_iter); ``priors`` (``{name: Prior}``, from :func:`resolve_priors`) makes it a MAP
+    fit. Returns an :class:`~odeinfer.results.Estimate`."""
     from odeinfer.inference.multistart import run_starts, sample_starts
-    from odeinfer.likelihood import Objective
 
     if not problem.estimated:
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
-    obj = Objective(problem, solver=est.solver)
+    shooting = (est.segments, est.continuity_weight, est.polish) if est.segments > 1 else None
+    obj = make_objective(problem, est.solver, priors, shooting)
     X = _start_rows(problem, start)
     for k, x in enumerate(X):
         _check_start(problem, x, None if X.shape[0] == 1 else k)
@@ -189,14 +261,14 @@ def fit_likelihood(est, problem, start, t_start):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter), U, n_jobs=est.n_jobs,
+        runs = run_starts(_chunk, (problem, est.solver, est.max_iter, priors, shooting), U, n_jobs=est.n_jobs,
                           executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:
         errors = [r.get("error") or r.get("message") for r in runs]
         return _estimate(est, problem, obj, None, "failed", "every start failed: " + str(errors[0]), table, t_start,
-                         len(runs))
+                         len(runs), priors)
     best = min(ok, key=lambda r: r["nll"])
     res = best.get("result")
     if res is None:  # from a worker process: evaluate the optimum here
@@ -207,83 +279,125 @@ def fit_likelihood(est, problem, start, t_start):
         ev = obj(res.x)
         status, message = res.status, res.message
     return _estimate(est, problem, obj, (best["u"], ev, best["n_iter"]), status, message, table, t_start,
-                     len(runs))
+                     len(runs), priors)
 
 
 def _table(problem, obj, U, runs):
+    """The table of starts; for a MAP fit ``nll`` is the likelihood's part of each optimum and
+    ``prior_nll`` / ``objective`` the priors' part and the value minimised."""
+    prior_nll = getattr(obj, "prior_nll", None)
     tab = {"start": [], "status": [], "nll": [], "n_iter": [], "time_s": [], "error": []}
+    if prior_nll is not None:
+        tab.update(prior_nll=[], objective=[])
     for n in problem.estimated:
         tab[n] = []
     for r in runs:
+        f = r.get("nll", math.nan)  # the value minimised
         tab["start"].append(r["index"])
         tab["status"].append(r.get("status"))
-        tab["nll"].append(r.get("nll", math.nan))
         tab["n_iter"].append(r.get("n_iter", 0))
         tab["time_s"].append(r.get("time", math.nan))
         tab["error"].append(r.get("error") or (r.get("message") if r.get("status") == "failed" else None))
+        if prior_nll is None:
+            tab["nll"].append(f)
+        else:
+            prior = prior_nll(r["u"]) if math.isfinite(f) else math.nan
+            tab["nll"].append(f - prior)
+            tab["prior_nll"].append(prior)
+            tab["objective"].append(f)
         vals = obj.natural(r["u"])[obj.est_index] if "u" in r else np.full(obj.n, np.nan)
         for n, v in zip(problem.estimated, vals):
             tab[n].append(float(v))
     return tab
 
 
-def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts):
-    from odeinfer.estimators.base import IdentifiabilityWarning
+def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts, priors=None):
     from odeinfer.results import Estimate
 
     names = problem.estimated
     fixed = {n: problem.params[n].value for n in problem.names if n not in names}
     warns = []
+    prior_nll, fisher_rank = 0.0, None
     if best is None:
-        values, cov, cov_u, nll, n_iter, u = np.full(len(names), np.nan), None, None, math.nan, 0, None
+        values, cov, cov_u, f, n_iter, u = np.full(len(names), np.nan), None, None, math.nan, 0, None
     else:
         u, ev, n_iter = best
         values = obj.natural(u)[obj.est_index]
-        nll = ev.nll if ev.ok else math.nan
+        f = ev.nll if ev.ok else math.nan  # the value minimised (with the priors' term for a MAP fit)
+        if priors and ev.ok:
+            prior_nll = obj.prior_nll(u)
         cov = cov_u = None
         if ev.ok:
-            cov_u, rank = _inverse(ev.fim)
-            if rank < len(names):
-                msg = (f"the Fisher information has rank {rank} < {len(names)}: some parameters are not identifiable "
-                       "from these data (NaN standard errors); fix some of them or add data")
-                warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
-                warns.append(msg)
-            d = dnatural_dscaled(values, obj.scales)
-            cov = cov_u * np.outer(d, d)
+            what = "the Fisher information" + (" plus the priors' curvature" if priors else "")
+            cov, cov_u, fisher_rank = wald_covariance(ev.fim, values, obj.scales, warns, what)
         small = _small_sample_note(problem, obj.n_data)
         if small:
             warns.append(small)
-    nll_ok = [v for v in table["nll"] if math.isfinite(v)]
-    extras = {"nll": nll, "loglik": -nll, "scales": dict(zip(names, obj.scales)),
+    nll = f - prior_nll
+    ranked = table["objective" if priors else "nll"]
+    f_ok = [v for v in ranked if math.isfinite(v)]
+    extras = {"nll": nll, "loglik": -nll, "objective": f,
+              "objective_kind": "negative log-posterior (nll + prior_nll)" if priors else "negative log-likelihood",
+              "scales": dict(zip(names, obj.scales)),
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
-              "n_within_0.1_of_best": sum(1 for v in nll_ok if v <= min(nll_ok) + 0.1) if nll_ok else 0,
-              "n_evaluations": obj.n_eval}
+              "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + 0.1) if f_ok else 0,
+              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank, **getattr(obj, "last", {})}
+    method = "maximum likelihood"
+    if priors:
+        extras["prior_nll"] = prior_nll
+        extras["priors"] = dict(priors)
+        method = f"maximum a posteriori (likelihood times the priors of {sorted(priors)})"
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
-            "method": "maximum likelihood, trust region (fides) with the Fisher information",
+            "method": f"{method}, trust region (fides) with the Fisher information",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
             "data": list(problem.experiments.names)}
-    out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), nll,
+    out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), f,
                    obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
     object.__setattr__(out, "_objective", obj)
-    if best is not None and cov_u is not None and math.isfinite(nll):
-        _attach_profiler(obj, out, np.asarray(u, float), nll, cov_u, est.max_iter)
-    if best is not None and math.isfinite(nll):
+    if best is not None and cov_u is not None and math.isfinite(f):
+        _attach_profiler(obj, out, np.asarray(u, float), f, cov_u, est.max_iter, priors)
+    if best is not None and math.isfinite(f):
         from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
 
-        boot = ParametricBootstrap(out, est, likelihood_builder(obj, np.array(u, float)))
+        build = likelihood_builder(obj, np.array(u, float))
+        if priors:  # MAP refits keep the priors
+            build = functools.partial(_with_priors, build, dict(priors))
+        boot = ParametricBootstrap(out, est, build)
         object.__setattr__(out, "_bootstrapper", boot)
     return out
 
 
-def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter):
+def _with_priors(build, priors):
+    simulate, data, kwargs = build()
+    return simulate, data, {**kwargs, "priors": priors}
+
+
+def wald_covariance(fim, values, scales, warns, what="the Fisher information"):
+    """``(cov, cov_scaled, rank)``: the inverse Fisher information on the estimation scale and mapped to
+    natural units (delta method), and the information's rank; a rank deficiency is warned
+    (IdentifiabilityWarning) and noted in ``warns``."""
+    from odeinfer.estimators.base import IdentifiabilityWarning
+
+    cov_u, rank = _inverse(fim)
+    if rank < len(values):
+        msg = (f"{what} has rank {rank} < {len(values)}: some parameters are not identifiable from these data (NaN "
+               "standard errors); fix some of them or add data")
+        warnings.warn(msg, IdentifiabilityWarning, stacklevel=5)
+        warns.append(msg)
+    d = dnatural_dscaled(values, scales)
+    return cov_u * np.outer(d, d), cov_u, rank
+
+
+def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter, priors=None):
     """``estimate.conf_int(method="profile")``: likelihood-ratio intervals, every other parameter
-    re-optimised (noise parameters included) by the same trust region."""
+    re-optimised (noise parameters included) by the same trust region (of ``obj``'s objective:
+    ``nll`` is its value at ``u_hat``, the negative log-posterior for a MAP fit)."""
     from odeinfer.inference.profile import ProfileLikelihood
 
     reoptimise, to_natural = _reoptimiser(obj, max_iter)
     se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter))
+    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter, priors))
     prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural,
                              remote=remote)
     object.__setattr__(estimate, "_profiler", prof)
@@ -318,11 +432,9 @@ def _reoptimiser(obj, max_iter):
 
 
 def _rebuild_reoptimiser(payload):
-    """Worker: the objective rebuilt from its problem and solver."""
-    from odeinfer.likelihood import Objective
-
-    problem, solver, max_iter = payload
-    return _reoptimiser(Objective(problem, solver=solver), max_iter)
+    """Worker: the objective rebuilt from its problem, solver and priors."""
+    problem, solver, max_iter, priors = payload
+    return _reoptimiser(make_objective(problem, solver, priors), max_iter)
 
 
 def _small_sample_note(problem, n):

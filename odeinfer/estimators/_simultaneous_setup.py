@@ -19,7 +19,7 @@ from odeinfer.estimators.base import _values_by_name
 from odeinfer.smooth._blas import single_threaded_blas
 from odeinfer.smooth.splines import SplineSmoother
 
-__all__ = ["build", "SimProblem", "make_grid"]
+__all__ = ["build", "SimProblem", "make_grid", "collocation_pattern"]
 
 _DEFAULT_START = 1.0
 #: Grid nodes per experiment when neither n_grid, dt nor grid is given (at least).
@@ -104,22 +104,7 @@ class SimProblem:
 
     # constraint Jacobian pattern (fixed) ----------------------------------------------
     def _pattern(self):
-        n, q = self.n, self.q
-        rows, cols, self.crow_off = [], [], []
-        r0 = 0
-        for e in self.exps:
-            N = e.t.size
-            j = np.repeat(np.arange(N - 1), n)                 # interval of each row
-            i = np.tile(np.arange(n), N - 1)                   # equation within the interval
-            row = r0 + j * n + i
-            l = np.arange(n)
-            ca = e.offset + j[:, None] * n + l[None, :]
-            cb = ca + n
-            ct = np.broadcast_to(self.theta_off + np.arange(q)[None, :], (row.size, q))
-            cols.append(np.concatenate([ca, cb, ct], axis=1).ravel())
-            rows.append(np.repeat(row, 2 * n + q))
-            self.crow_off.append(r0)
-            r0 += (N - 1) * n
+        rows, cols, self.crow_off, r0 = collocation_pattern(self.exps, self.n, self.q, self.theta_off)
         self.n_coll = r0
         self.known_rows = r0 + np.arange(sum(e.known0.size for e in self.exps))
         self.known_cols = np.concatenate([e.offset + e.known0 for e in self.exps]).astype(np.int64)
@@ -149,6 +134,24 @@ class SimProblem:
             r = self.wr * (self.ry - x)
             d = -self.wr
         return r, d
+
+    #: the objective's interface to :func:`odeinfer.estimators._bock.iterate`
+    nonfinite_start = ("the residuals are not finite at the starting point (log-scale noise with a non-positive start "
+                       "state?)")
+
+    def terms(self, z):
+        """``(0.5 ||r||^2, gradient (nz,), diagonal of the Gauss-Newton Hessian (nz,))``, or None where
+        a residual is not finite."""
+        r, d = self.residuals(z)
+        if not np.all(np.isfinite(r)):
+            return None
+        return 0.5 * float(r @ r), np.bincount(self.ridx, d * r, minlength=self.nz), \
+            np.bincount(self.ridx, d * d, minlength=self.nz)
+
+    def value(self, z):
+        """``0.5 ||r||^2`` (inf where a residual is not finite)."""
+        r, _ = self.residuals(z)
+        return 0.5 * float(r @ r) if np.all(np.isfinite(r)) else np.inf
 
     def raw_residuals(self, z):
         x = z[self.ridx]
@@ -205,6 +208,28 @@ class SimProblem:
         out = np.full((total, self.n), np.nan)
         out[self.rrow, self.rstate] = self.raw_residuals(z)
         return out
+
+
+def collocation_pattern(exps, n, q, theta_off):
+    """``(rows, cols, first row per experiment, number of rows)`` of the collocation equations: per
+    experiment, per grid interval ``j`` and equation ``i``, the columns ``x_j`` (n), ``x_{j+1}`` (n)
+    and the ``q`` parameters (the order of the kernels' Jacobian values)."""
+    rows, cols, offs = [], [], []
+    r0 = 0
+    for e in exps:
+        N = e.t.size
+        j = np.repeat(np.arange(N - 1), n)                 # interval of each row
+        i = np.tile(np.arange(n), N - 1)                   # equation within the interval
+        row = r0 + j * n + i
+        l = np.arange(n)
+        ca = e.offset + j[:, None] * n + l[None, :]
+        cb = ca + n
+        ct = np.broadcast_to(theta_off + np.arange(q)[None, :], (row.size, q))
+        cols.append(np.concatenate([ca, cb, ct], axis=1).ravel())
+        rows.append(np.repeat(row, 2 * n + q))
+        offs.append(r0)
+        r0 += (N - 1) * n
+    return rows, cols, offs, r0
 
 
 # --- build from user input ------------------------------------------------------------------

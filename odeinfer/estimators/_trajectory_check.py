@@ -43,9 +43,12 @@ FLOOR = 3.0
 REL_FLOOR = 1e-3
 
 
-def trajectory_residuals(model, d, x0, t0, params_full):
-    """Residuals ``y - x(t)`` (log scale under log noise) of one experiment ``d`` for the trajectory
-    from ``x0`` at ``t0`` at the full parameter vector; NaN where not observed. None if the solver fails."""
+def trajectory_residuals(model, d, x0, t0, params_full, maps=None):
+    """Residuals ``y - x(t)`` on the noise scale (log scale under log noise, ``zeta(y) - zeta(x(t))``
+    for the observables' ``maps``, see :func:`~odeinfer.estimators._state_maps.noise_scale`) of one
+    experiment ``d`` for the trajectory from ``x0`` at ``t0`` at the full parameter vector; NaN where
+    not observed. None if the solver fails."""
+    from odeinfer.estimators._state_maps import noise_scale
     from odeinfer.solve import Problem, solve
 
     try:
@@ -55,36 +58,40 @@ def trajectory_residuals(model, d, x0, t0, params_full):
     if not sol.success:
         return None
     fit = np.asarray(sol.y)[:, [model.states.index(s) for s in d.states]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.log(d.y) - np.log(fit) if model.observation.noise == "log" else d.y - fit
+    fns = noise_scale(model, maps)
+    r = np.asarray(d.y, float) - fit
+    for j, s in enumerate(d.states):
+        if s in fns:
+            r[:, j] = fns[s].z(d.y[:, j]) - fns[s].z(fit[:, j])
     return np.where(d.mask, r, np.nan)
 
 
-def _start(model, d, known):
+def _start(model, d, known, fns):
     """``(x0, t0, how)`` of the check's trajectory, or ``(None, None, why)``."""
     from scipy.interpolate import make_smoothing_spline
 
     if known is not None and all(s in known for s in model.states):
         return np.array([known[s] for s in model.states], float), d.t0, "the known x0"
-    log = model.observation.noise == "log"
     x0 = np.empty(model.n_states)
     for k, s in enumerate(model.states):
         if s not in d.states:
             return None, None, f"state {s!r} is not observed in {d.name!r} and x0 is not given"
         j = d.states.index(s)
-        ok = d.mask[:, j] & np.isfinite(d.y[:, j])
-        if log:
-            ok &= d.y[:, j] > 0
+        fn = fns.get(s)
+        y = d.y[:, j] if fn is None else fn.z(d.y[:, j])
+        ok = d.mask[:, j] & np.isfinite(y)
         if ok.sum() < 5:
             return None, None, f"state {s!r} has fewer than 5 observations in {d.name!r}"
-        y = np.log(d.y[ok, j]) if log else d.y[ok, j]
-        v = float(make_smoothing_spline(d.t[ok], y)(d.t[0]))
-        x0[k] = math.exp(v) if log else v
+        v = float(make_smoothing_spline(d.t[ok], y[ok])(d.t[0]))
+        x0[k] = v if fn is None else float(fn.x(v))
     return x0, d.t[0], "the smoothed first observation"
 
 
-def trajectory_check(problem, params_full, estimator):
+def trajectory_check(problem, params_full, estimator, maps=None):
     """Integrate ``problem.model`` at ``params_full`` and compare the misfit with the data's noise.
+
+    ``maps``: the observables' maps (:func:`~odeinfer.estimators._state_maps.state_view`): the
+    misfit and the noise are then measured on the observables' noise scales.
 
     Returns ``(extras, message)``: ``extras`` for ``Estimate.extras["trajectory_check"]`` (the ratio,
     the threshold, per-state ratios, the start used, or why nothing was checked) and the warning
@@ -92,19 +99,21 @@ def trajectory_check(problem, params_full, estimator):
     """
     from scipy.special import chdtri
 
+    from odeinfer.estimators._state_maps import noise_scale
+
     model = problem.model
     if getattr(model, "delays", ()):
         return {"checked": False, "reason": "delay model (the trajectory needs a history)"}, None
     if not np.all(np.isfinite(params_full)):
         return {"checked": False, "reason": "the estimate is not finite"}, None
-    log = model.observation.noise == "log"
+    fns = noise_scale(model, maps)
     ss, n, by_state, starts = 0.0, 0, {}, []
     for d in problem.experiments:
-        x0, t0, how = _start(model, d, problem.x0)
+        x0, t0, how = _start(model, d, problem.x0, fns)
         if x0 is None:
             return {"checked": False, "reason": how}, None
         starts.append(how)
-        r = trajectory_residuals(model, d, x0, t0, params_full)
+        r = trajectory_residuals(model, d, x0, t0, params_full, maps)
         if r is None or not np.all(np.isfinite(r[d.mask])):
             msg = (f"{estimator}: the model could not be integrated at the estimate from {how} of data {d.name!r} "
                    "(solver failure or a non-finite state): the estimate is far from any trajectory; check it "
@@ -112,7 +121,7 @@ def trajectory_check(problem, params_full, estimator):
             return {"checked": True, "rms_ratio": math.inf, "start": how}, msg
         for j, s in enumerate(d.states):
             yj = d.y[d.mask[:, j], j]
-            yj = np.log(yj) if log else yj
+            yj = fns[s].z(yj) if s in fns else yj
             sig2 = max(noise_variance(d.t[d.mask[:, j]], yj), (REL_FLOOR * float(np.std(yj))) ** 2)
             rj = r[d.mask[:, j], j]
             if not (sig2 > 0) or rj.size == 0:
@@ -140,10 +149,10 @@ def trajectory_check(problem, params_full, estimator):
     return extras, msg
 
 
-def record_trajectory_check(problem, params_full, estimator, extras, warns):
+def record_trajectory_check(problem, params_full, estimator, extras, warns, maps=None):
     """Run :func:`trajectory_check`; store it in ``extras["trajectory_check"]``; on a miss, warn
     (:class:`~odeinfer.errors.BiasWarning`) and append the message to ``warns``."""
-    info, msg = trajectory_check(problem, np.asarray(params_full, float), estimator)
+    info, msg = trajectory_check(problem, np.asarray(params_full, float), estimator, maps)
     extras["trajectory_check"] = info
     if msg:
         warnings.warn(msg, BiasWarning, stacklevel=4)

@@ -228,9 +228,15 @@ class AdjointDDE(Estimator):
         ----------
         model : Model
             A model declared with ``delays=[...]``; its observation model gives the observed
-            states and the noise scale (``"log"`` noise: residuals of logs in ``mode="lm"``).
+            states and the noise scale (``"log"`` noise: residuals of logs in ``mode="lm"``). A
+            model with observables (:meth:`Model.observe`) is fitted by maximum likelihood of its
+            noise models (PEtab's NLL with all constants: ``fit.nll``; ``mode="lm"`` and
+            ``sigma="pooled"`` only, ``history=`` required, observable parameters in ``start``,
+            ``fixed`` and ``bounds`` by name, the delay scan on the NLL); see
+            :mod:`odeinfer.estimators._dde_likelihood`.
         data : Data
-            One experiment; observations at times ``>= t0``.
+            One experiment; observations at times ``>= t0`` (columns: the observables, for a
+            model with observables).
         history : History, number(s), mapping or None
             The states on ``[t0 - tau, t0]``. A parametric family (``oi.History.constant``,
             ``.affine``, ``.periodic``): its parameters are estimated (unless fixed), its values
@@ -274,6 +280,16 @@ class AdjointDDE(Estimator):
         from odeinfer.smooth._blas import single_threaded_blas
 
         t_start = time.perf_counter()
+        if getattr(model, "observables", ()):
+            odd = [f"{k}={getattr(self, k)!r}" for k, v in (("mode", "lm"), ("sigma", "pooled"))
+                   if getattr(self, k) != v]
+            if odd:
+                raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its "
+                                 "noise models; drop these settings")
+            from odeinfer.estimators._dde_likelihood import fit_dde_likelihood
+
+            with single_threaded_blas():
+                return fit_dde_likelihood(self, model, data, history, start, fixed, t0, t_start)
         with single_threaded_blas():
             S = build_setup(self, model, data, history, start, fixed, t0)
             if self.mode == "paper":

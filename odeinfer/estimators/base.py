@@ -150,12 +150,14 @@ def _values_by_name_raw(argument, values, names, allowed):
 
 
 def _refuse_observables(model, estimator):
-    """Estimators other than Embedding read states from the data: refuse observables, naming them."""
+    """Estimators other than the trajectory ones (Embedding, Simultaneous) read states from the data:
+    refuse observables, naming them."""
     states = {sp.Symbol(s, real=True) for s in model.states}
     direct = [o.name for o in model.observables if o.expr in states and o.noise.distribution == "normal"
               and o.noise.scale in ("lin", "log")]
     other = [o.name for o in model.observables if o.name not in direct]
-    fix = "fit it with oi.Embedding() (maximum likelihood with the observables and noise models)"
+    fix = ("fit it with oi.Embedding() or oi.Simultaneous() (maximum likelihood with the observables and noise "
+           "models)")
     if other:
         raise EstimationError(
             f"{estimator} matches states smoothed from the data, but the observables {other} of model {model.name!r} are "
@@ -164,6 +166,33 @@ def _refuse_observables(model, estimator):
         f"{estimator} estimates the noise of directly observed states itself: the observables {direct} are states, so "
         f"declare them with @oi.model(..., observed=[...], noise='additive' or 'log') instead of model.observe(), "
         f"or {fix}")
+
+
+def likelihood_problem(est, model, data, fixed, x0, *, defaults, how, build):
+    """The :class:`~odeinfer.FitProblem` of a trajectory estimator's likelihood fit (``model`` a
+    FitProblem or a :class:`~odeinfer.petab.PetabProblem`, or a model with observables: ``build(model, data, fixed, x0)``), or None for a model
+    without observables. ``defaults``: ``((setting, default), ...)`` of ``est`` that a likelihood fit
+    does not use (a changed one is refused); ``how``: the words that say what the fit uses instead."""
+    from odeinfer.likelihood import FitProblem
+    from odeinfer.petab.tables import PetabProblem
+
+    if isinstance(model, PetabProblem):
+        model = model.problem
+    if isinstance(model, FitProblem):
+        if data is not None or fixed or x0 is not None:
+            raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
+                             "fit(problem, start=...) without data, fixed or x0")
+    elif not getattr(model, "observables", ()):
+        return None
+    odd = [f"{k}={getattr(est, k)!r}" for k, v in defaults if getattr(est, k) != v]
+    if odd:
+        raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its noise "
+                         f"models, {how}; drop these settings")
+    if isinstance(model, FitProblem):
+        return model
+    if data is None:
+        raise InputError("data: expected Data or Experiments with the observables' measurements, got None")
+    return build(model, data, fixed, x0)
 
 
 def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observed=False,

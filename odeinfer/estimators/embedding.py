@@ -21,7 +21,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._embedding_setup import build_setup
-from odeinfer.estimators.base import Estimator, norm_bounds, norm_sigma
+from odeinfer.estimators.base import Estimator, likelihood_problem, norm_bounds, norm_sigma
 from odeinfer.inference.executor import as_executor
 from odeinfer.solve.config import as_solver
 
@@ -52,7 +52,10 @@ class Embedding(Estimator):
         Multiple shooting: each experiment is cut at ``segments - 1`` observation times; the
         states at the cuts are extra unknowns tied by continuity residuals weighted by
         ``continuity_weight / sigma_k``. Must not exceed the number of intervals between the
-        distinct observation times.
+        distinct observation times. For a likelihood fit (observables) the cuts avoid dose times
+        and each gap is a Gaussian pseudo-measurement with sd ``scale_k / continuity_weight``
+        (``scale_k``: the noise sd of a directly observed state, else its largest magnitude at
+        the start); see :mod:`odeinfer.likelihood.shooting`.
     continuity_weight : float, default 1.0
         Initial weight of the continuity residuals; after convergence it is raised tenfold,
         up to three times, until the largest gap is below ``1e-6 (1 + max |u|)`` (a penalty
@@ -209,26 +212,12 @@ class Embedding(Estimator):
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""
-        from odeinfer.likelihood import FitProblem
-
-        if isinstance(model, FitProblem):
-            if data is not None or fixed or x0 is not None:
-                raise InputError("fit: a FitProblem carries its data, fixed parameters and initial states; call "
-                                 "fit(problem, start=...) without data, fixed or x0")
-        elif not getattr(model, "observables", ()):
-            return None
-        odd = [f"{k}={getattr(self, k)!r}" for k, v in (("segments", 1), ("boundary", "initial"), ("sigma", "pooled"))
-               if getattr(self, k) != v]
-        if odd:
-            raise InputError(f"{', '.join(odd)}: a model with observables is fitted by maximum likelihood with its "
-                             "noise models, by single shooting; drop these settings")
-        if isinstance(model, FitProblem):
-            return model
         from odeinfer.estimators._likelihood_fit import problem_from_embedding
 
-        if data is None:
-            raise InputError("data: expected Data or Experiments with the observables' measurements, got None")
-        return problem_from_embedding(self, model, data, None, fixed, x0)
+        return likelihood_problem(self, model, data, fixed, x0,
+                                  defaults=(("boundary", "initial"), ("sigma", "pooled")),
+                                  how="by single or multiple shooting (segments=m)",
+                                  build=lambda m, d, f, x: problem_from_embedding(self, m, d, None, f, x))
 
     def bounds_of(self, name):
         """``(lower, upper)`` given for ``name`` (natural units), or ``(-inf, inf)``."""
@@ -237,23 +226,25 @@ class Embedding(Estimator):
                 return (a, b)
         return (-math.inf, math.inf)
 
-    def fit(self, model, data=None, *, start=None, fixed=None, x0=None):
+    def fit(self, model, data=None, *, start=None, fixed=None, x0=None, priors=None):
         """Fit ``model`` to ``data`` by trajectory least squares, or by maximum likelihood for a
         model with observables.
 
         Parameters
         ----------
-        model : Model or FitProblem
+        model : Model, FitProblem or PetabProblem
             Its observation model gives the observed states and the noise scale. A model with
-            observables (:meth:`Model.observe`) or an :class:`~odeinfer.FitProblem` is fitted by
+            observables (:meth:`Model.observe`), an :class:`~odeinfer.FitProblem` or a
+            :class:`~odeinfer.petab.PetabProblem` (its FitProblem) is fitted by
             maximum likelihood: the objective is the negative log-likelihood of its noise models
             (with all constants, as PEtab defines it), minimised by a bound-constrained trust
             region (fides) on the parameters' scales with the exact gradient and the Fisher
             information; conditions (overrides, doses, inputs, pre-equilibration) come from
             ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
             :class:`~odeinfer.Param` s of a model (a FitProblem carries its own), ``x0`` gives the
-            initial states (numbers or expressions of parameters; required), and
-            ``segments``/``boundary``/``sigma`` must keep their defaults.
+            initial states (numbers or expressions of parameters; required), ``segments > 1``
+            fits each start by multiple shooting (then single shooting with ``polish``), and
+            ``boundary``/``sigma`` must keep their defaults.
         data : Data or Experiments
             Several experiments share the parameters and have their own initial states
             (named ``"x0[state]@experiment"``). None for a FitProblem.
@@ -272,6 +263,18 @@ class Embedding(Estimator):
             For a FitProblem, a 2-D array (one row per start, natural units,
             ``problem.estimated``'s order) gives several starts; ``starts`` beyond its rows are
             sampled within the bounds.
+        priors : True or dict, optional
+            Makes a likelihood fit a maximum a posteriori (MAP) fit: it minimises the negative
+            log-likelihood plus the priors' negative log densities (the negative log-posterior up
+            to a constant). ``True``: the objective priors of a PetabProblem's parameter table
+            (``objectivePriorType``; an InputError if it has none); a dict ``{estimated parameter:
+            odeinfer.petab.priors.Prior(kind, a, b, scale)}`` for any likelihood fit (``scale``:
+            the parameter's estimation scale). Default None: maximum likelihood. The estimate keeps
+            the parts apart: ``fit.nll`` is the negative log-likelihood at the MAP point,
+            ``extras["prior_nll"]`` the priors' term, ``extras["objective"]`` their sum (the
+            value minimised; ``extras["objective_kind"]`` names it) and the table of starts has
+            the three columns; the covariance adds the priors' curvature to the Fisher
+            information (a Laplace approximation of the posterior).
         fixed : dict, optional
             Parameters held fixed, name -> value.
         x0 : dict, array-like or dict of dicts, optional
@@ -295,10 +298,15 @@ class Embedding(Estimator):
         t_start = time.perf_counter()
         problem = self._likelihood_problem(model, data, fixed, x0)
         if problem is not None:
-            from odeinfer.estimators._likelihood_fit import fit_likelihood
+            from odeinfer.estimators._likelihood_fit import fit_likelihood, resolve_priors
 
+            priors = resolve_priors(model, problem, priors)
             with single_threaded_blas():
-                return fit_likelihood(self, problem, start, t_start)
+                return fit_likelihood(self, problem, start, t_start, priors)
+        if priors is not None and priors is not False:
+            raise InputError("priors: a MAP fit needs a likelihood (a model with observables and noise models, a "
+                             "FitProblem or a PetabProblem); this model is fitted by trajectory least squares; drop "
+                             "priors= or add observables (Model.observe)")
         with single_threaded_blas():
             S = build_setup(self, model, data, start, fixed, x0)
             est, start, S, info = self._resolve_start(S, model, data, start, fixed, x0)

@@ -20,6 +20,7 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._coverage import CoverageWarning, coverage_note
 from odeinfer.estimators._quadrature import gauss_grid, node_model, solve_whitened
+from odeinfer.estimators._state_maps import state_inputs
 from odeinfer.estimators._trajectory_check import record_trajectory_check
 from odeinfer.estimators.base import EstimationError, Estimator, IdentifiabilityWarning, make_estimate, prepare
 from odeinfer.smooth import SplineSmoother
@@ -59,7 +60,10 @@ class GradientMatching(Estimator):
 
     Noise model: with ``noise="log"`` the proxy is ``exp`` of the spline of ``log y`` (positive;
     coefficient covariance and the reported ``sigma`` on the log scale, see
-    :mod:`odeinfer.estimators._log_proxy`); observations ``<= 0`` are then refused.
+    :mod:`odeinfer.estimators._log_proxy`); observations ``<= 0`` are then refused. A model with
+    observables that are invertible functions of one state each (``"log(x)"``, ``"2.5*x + 1"``, normal
+    noise on the lin/log/log10 scale) is smoothed on each observable's noise scale and mapped back to
+    the state (:mod:`odeinfer.estimators._state_maps`); other observables are refused, naming them.
 
     Examples
     --------
@@ -124,6 +128,8 @@ class GradientMatching(Estimator):
                 f"model: {getattr(model, 'name', 'model')!r} has delays {list(model.delays)}; gradient matching "
                 "does not handle lagged states x(t - tau). Use oi.OrthogonalConditions (lagged states from the same "
                 "spline proxy, no history needed) or oi.AdjointDDE (trajectory fit)")
+        view, model, data, fixed, start = state_inputs(model, data, fixed, start, "GradientMatching")
+        maps = None if view is None else view.mapped
         prob = prepare(model, data, start=start, fixed=fixed, x0=x0, require_all_observed=True,
                        estimator="GradientMatching")
         nm = node_model(model)
@@ -135,7 +141,7 @@ class GradientMatching(Estimator):
                 "oi.OrthogonalConditions")
         if proxy is None:
             cons = prob.x0 if (prob.x0 is not None and self.constrain_x0) else None
-            proxies = fit_proxies(self.smoother, model, prob.experiments, cons)
+            proxies = fit_proxies(self.smoother, model, prob.experiments, cons, maps)
         else:
             proxies = list(proxy) if isinstance(proxy, (list, tuple)) else [proxy]
         start_full = prob.full_params(prob.start)
@@ -192,16 +198,22 @@ class GradientMatching(Estimator):
         if note and cov is not None and np.all(np.isfinite(cov)):
             warnings.warn(note, CoverageWarning, stacklevel=3)
             warn = list(warn) + [note]
-        record_trajectory_check(prob, full(th), "GradientMatching", extras, warn)
-        estimate = make_estimate(self, prob, prob.free, th, cov, sol.status, t_start=t_start,
+        record_trajectory_check(prob, full(th), "GradientMatching", extras, warn, maps)
+        names = prob.free
+        if view is not None:
+            sig = view.sigma(sig)
+            names, th, cov = view.extend(names, th, cov, proxies)
+        estimate = make_estimate(self, prob if view is None else view.report(prob), names, th, cov, sol.status,
+                                 t_start=t_start,
                                  message=sol.message, n_iter=sol.n_iter, cost=float(r @ r), nobs=nobs, sigma=sig,
                                  residuals=r, history={"cost": np.asarray(sol.history, float)}, extras=extras,
                                  warnings=tuple(warn))
         from odeinfer.data import Data
         from odeinfer.inference.bootstrap import attach_matching_bootstrap
 
-        attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
-                                  {"fixed": fixed, "x0": x0}, prob.x0)
+        if view is None:  # the bootstrap simulates states; observables are not simulated here
+            attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
+                                      {"fixed": fixed, "x0": x0}, prob.x0)
         return estimate
 
     @staticmethod

@@ -61,6 +61,7 @@ from odeinfer.estimators import _newton_core as core
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, Problem, _values_by_name,
                                       make_estimate, prepare)
 from odeinfer.estimators._noise_cov import ObservationMeat, quotient_noise
+from odeinfer.estimators._state_maps import state_inputs
 from odeinfer.estimators._trajectory_check import record_trajectory_check
 from odeinfer.estimators.finite_difference import SCHEMES, DerivativeScheme
 from odeinfer.estimators.streaming import InMemoryRows, as_row_source, minibatches
@@ -155,7 +156,10 @@ def _difference_bias_warning(series, states, scheme):
 
 
 # --- inputs -> rows ---------------------------------------------------------------------------
-def _rows_from_data(problem: Problem, scheme):
+def _rows_from_data(problem: Problem, scheme, maps=None):
+    """Rows of every experiment; with ``maps`` (nonlinear maps of observables, ``{state: ScalarMap}``) the
+    scheme runs on the noise scale ``z = zeta(x)`` and the rows are mapped back by the chain rule,
+    ``x = phi(z)``, ``x' = phi'(z) z'``."""
     states = problem.model.states
     blocks = []
     for d in problem.experiments:
@@ -165,7 +169,17 @@ def _rows_from_data(problem: Problem, scheme):
         if d.n_times < scheme.min_samples():
             raise DataError(f"data {d.name!r}: {d.n_times} times, derivative={scheme.name!r} needs at least "
                             f"{scheme.min_samples()}")
-        blocks.append(scheme.rows(d.t, _series(d, states)))
+        Y = _series(d, states)
+        if not maps:
+            blocks.append(scheme.rows(d.t, Y))
+            continue
+        cols = [(k, maps[s]) for k, s in enumerate(states) if s in maps]
+        for k, fn in cols:
+            Y[:, k] = fn.z(Y[:, k])
+        t, X, D = scheme.rows(d.t, Y)
+        for k, fn in cols:
+            X[:, k], D[:, k] = fn.x(X[:, k]), fn.dx(X[:, k]) * D[:, k]
+        blocks.append((t, X, D))
     return InMemoryRows(blocks)
 
 
@@ -227,7 +241,7 @@ def _start(problem):
 
 
 # --- the shared fit ---------------------------------------------------------------------------
-def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t_start, warns=()):
+def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t_start, warns=(), view=None):
     acc = _accumulator(problem)
     theta0 = _start(problem)
     n = problem.model.n_states
@@ -287,10 +301,10 @@ def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t
         extras = {"n_equations": r, "batch_size": b, "step_decay": decay,
                   "epochs": len(out.history["cost"]) or 1}
     return _finish(est, problem, source, scheme, acc, out, extras, in_memory=in_memory, t_start=t_start,
-                   warns=list(warns))
+                   warns=list(warns), view=view)
 
 
-def _finish(est, problem, source, scheme, acc, out, extras, *, in_memory, t_start, warns):
+def _finish(est, problem, source, scheme, acc, out, extras, *, in_memory, t_start, warns, view=None):
     theta = out.theta
     cov = None
     cov_type = "sandwich HC0 (ignores errors-in-variables and stencil correlation)"
@@ -329,13 +343,15 @@ def _finish(est, problem, source, scheme, acc, out, extras, *, in_memory, t_star
     if ev is not None and ev.nbad:
         warns.append(f"{ev.nbad} residuals are not finite at the estimate")
     if in_memory and np.all(np.isfinite(theta)):
-        record_trajectory_check(problem, acc.full_params(theta), type(est).__name__, extras, warns)
+        record_trajectory_check(problem, acc.full_params(theta), type(est).__name__, extras, warns,
+                                None if view is None else view.mapped)
     extras.update(derivative=scheme.name, evaluate_at=scheme.evaluate_at, source=source.describe(),
                   cov_type=cov_type)
     if t_rows is not None:
         extras["t_rows"] = t_rows
     hist = {k: np.asarray(v, float) for k, v in out.history.items()}
-    return make_estimate(est, problem, problem.free, theta, cov, status, t_start=t_start, message=out.message,
+    return make_estimate(est, problem if view is None else view.report(problem), problem.free, theta, cov, status,
+                         t_start=t_start, message=out.message,
                          n_iter=out.n_iter, cost=float(ev.cost) if ev is not None else float("nan"),
                          nobs=int(ev.nrows) if ev is not None else 0, residuals=residuals, history=hist,
                          extras=extras, warnings=tuple(warns),
@@ -362,14 +378,26 @@ def _reject_log_noise(est, model):
 def _fit(est, algorithm, model, data, start, fixed, rng=None):
     _reject_delays(est, model)
     t0 = time.perf_counter()
+    view, model, data, fixed, start = state_inputs(model, data, fixed, start, type(est).__name__)
+    scheme = _scheme(est)
+    maps = None
+    if view is not None and view.nonlinear:
+        if scheme.name != "spline":
+            bad = [f"{m.observable!r} = {m.text} ({m.scale} noise)" for m in view.nonlinear]
+            raise EstimationError(
+                f"derivative: {scheme.name!r} differences the samples, but the observables {bad} map their noise scale "
+                f"to the states nonlinearly, so the differences of the recovered states are biased and the "
+                f"delta-method covariance does not apply; use derivative='spline' (or 'auto'), which smooths on the "
+                f"noise scale, or oi.OrthogonalConditions / oi.GradientMatching")
+        maps = {m.state: m.fn for m in view.nonlinear}
     problem = prepare(model, data, start=start, fixed=fixed, require_all_observed=True,
                       estimator=type(est).__name__)
     _reject_log_noise(est, model)
-    scheme = _scheme(est)
-    source = _rows_from_data(problem, scheme)
+    source = _rows_from_data(problem, scheme, maps)
     states = problem.model.states
     warns = _warn_bias([(f"data {d.name!r}", d.t, _series(d, states)) for d in problem.experiments], states, scheme)
-    return _run(est, problem, source, scheme, algorithm, rng=rng, in_memory=True, t_start=t0, warns=warns)
+    return _run(est, problem, source, scheme, algorithm, rng=rng, in_memory=True, t_start=t0, warns=warns,
+                view=view)
 
 
 def _warn_bias(series, states, scheme):
@@ -382,6 +410,10 @@ def _warn_bias(series, states, scheme):
 
 def _fit_stream(est, algorithm, model, source, start, fixed, states, chunk_size, rng=None):
     _reject_delays(est, model)
+    if getattr(model, "observables", ()):
+        raise EstimationError(
+            f"model: {model.name!r} has observables {list(model.observable_names)}, but fit_stream reads state columns; "
+            f"convert the stream to the states, or put the data in an oi.Data and use {type(est).__name__}().fit")
     if isinstance(model, Model):
         _reject_log_noise(est, model)
     t0 = time.perf_counter()
@@ -407,6 +439,11 @@ _FIT_DOC = """
         model : Model
             Every state must be observed (equation-error methods need all of ``x``); additive noise
             (``noise="log"`` is refused with an EstimationError naming the estimators that honour it).
+            Observables (``model.observe``) that are invertible functions of one state each are
+            recovered on the state scale: an affine map (``"2.5*x + 1"``, linear noise) works with
+            every derivative scheme; a nonlinear one (``"log(x)"``, log-scale noise) needs
+            ``derivative="spline"`` (smoothing on the noise scale, rows mapped by the chain rule).
+            See :mod:`odeinfer.estimators._state_maps`; other observables are refused, naming them.
         data : Data or Experiments
             Strictly increasing times; missing values (NaN) drop the affected rows.
         start : dict, array-like (n_free,) or Estimate, optional

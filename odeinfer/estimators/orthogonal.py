@@ -22,6 +22,7 @@ from odeinfer.estimators._log_proxy import fit_proxies
 from odeinfer.estimators._coverage import CoverageWarning, coverage_note
 from odeinfer.estimators._quadrature import node_model, solve_whitened, whitener
 from odeinfer.estimators._second_order import second_order
+from odeinfer.estimators._state_maps import state_inputs
 from odeinfer.estimators._trajectory_check import record_trajectory_check, trajectory_residuals
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, make_estimate,
                                       prepare)
@@ -123,7 +124,12 @@ class OrthogonalConditions(Estimator):
     ``correction="second_order"`` removes the latter where the conditions are bilinear; every
     estimate carries a :class:`~odeinfer.CoverageWarning` with the measured coverage of its
     configuration (``tests/reference/matching_coverage.md``).
-    Only fully observed systems are supported.
+    Only fully observed systems are supported: every state observed directly, or through an
+    observable that is an invertible function of it (``model.observe``; see
+    :mod:`odeinfer.estimators._state_maps`): the proxy is then smoothed on the observable's noise
+    scale and mapped back to the state exactly, the ``L`` scan and the trajectory check compare on
+    that scale, ``sigma`` is reported per observable, and the estimate carries the user's model
+    (with the fixed observable parameters in ``fixed``). Other observables are refused, naming them.
 
     Noise model: with ``noise="log"`` (``model.with_observation(noise="log")``) every state's proxy is
     ``exp`` of the regression spline of ``log y`` (positive; GCV, coefficient covariance and the
@@ -204,6 +210,7 @@ class OrthogonalConditions(Estimator):
     # ------------------------------------------------------------------------------------
     def _setup(self, model, data, start, fixed, x0, proxies):
         t_start = time.perf_counter()
+        view, model, data, fixed, start = state_inputs(model, data, fixed, start, "OrthogonalConditions")
         prob = prepare(model, data, start=start, fixed=fixed, x0=x0, require_all_observed=True,
                        estimator="OrthogonalConditions")
         nm = node_model(model)
@@ -226,12 +233,13 @@ class OrthogonalConditions(Estimator):
         if "x0" in self.boundary and np.isnan(x0_arr).any():
             raise EstimationError(f"x0: OC,0 needs every initial state; missing "
                                   f"{[s for s, v in zip(model.states, x0_arr) if np.isnan(v)]}")
+        maps = None if view is None else view.mapped
         if self.correction == "second_order":
-            _check_second_order(model, nm, prob)
+            _check_second_order(model, nm, prob, maps)
         if proxies is None:
             cons = prob.x0 if (prob.x0 is not None and self.constrain_x0) else None
-            proxies = fit_proxies(self.smoother, model, prob.experiments, cons)
-        return t_start, prob, nm, x0_arr, proxies
+            proxies = fit_proxies(self.smoother, model, prob.experiments, cons, maps)
+        return t_start, prob, nm, x0_arr, proxies, view
 
     def _conditions(self, nm, prob, proxies, L, x0_arr, slope=True):
         if prob.model.delays:
@@ -376,7 +384,7 @@ class OrthogonalConditions(Estimator):
                 lo[j], hi[j] = 1e-6 * room, room
         return lo, hi
 
-    def _ode_sse(self, model, prob, proxies, params_full):
+    def _ode_sse(self, model, prob, proxies, params_full, maps=None):
         """Integrated-trajectory SSE of one candidate (the L selection rule), on the noise scale.
 
         The trajectory starts from the known ``x0`` where given, else from the proxy at ``t0``;
@@ -387,7 +395,7 @@ class OrthogonalConditions(Estimator):
         for d, pr in zip(prob.experiments, proxies):
             best = math.inf
             for x0 in self._sse_starts(model, prob, d, pr):
-                r = trajectory_residuals(model, d, x0, d.t0, params_full)
+                r = trajectory_residuals(model, d, x0, d.t0, params_full, maps)
                 if r is None:
                     continue
                 r = np.where(d.mask, r, 0.0)
@@ -442,7 +450,9 @@ class OrthogonalConditions(Estimator):
 
     def _fit(self, model, data, *, start, fixed, x0, proxy):
         proxies = None if proxy is None else (list(proxy) if isinstance(proxy, (list, tuple)) else [proxy])
-        t_start, prob, nm, x0_arr, proxies = self._setup(model, data, start, fixed, x0, proxies)
+        t_start, prob, nm, x0_arr, proxies, view = self._setup(model, data, start, fixed, x0, proxies)
+        model = prob.model
+        maps = None if view is None else view.mapped
         p_free = len(prob.free)
         d = model.n_states
         n_extra = ("x0" in self.boundary) + ("end_slope" in self.boundary)
@@ -477,7 +487,7 @@ class OrthogonalConditions(Estimator):
             elif model.delays:
                 sse = dde_trajectory_sse(model, prob, proxies, r["full"], [c.tests.window for c in conds])
             else:
-                sse = self._ode_sse(model, prob, proxies, r["full"])
+                sse = self._ode_sse(model, prob, proxies, r["full"], maps)
             results[L] = r
             scan[L] = {"params": dict(zip(prob.free, r["theta"].tolist())), "sse": sse, "cost": r["cost"],
                        "trace_cov": float(np.trace(r["cov"])), "status": r["status"],
@@ -519,26 +529,34 @@ class OrthogonalConditions(Estimator):
             extras["window"] = [dde_window(self.window, prob, pr) for pr in proxies]
         if so is not None:
             extras["second_order"] = so
-        record_trajectory_check(prob, r["full"], "OrthogonalConditions", extras, warn)
-        estimate = make_estimate(self, prob, prob.free, theta, cov, r["status"], t_start=t_start,
+        record_trajectory_check(prob, r["full"], "OrthogonalConditions", extras, warn, maps)
+        names = prob.free
+        if view is not None:
+            sig = view.sigma(sig)
+            names, theta, cov = view.extend(names, theta, cov, proxies)
+        estimate = make_estimate(self, prob if view is None else view.report(prob), names, theta, cov,
+                                 r["status"], t_start=t_start,
                                  message=r["message"], n_iter=r["n_iter"], cost=r["cost"], nobs=nobs, sigma=sig,
                                  residuals=r["e"], history={"cost": np.asarray(r["history"], float)}, extras=extras,
                                  warnings=tuple(warn))
         from odeinfer.data import Data
         from odeinfer.inference.bootstrap import attach_matching_bootstrap
 
-        attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
-                                  {"fixed": fixed, "x0": x0}, prob.x0)
+        if view is None:  # the bootstrap simulates states; observables are not simulated here
+            attach_matching_bootstrap(self, estimate, model, prob.experiments, isinstance(data, Data),
+                                      {"fixed": fixed, "x0": x0}, prob.x0)
         return estimate
 
 
-def _check_second_order(model, nm, prob):
+def _check_second_order(model, nm, prob, maps=None):
     """``correction="second_order"`` needs conditions bilinear in (proxy coefficients, free parameters)."""
     why = []
     if model.delays:
         why.append("the model has delays")
     if model.observation.noise == "log":
         why.append("the proxy is exp(spline) (noise='log'), not linear in its coefficients")
+    if maps:
+        why.append(f"the proxies of {sorted(maps)} are mapped from their observables' noise scale")
     nonlin = sorted(set(prob.free) - set(nm.linear_params(prob.free, prob.fixed)))
     if nonlin:
         why.append(f"{nonlin} enter f nonlinearly")
@@ -641,8 +659,8 @@ def confidence_ellipsoid(estimate, alpha=0.05, names=None) -> ConfidenceEllipsoi
     unknown = [n for n in names if n not in estimate.names]
     if unknown:
         raise InputError(f"names: {unknown} are not estimated quantities {list(estimate.names)}")
-    if estimate.cov is None or not np.all(np.isfinite(estimate.cov)):
-        raise InputError("estimate: no finite covariance (see estimate.warnings); no ellipsoid can be formed")
     idx = [estimate.names.index(n) for n in names]
-    return ConfidenceEllipsoid(names, np.array(estimate.values)[idx], np.array(estimate.cov)[np.ix_(idx, idx)],
-                               float(chi2.ppf(1 - alpha, len(idx))))
+    cov = None if estimate.cov is None else np.array(estimate.cov)[np.ix_(idx, idx)]
+    if cov is None or not np.all(np.isfinite(cov)):
+        raise InputError("estimate: no finite covariance (see estimate.warnings); no ellipsoid can be formed")
+    return ConfidenceEllipsoid(names, np.array(estimate.values)[idx], cov, float(chi2.ppf(1 - alpha, len(idx))))

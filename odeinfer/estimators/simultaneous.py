@@ -51,8 +51,9 @@ from odeinfer.errors import InputError
 from odeinfer.estimators import _bock
 from odeinfer.estimators import _simultaneous_setup as setup
 from odeinfer.estimators._auto_start import has_param_start, matching_start, start_info
-from odeinfer.estimators.base import Estimator, IdentifiabilityWarning, make_estimate, prepare
+from odeinfer.estimators.base import Estimator, IdentifiabilityWarning, likelihood_problem, make_estimate, prepare
 from odeinfer.results import Estimate
+from odeinfer.smooth._blas import single_threaded_blas
 from odeinfer.smooth.splines import SplineSmoother
 
 __all__ = ["Simultaneous"]
@@ -186,16 +187,40 @@ class Simultaneous(Estimator):
             raise InputError(f"smoother: expected an oi.smooth.SplineSmoother or None, got "
                              f"{type(self.smoother).__name__}")
 
-    def fit(self, model, data, *, start=None, fixed=None, x0=None, start_states=None) -> Estimate:
+    def _likelihood_problem(self, model, data, fixed, x0):
+        """The FitProblem of a likelihood fit, or None for a least-squares fit of observed states."""
+        from odeinfer.estimators._simultaneous_likelihood import problem_from_simultaneous
+
+        return likelihood_problem(self, model, data, fixed, x0, defaults=(("estimate_x0", True), ("sigma", None)),
+                                  how="with the initial states of its problem (x0 numbers or expressions of "
+                                      "parameters)",
+                                  build=problem_from_simultaneous)
+
+    def fit(self, model, data=None, *, start=None, fixed=None, x0=None, start_states=None) -> Estimate:
         """Estimate the parameters (and initial states) by the Bock iteration.
 
         Parameters
         ----------
-        model : Model
+        model : Model or FitProblem
             Its observation model gives the noise scale (``"additive"`` or ``"log"``);
-            which states are observed comes from the data columns.
+            which states are observed comes from the data columns. A model with observables
+            (:meth:`Model.observe`) or an :class:`~odeinfer.FitProblem` is fitted by maximum
+            likelihood under the collocation constraints: the objective is the negative
+            log-likelihood of its noise models with all constants (PEtab's, as ``oi.Embedding``
+            reports it: ``fit.nll``), on the parameters' scales and within their bounds (a
+            FitProblem's :class:`~odeinfer.Param` s; for a model every parameter is estimated on
+            the linear scale, unbounded, except ``fixed``), with the conditions of
+            ``Experiments(..., conditions=...)`` (overrides, initial-state expressions, doses,
+            step and linear inputs, pre-equilibration); ``x0`` is then a dict of numbers or
+            expressions, ``start`` is required, the start trajectory is ``start_states`` or else,
+            for a state an observable measures directly (``h`` = the state), the spline proxy
+            (``smoother``) of its measurements and, for the others, the model simulated at
+            ``start``; ``estimate_x0`` and ``sigma`` must keep their
+            defaults (initial states come from the problem, noise from its noise models). See
+            :mod:`odeinfer.estimators._simultaneous_likelihood`.
         data : Data or Experiments
             Several experiments share the parameters; each has its own grid and initial state.
+            None for a FitProblem.
         start : dict, array-like (n_free,) or Estimate, optional
             Start values of the free parameters (1.0 where missing). An Estimate also
             supplies ``x0[state]`` starts. Without a start of any parameter, the matching
@@ -222,6 +247,12 @@ class Simultaneous(Estimator):
             scale); ``sigma``; ``history``; ``extras`` (grid, states, multipliers, rank).
         """
         t_start = time.perf_counter()
+        problem = self._likelihood_problem(model, data, fixed, x0)
+        if problem is not None:
+            from odeinfer.estimators._simultaneous_likelihood import fit_simultaneous_likelihood
+
+            with single_threaded_blas():
+                return fit_simultaneous_likelihood(self, problem, start, start_states, t_start)
         if isinstance(start, Estimate) and x0 is None:
             x0 = {n[3:-1]: v for n, v in zip(start.names, start.values) if n.startswith("x0[") and n.endswith("]")}
             x0 = x0 or None

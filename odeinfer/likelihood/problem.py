@@ -95,6 +95,7 @@ class FitProblem:
             raise InputError(f"data: expected Data or Experiments, got {type(data).__name__}")
         self.model, self.experiments = model, data
         x0 = _check_x0("x0", x0 or {}, model)
+        self.x0_default = x0  # the default initial states of every experiment (as given)
         conds = [data.condition(n) for n in data.names]
         for n, c in zip(data.names, conds):
             self._check_condition(n, c)

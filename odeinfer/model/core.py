@@ -238,6 +238,11 @@ class Model:
         params : list of str
             Observable-only parameters (scales, offsets, noise sds), new names.
 
+        Notes
+        -----
+        A delay model's observables are functions of the current states (not of lagged ones);
+        ``oi.AdjointDDE`` fits them (``FitProblem`` and the other estimators take ODE models).
+
         Examples
         --------
         >>> import odeinfer as oi
@@ -250,10 +255,6 @@ class Model:
         """
         from odeinfer.model.observables import build_observables
 
-        if self.delays:
-            raise ModelDefinitionError(
-                f"observe: model {self.name!r} has delays; observables are supported for ODE models only so far "
-                "(observe the states directly with observed=[...])")
         obs, obs_params = build_observables(self, observables, noise, params)
         return replace(self, observables=obs, obs_params=obs_params)
 

@@ -68,7 +68,8 @@ class Estimate:
     fixed : mapping
         Quantities held fixed, name -> value (parameters and/or initial states).
     sigma : mapping
-        Noise standard deviation per observed state, as estimated or given.
+        Noise standard deviation per observed state, as estimated or given (per observable, on its
+        noise scale, for a matching estimate of a model with observables).
     residuals : ndarray or None
         Estimator's residual vector at the optimum (its meaning depends on the estimator).
     history : mapping of str to ndarray
@@ -186,8 +187,9 @@ class Estimate:
             (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
             :class:`~odeinfer.inference.bootstrap.BootstrapWarning`.
             The refits are cached on the estimate per ``(n_boot, seed)``, so both kinds and every
-            ``alpha`` reuse them. Profile and bootstrap intervals are not available after a JSON
-            or pickle round trip.
+            ``alpha`` reuse them. Bootstrap intervals are not available after a JSON or pickle
+            round trip, profile intervals only for likelihood fits read back by :meth:`from_json`
+            (which rebuilds their objective).
         kind : {"percentile", "studentized"}, default "percentile"
             Bootstrap only. ``"percentile"``: the ``alpha/2`` and ``1 - alpha/2`` quantiles of
             the refitted values. ``"studentized"`` (bootstrap-t): ``estimate - q(t*) * bse`` with
@@ -311,7 +313,9 @@ class Estimate:
         return float(self.extras.get("nll", float("nan")))
 
     def _objective_words(self):
-        return "negative log-likelihood" if "nll" in self.extras else "cost"
+        if "nll" not in self.extras:
+            return "cost"
+        return self.extras.get("objective_kind", "negative log-likelihood")
 
     def to_priors(self, inflate: float = 10.0, **kwargs) -> dict:
         """PyMC priors centred on this estimate, ``inflate`` times wider than its standard errors.
@@ -410,11 +414,14 @@ class Estimate:
 
     # JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """A JSON-serialisable dict (the model is stored as its equations)."""
+        """A JSON-serialisable dict (the model is stored as its equations, with its observables and noise
+        models; a likelihood fit also stores its problem: experiments, conditions, parameter table, solver)."""
+        from odeinfer.results._problem_json import observables_to_dict, problem_to_dict
+
         def arr(a):
             return None if a is None else np.asarray(a).tolist()
 
-        return {
+        out = {
             "format": _FORMAT,
             "estimator": self.estimator,
             "model": {"name": self.model.name, "states": list(self.model.states),
@@ -428,6 +435,11 @@ class Estimate:
             "extras": _jsonable(dict(self.extras)), "warnings": list(self.warnings),
             "provenance": _jsonable(dict(self.provenance)),
         }
+        if self.model.observables:
+            out["model"]["observables"] = observables_to_dict(self.model)
+        if self._objective is not None:
+            out["problem"] = problem_to_dict(self._objective)
+        return out
 
     def to_json(self, path=None, **kwargs) -> str:
         """JSON text (written to ``path`` if given). NaN is written as ``NaN``.
@@ -453,8 +465,18 @@ class Estimate:
             deep are refused before parsing.
         model : Model, optional
             The model the estimate was fitted with; default: rebuilt from the stored
-            equations (parsed safely, never evaluated). A model whose states, parameters
-            or equations (fingerprint) differ from the stored ones is refused.
+            equations and observables (parsed safely, never evaluated). A model whose states,
+            parameters, equations (fingerprint) or observables differ from the stored ones is
+            refused.
+
+        Notes
+        -----
+        A likelihood fit (a model with observables, fitted by :class:`~odeinfer.Embedding`) comes
+        back with its observables, noise models and fit problem (experiments' data and
+        conditions, parameter table, solver settings), rebuilt through the validating
+        constructors: ``predict(t, experiment=...)`` then gives the observables with their bands as
+        before the round trip, and ``conf_int(method="profile")`` re-optimises the rebuilt objective
+        (with Embedding's default ``max_iter``). Bootstrap intervals need the fit's session.
 
         Raises
         ------
@@ -464,9 +486,12 @@ class Estimate:
         InputError
             ``model`` is not the estimate's model.
         """
+        from odeinfer.results._problem_json import attach, objective_from_dict, observe_from_dict
+
         text, where = _read_source(text_or_path)
         d = _parse(text, where)
         stored = d["model"]
+        observables = stored.get("observables")
         if model is None:
             try:
                 model = Model.from_equations(stored["equations"], stored["params"], name=stored["name"],
@@ -474,8 +499,14 @@ class Estimate:
             except OdeinferError as exc:
                 raise ResultFileError(f"{where}: its model cannot be rebuilt from the stored equations "
                                       f"({type(exc).__name__}: {_short(exc)})") from exc
+            if observables is not None:
+                model = observe_from_dict(model, observables, where)
         else:
             _check_model(model, stored, d.get("fingerprint"))
+            _check_observables(model, observables)
+        objective = None
+        if d.get("problem") is not None and model.observables:
+            objective = objective_from_dict(model, d["problem"], where)
 
         def array(key, ndim=None):
             if d[key] is None and key in ("cov", "residuals"):
@@ -492,14 +523,23 @@ class Estimate:
 
         values, cov, residuals = array("values", 1), array("cov", 2), array("residuals")
         try:
-            return cls(str(d["estimator"]), model, tuple(d["names"]), values, cov,
-                       d["status"], str(d["message"]), int(d["n_iter"]), float(d["cost"]), int(d["nobs"]),
-                       dict(d["fixed"]), dict(d["sigma"]), residuals,
-                       {k: np.array(v, float) for k, v in dict(d["history"]).items()}, dict(d["extras"]),
-                       tuple(d["warnings"]), dict(d["provenance"]))
+            out = cls(str(d["estimator"]), model, tuple(d["names"]), values, cov,
+                      d["status"], str(d["message"]), int(d["n_iter"]), float(d["cost"]), int(d["nobs"]),
+                      dict(d["fixed"]), dict(d["sigma"]), residuals,
+                      {k: np.array(v, float) for k, v in dict(d["history"]).items()}, dict(d["extras"]),
+                      tuple(d["warnings"]), dict(d["provenance"]))
         except (TypeError, ValueError) as exc:
             raise ResultFileError(f"{where}: the stored fields do not fit together ({_short(exc)}); "
                                   "write the estimate again with Estimate.to_json") from None
+        if objective is not None:
+            if tuple(objective.problem.estimated) != out.names:
+                raise ResultFileError(f"{where}: the stored problem estimates {list(objective.problem.estimated)[:8]}, "
+                                      f"but the estimate holds {list(out.names)[:8]}; write the estimate again with "
+                                      "Estimate.to_json")
+            from odeinfer.estimators.embedding import Embedding
+
+            attach(out, objective, Embedding.max_iter)
+        return out
 
 
 #: Limits of :meth:`Estimate.from_json`: file (or text) size and nesting depth of the JSON.
@@ -615,6 +655,23 @@ def _check_model(model, stored, fingerprint):
         raise InputError(f"model: the given model {model.name!r} has the names of the estimate's model {name!r} but "
                          f"other equations (fingerprint {model.fingerprint}, the estimate's {str(fingerprint)[:16]}); "
                          "pass the estimate's model, or model=None to rebuild it from the file")
+
+
+def _check_observables(model, stored):
+    """Refuse a ``model`` whose observables are not the stored estimate's (names, expressions, noise)."""
+    from odeinfer.results._problem_json import observables_to_dict
+
+    have = observables_to_dict(model) if model.observables else None
+    if have is None and stored is None:
+        return
+    if have is None or stored is None or have != stored:
+        def names(x):
+            return [str(o.get("name"))[:40] for o in x["observables"]] if isinstance(x, dict) and isinstance(
+                x.get("observables"), list) and all(isinstance(o, dict) for o in x["observables"]) else []
+
+        raise InputError(f"model: the estimate was fitted with the observables {names(stored)}, but the given model "
+                         f"{model.name!r} has {names(have)} (or other expressions or noise models); pass the estimate's "
+                         "model (with model.observe(...)), or model=None to rebuild it from the file")
 
 
 def _jsonable(x):

@@ -270,11 +270,31 @@ def dde_adjoint_gradient_call(kernel, t0, t_end, hkind, hb, hc, tb, tc, wl, pape
 # types the Python adapters above pass (int64, bool, writable arrays), so the machine code that
 # numba cached for those signatures is reused instead of compiled again.
 
-def njit_ode_solve(kernel, sensitivities, t0, t_eval, rtol, atol, max_steps, sens_err):
-    """An ``@njit`` ``run(p, y0, z_out, work, info) -> status`` calling ``kernel``
-    (``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve``; Hairer's first step)."""
+def _numba_types():
+    from numba import types
+
+    f8 = types.float64
+    return (f8, types.int64, types.boolean, types.Array(f8, 1, "C"), types.Array(f8, 2, "C"),
+            types.Array(f8, 1, "C", readonly=True))
+
+
+def _njit_kernel(compiled, name, sig):
+    # the model's kernel, or the shared one while the model's compiles (odeinfer.solve.shared.jit_kernel)
+    from odeinfer.solve.shared import jit_kernel
+
+    return jit_kernel(compiled, name, sig)
+
+
+def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_steps, sens_err):
+    """An ``@njit`` ``run(p, y0, z_out, work, info) -> status`` calling ``compiled``'s
+    ``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve`` (Hairer's first step): the
+    model's own kernel, or the shared one while the model's is not compiled."""
     from numba import njit
 
+    f8, i8, b1, c1, c2, ro1 = _numba_types()
+    sig = (f8, ro1, c1, c1) + ((b1,) if sensitivities else ()) + (f8, f8, f8, i8, c2, c1, c1)
+    kernel = _njit_kernel(compiled, solve_kernel_name(method, sensitivities), sig)
+    t0, rtol, atol = float(t0), float(rtol), float(atol)
     err = 1 if sens_err else 0
     if sensitivities:
         @njit(error_model="numpy")
@@ -287,10 +307,15 @@ def njit_ode_solve(kernel, sensitivities, t0, t_eval, rtol, atol, max_steps, sen
     return run
 
 
-def njit_adjoint_vjp(kernel, t0, t_eval, rtol, atol, nsub):
+def njit_adjoint_vjp(compiled, t0, t_eval, rtol, atol, nsub):
     """An ``@njit`` ``run(p, y0, g, max_steps, z_out, rec, grad, work, info) -> status`` calling
-    ``dopri5_adjoint_vjp`` (``rec``: at least ``max_steps`` rows)."""
+    ``compiled``'s ``dopri5_adjoint_vjp`` (``rec``: at least ``max_steps`` rows), or the shared one
+    while the model's is not compiled."""
     from numba import njit
+
+    f8, i8, _, c1, c2, ro1 = _numba_types()
+    kernel = _njit_kernel(compiled, "dopri5_adjoint_vjp", (f8, ro1, c1, c1, c2, f8, f8, i8, i8, c2, c2, c1, c1, c1))
+    t0, rtol, atol = float(t0), float(rtol), float(atol)
 
     @njit(error_model="numpy")
     def run(p, y0, g, max_steps, z_out, rec, grad, work, info):
@@ -299,14 +324,19 @@ def njit_adjoint_vjp(kernel, t0, t_eval, rtol, atol, nsub):
     return run
 
 
-def njit_dde_solve(kernel, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol, max_steps):
-    """An ``@njit`` ``run(p, phi, z_out, work, buf, info) -> status`` calling ``dde_solve`` (Hairer's
-    first step)."""
-    from numba import njit
+def njit_dde_solve(compiled, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol, max_steps):
+    """An ``@njit`` ``run(p, phi, z_out, work, buf, info) -> status`` calling the delay model
+    ``compiled``'s ``dde_solve`` (Hairer's first step), or the shared one while the model's is not
+    compiled."""
+    from numba import njit, typeof
 
     err = 1 if sens_err else 0
     hkind = int(hkind)
     hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
+    f8, i8, b1, c1, c2, ro1 = _numba_types()
+    kernel = _njit_kernel(compiled, "dde_solve", (f8, ro1, c1, i8, c1, typeof(hb), typeof(hc), i8, b1, f8, f8, f8, i8,
+                                                  c2, c1, c2, c1))
+    t0, rtol, atol = float(t0), float(rtol), float(atol)
 
     @njit(error_model="numpy")
     def run(p, phi, z_out, work, buf, info):
@@ -315,12 +345,17 @@ def njit_dde_solve(kernel, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol, m
     return run
 
 
-def njit_dde_adjoint_vjp(kernel, t0, t_obs, hkind, hb, hc, nsub):
-    """An ``@njit`` ``run(p, phi, g, buf, nbuf, grad) -> status`` calling ``dde_adjoint_vjp``."""
-    from numba import njit
+def njit_dde_adjoint_vjp(compiled, t0, t_obs, hkind, hb, hc, nsub):
+    """An ``@njit`` ``run(p, phi, g, buf, nbuf, grad) -> status`` calling the delay model ``compiled``'s
+    ``dde_adjoint_vjp``, or the shared one while the model's is not compiled."""
+    from numba import njit, typeof
 
     hkind = int(hkind)
     hb, hc = np.ascontiguousarray(hb), np.ascontiguousarray(hc)
+    f8, i8, _, c1, c2, ro1 = _numba_types()
+    kernel = _njit_kernel(compiled, "dde_adjoint_vjp", (f8, ro1, c2, c1, i8, c1, typeof(hb), typeof(hc), c2, i8, i8,
+                                                        c1))
+    t0 = float(t0)
 
     @njit(error_model="numpy")
     def run(p, phi, g, buf, nbuf, grad):

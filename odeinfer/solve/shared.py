@@ -18,7 +18,8 @@ one low-priority background process that compiles the model kernel into the disk
 that process is done, the next call switches to the model kernel; if it fails (or is killed),
 the first call that sees it warns once with the cause and the shared kernel goes on. Processes
 that need the same kernel compile it once (a lock file in the cache directory; a dead owner's
-lock is taken over at once).
+lock is taken over at once), and background compilers run one at a time per cache directory
+(:data:`SLOT_ENV`): the others wait in a bare interpreter.
 
 Both kernels run the same arithmetic in the same order, so results are bitwise identical
 whichever one answered, whatever compiled them first and in whichever process: every kernel,
@@ -47,11 +48,25 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "jit_kernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
+
+#: Environment variable naming the file whose exclusive lock is the machine's one background-compile
+#: slot (in the cache directory): background compilers run one at a time, each waiting for the slot
+#: in a bare interpreter (a few MB) before it imports anything. Without it, a multistart over many
+#: new models started dozens of compilers at once (about 0.4 GB each).
+SLOT_ENV = "ODEINFER_COMPILE_SLOT"
 
 #: The background process's command (it reads its job from stdin). Not ``-m odeinfer.solve.shared``:
 #: runpy warns on stderr when a package's ``__init__`` has imported the module it runs.
-COMMAND = (sys.executable, "-c", "from odeinfer.solve.shared import _main; _main()")
+COMMAND = (sys.executable, "-c",
+           "import os\n"
+           "try:\n"
+           "    import fcntl\n"
+           f"    fcntl.flock(os.open(os.environ['{SLOT_ENV}'], os.O_CREAT | os.O_RDWR, 0o600), fcntl.LOCK_EX)\n"
+           "except (ImportError, KeyError, OSError):\n"
+           "    pass\n"
+           "from odeinfer.solve.shared import _main\n"
+           "_main()\n")
 
 _LOCK = threading.Lock()
 _SHARED = []
@@ -216,6 +231,35 @@ class TieredKernel:
         self.tier = "shared"
 
 
+def jit_kernel(compiled, kernel: str, sig: tuple):
+    """What numba code (the PyTensor Ops' NUMBA mode) calls in place of ``compiled.module.<kernel>``,
+    with the model kernel's arguments of numba types ``sig``: the model kernel itself when it runs
+    ``sig`` without compiling (compiled in this process or on disk), else a jitted closure over the
+    shared ``ptr_<kernel>`` and the model's handle, while the model kernel compiles in the background
+    for later processes. The policy of :class:`TieredKernel`, decided once, here: a compiled graph keeps
+    its callee."""
+    from numba import njit
+
+    from odeinfer.solve.abi import needs_full_handle
+
+    mode = tiered_mode()
+    if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
+        return getattr(compiled.module, kernel)
+    ptr, mh = getattr(shared_module(), "ptr_" + kernel), model_handle(compiled, full=needs_full_handle(kernel))
+    if compiled.model.delays:  # numba freezes the handle's array read-only: pass a writable copy, as Python does
+        n, m, d, delay_params, f, jac_y, jac_ylag, jac_p = mh
+
+        @njit(error_model="numpy", fastmath=False)
+        def call(*args):
+            return ptr((n, m, d, delay_params.copy(), f, jac_y, jac_ylag, jac_p), *args)
+    else:
+        @njit(error_model="numpy", fastmath=False)
+        def call(*args):
+            return ptr(mh, *args)
+
+    return call
+
+
 class Specialisation:
     """One background compilation of a model kernel for one signature.
 
@@ -235,8 +279,8 @@ class Specialisation:
         self.error = None
         self._reported = False
         payload = pickle.dumps((module_name, kernel, sig, str(marker)))
-        self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, env={**os.environ, SLOT_ENV: str(slot_path())})
         self._proc.stdin.write(payload)
         self._proc.stdin.close()
         threading.Thread(target=self._wait, daemon=True, name=f"odeinfer-specialise-{kernel}").start()
@@ -292,6 +336,13 @@ def failure_cause(returncode: int, stderr: str) -> str:
     return f"the background compiler exited with status {returncode}: {last}"
 
 
+def slot_path() -> Path:
+    """The file whose lock is the background-compile slot (see :data:`SLOT_ENV`)."""
+    from odeinfer.model.cache import cache_dir
+
+    return cache_dir() / "background-compile.slot"
+
+
 def _marker(module, kernel, sig) -> Path:
     from odeinfer.model.cache import cache_dir
 
@@ -312,8 +363,12 @@ def specialisation(module, kernel: str, args: tuple, background: bool = True):
     (with ``background=False``: an object whose ``done`` is never set)."""
     import numba
 
+    return _specialise(module, kernel, tuple(numba.typeof(a) for a in args), background)
+
+
+def _specialise(module, kernel: str, sig: tuple, background: bool):
+    """:func:`specialisation` for the numba signature ``sig``."""
     dispatcher = getattr(module, kernel)
-    sig = tuple(numba.typeof(a) for a in args)
     if sig in dispatcher.overloads:
         return None
     marker = _marker(module, kernel, sig)

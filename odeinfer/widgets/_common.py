@@ -8,7 +8,7 @@ import sys
 
 from odeinfer.errors import InputError
 
-__all__ = ["png_bytes", "message_html", "check_model", "check_data", "close_figure"]
+__all__ = ["png_bytes", "message_html", "check_model", "check_data", "close_figure", "observables_png"]
 
 
 def png_bytes(fig, dpi=80) -> bytes:
@@ -41,7 +41,7 @@ def check_model(model, argument="model"):
 
 
 def check_data(data, model, argument="data"):
-    """One Data set whose states are states of ``model``."""
+    """One Data set whose columns are states of ``model`` (observables, for a model with observables)."""
     from odeinfer.data import Data, Experiments
 
     if isinstance(data, Experiments):
@@ -49,8 +49,25 @@ def check_data(data, model, argument="data"):
                          f"set at a time: pass one of them, e.g. {argument}=experiments[0]")
     if not isinstance(data, Data):
         raise InputError(f"{argument}: expected an odeinfer Data (e.g. Data.from_frame(...)), got {type(data).__name__}")
+    if model.observables:
+        unknown = [s for s in data.states if s not in model.observable_names]
+        if unknown:
+            raise InputError(f"{argument}: columns {unknown} are not observables of model {model.name!r} "
+                             f"(observables: {list(model.observable_names)}); rename them with data.rename({{...}})")
+        return data
     unknown = [s for s in data.states if s not in model.states]
     if unknown:
         raise InputError(f"{argument}: states {unknown} are not states of model {model.name!r} "
                          f"(states: {list(model.states)}); rename them with data.rename({{...}})")
     return data
+
+
+def observables_png(fit, dpi=80, **kwargs) -> bytes:
+    """PNG of :func:`odeinfer.plots.observables` for a likelihood fit (data, fitted observables, bands)."""
+    from odeinfer.plots import observables
+
+    fig = observables(fit, **kwargs)
+    try:
+        return png_bytes(fig, dpi)
+    finally:
+        close_figure(fig)

@@ -34,9 +34,11 @@ def _float(argument, v):
 def start_values(model, data, start=None, x0=None):
     """Parameter and initial-state values to start from, as two dicts.
 
-    Parameters come from ``start`` (an Estimate: its values and fixed values; or a
-    dict by name), default 1.0 for any not given. Initial states come from ``x0``
-    (dict or array), else ``start``'s ``"x0[state]"`` entries, else the data's first
+    Parameters (with the observables' parameters, for a model with observables) come from
+    ``start`` (an Estimate: its values and fixed values; or a dict by name), default 1.0 for
+    any not given. Initial states come from ``x0`` (dict or array), else ``start``'s
+    ``"x0[state]"`` entries, else, for a likelihood fit, its problem's initial state of the
+    experiment named like ``data`` (or its only one) at the estimate, else the data's first
     row when it is observed at ``t0``.
     """
     from odeinfer.results import Estimate
@@ -49,14 +51,14 @@ def start_values(model, data, start=None, x0=None):
         given = {**{k: v for k, v in start.fixed.items()}, **dict(zip(start.names, start.values))}
     elif isinstance(start, Mapping):
         given = dict(start)
-        unknown = [k for k in given if k not in model.params and k not in model.states
+        unknown = [k for k in given if k not in model.full_params and k not in model.states
                    and not (k.startswith("x0[") and k[3:-1] in model.states)]
         if unknown:
-            raise InputError(f"start: unknown names {unknown}; expected parameters {list(model.params)} "
+            raise InputError(f"start: unknown names {unknown}; expected parameters {list(model.full_params)} "
                              f"and initial states as 'x0[state]' for states {list(model.states)}")
     else:
         raise InputError(f"start: expected an Estimate or a dict of values by name, got {type(start).__name__}")
-    params = {p: _float(f"start[{p!r}]", given.get(p, 1.0)) for p in model.params}
+    params = {p: _float(f"start[{p!r}]", given.get(p, 1.0)) for p in model.full_params}
     init = {}
     if x0 is not None:
         if isinstance(x0, Mapping):
@@ -71,18 +73,43 @@ def start_values(model, data, start=None, x0=None):
                                  f"{list(model.states)}, got shape {arr.shape}")
             init = {s: _float(f"x0[{s!r}]", v) for s, v in zip(model.states, arr)}
     first = data.y[0] if data.t[0] == data.t0 else np.full(data.n_observed, np.nan)
+    from_fit = _fit_x0(start, data) if isinstance(start, Estimate) else {}
     for s in model.states:
         if s in init:
             continue
         key = f"x0[{s}]"
         if key in given:
             init[s] = _float(f"start[{key!r}]", given[key])
+        elif s in from_fit:
+            init[s] = _float(f"start[{key!r}]", from_fit[s])
         elif s in data.states and np.isfinite(first[data.states.index(s)]):
             init[s] = float(first[data.states.index(s)])
         else:
             raise InputError(f"x0: no initial value for state {s!r} (not estimated in start, not observed at "
                              f"t0 = {data.t0:g}); pass x0={{{s!r}: value, ...}}")
     return params, {s: init[s] for s in model.states}
+
+
+def _fit_x0(fit, data):
+    """Initial states of a likelihood fit's experiment (named like ``data``, or its only one) at the
+    estimate, ``{state: value}``; empty for other estimates and pre-equilibrated experiments."""
+    obj = fit._objective
+    if obj is None:
+        return {}
+    plans = {p.name: p for p in obj.problem.plans}
+    plan = plans.get(data.name) or (next(iter(plans.values())) if len(plans) == 1 else None)
+    if plan is None or plan.preequilibrate:
+        return {}
+    m = obj.problem.model
+    values = {**dict(fit.fixed), **dict(zip(fit.names, fit.values))}
+    subs = {sym: values[n] for n, sym in obj.problem.symbols.items() if n in values}
+    off = m.n_params + len(m.obs_params)
+    out = {}
+    for k, s in enumerate(m.states):
+        v = plan.exprs[off + k].xreplace(subs)
+        if v.is_Number:
+            out[s] = float(v)
+    return out
 
 
 class TrajectorySimulator:
@@ -142,8 +169,10 @@ class Explorer:
     Parameters
     ----------
     model : Model
+        A model with observables draws its observables (computed from the simulated states at
+        the sliders' values, observable parameters included) instead of its states.
     data : Data
-        One data set (its states are states of ``model``); plotted as markers.
+        One data set (its columns are states of ``model``, or its observables); plotted as markers.
     start : Estimate or dict, optional
         Initial slider values (see :func:`start_values`); an Estimate's standard
         errors set the slider ranges (value +- 6 se, at least +-50 %).
@@ -164,12 +193,14 @@ class Explorer:
     Attributes
     ----------
     names : list of str
-        Parameter names, then ``"x0[state]"``.
+        Parameter names (the observables' parameters after the model's), then ``"x0[state]"``.
+    curves : list of str
+        What is drawn: the states, or the observables of a model with observables.
     sliders : dict of str to ipywidgets.FloatSlider
     widget : ipywidgets.VBox
         What a notebook shows (the object itself displays as this widget).
     last : tuple (y, status)
-        The last simulated trajectory.
+        The last simulated trajectory (states; :meth:`drawn` gives the curves).
 
     Examples
     --------
@@ -186,7 +217,12 @@ class Explorer:
         params, init = start_values(model, data, start, x0)
         self.model, self.data, self.dpi = model, data, dpi
         self.sim = TrajectorySimulator(model, t, data.t0, solver=solver)
-        self.names = list(model.params) + [f"x0[{s}]" for s in model.states]
+        self.names = list(model.full_params) + [f"x0[{s}]" for s in model.states]
+        self.curves = list(model.observable_names or model.states)
+        if model.observables:
+            from odeinfer.likelihood.observe import ObservableFunctions
+
+            self._h = ObservableFunctions(model)
         values = {**params, **{f"x0[{s}]": v for s, v in init.items()}}
         se = {}
         from odeinfer.results import Estimate
@@ -222,6 +258,18 @@ class Explorer:
         x = [v[f"x0[{s}]"] for s in self.model.states]
         return self.sim(p, x)
 
+    def drawn(self, y=None):
+        """The drawn curves (n_times, n_curves) of states ``y`` (default: the last trajectory): the
+        states themselves, or the observables ``h(t, y, p, q)`` at the current values."""
+        y = self.last[0] if y is None else y
+        if not self.model.observables:
+            return y
+        v = self._values
+        p = np.array([v[n] for n in self.model.params], float)
+        q = np.array([v[n] for n in self.model.obs_params], float)
+        with np.errstate(all="ignore"):
+            return np.column_stack([self._h.h(k, self.sim.t, y, p, q)[0] for k in range(len(self.curves))])
+
     def set_values(self, **values):
         """Set values by name (``alpha=0.5``; initial states as ``**{"x0[prey]": 30}``), re-simulate and
         redraw, as moving the sliders does. Returns ``(y, status)``."""
@@ -254,9 +302,9 @@ class Explorer:
         FigureCanvasAgg(self.fig)
         self.fig.subplots_adjust(left=0.09, right=0.98, bottom=0.13, top=0.97)
         ax = self.ax = self.fig.add_subplot()
-        colours = [f"C{i % 10}" for i in range(self.model.n_states)]
+        colours = [f"C{i % 10}" for i in range(len(self.curves))]
         self.lines = {}
-        for s, c in zip(self.model.states, colours):
+        for s, c in zip(self.curves, colours):
             observed = s in self.data.states
             if observed:
                 j = self.data.states.index(s)
@@ -284,7 +332,8 @@ class Explorer:
         """Update the lines in place (``set_data``) and blit them on the cached background; the
         axes are redrawn only when the y-range must change by more than 20 %."""
         t = self.sim.t
-        for i, s in enumerate(self.model.states):
+        y = self.drawn(y)
+        for i, s in enumerate(self.curves):
             self.lines[s].set_data(t, y[:, i])
         lo, hi = self._target_ylim(y)
         cur_lo, cur_hi = self.ax.get_ylim()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
 import time
 import warnings
 
 import numpy as np
 
 from odeinfer.errors import InputError
-from odeinfer.widgets._common import check_data, check_model, message_html
+from odeinfer.widgets._common import check_data, check_model, message_html, observables_png
 
 __all__ = ["FitPanel", "parse_options", "DEFAULT_ESTIMATORS"]
 
@@ -103,6 +104,11 @@ class FitPanel:
         starts from the first converged estimate of this run.
     selected : list of str, optional
         Labels ticked initially (default the first estimator).
+    x0 : dict, optional
+        Initial states passed to the estimators whose ``fit`` takes ``x0`` (a likelihood fit of a
+        model with observables needs them: numbers or expressions of parameters).
+    dpi : int, default 72
+        Resolution of the observables plot.
 
     Attributes
     ----------
@@ -113,10 +119,16 @@ class FitPanel:
     status, results : ipywidgets.HTML
     estimates : dict of label -> Estimate
         Results of the last run (failed runs are absent; see :meth:`table`).
+    shown : ipywidgets.Dropdown
+        The likelihood fits of the last run (models with observables, fitted by ``oi.Embedding``);
+        the one chosen is drawn in ``observables``.
+    observables : ipywidgets.Image
+        Its data and fitted observables with their bands, per experiment (condition):
+        :func:`odeinfer.plots.observables`; empty when the run has no likelihood fit.
     widget : ipywidgets.VBox
     """
 
-    def __init__(self, model, data, *, estimators=None, start=None, selected=None):
+    def __init__(self, model, data, *, estimators=None, start=None, selected=None, x0=None, dpi=72):
         import ipywidgets as w
 
         from odeinfer.data import Experiments
@@ -124,7 +136,7 @@ class FitPanel:
         check_model(model)
         if not isinstance(data, Experiments):
             check_data(data, model)
-        self.model, self.data, self.start = model, data, start
+        self.model, self.data, self.start, self.x0 = model, data, start, x0
         self.available = _resolve(estimators)
         selected = [next(iter(self.available))] if selected is None else list(selected)
         unknown = [s for s in selected if s not in self.available]
@@ -139,8 +151,16 @@ class FitPanel:
         self.status = w.HTML()
         self.results = w.HTML()
         self.estimates, self._rows = {}, []
+        self.dpi = dpi
+        self.shown = w.Dropdown(options=[], description="observables")
+        self._refilling = False
+        self.shown.observe(lambda change: None if self._refilling else self.show_observables(change["new"]),
+                           names="value")
+        self.observables = w.Image(format="png")
+        self.observables_message = w.HTML()
         rows = [w.HBox([self.checkboxes[k], self.options[k]]) for k in self.available]
-        self.widget = w.VBox(rows + [w.HBox([self.run_button, self.progress]), self.status, self.results])
+        self.widget = w.VBox(rows + [w.HBox([self.run_button, self.progress]), self.status, self.results,
+                                     self.shown, self.observables_message, self.observables])
 
     def chosen(self):
         """Labels of the ticked estimators, in order."""
@@ -170,7 +190,36 @@ class FitPanel:
             self.run_button.disabled = False
         n_ok = sum(r["status"] == "converged" for r in self._rows)
         self.status.value = message_html(f"done: {n_ok} of {len(chosen)} converged")
+        opts = [k for k, e in self.estimates.items() if e._objective is not None]
+        keep = self.shown.value if self.shown.value in opts else (opts[0] if opts else None)
+        self._refilling = True
+        try:
+            self.shown.options = opts
+            self.shown.value = keep
+        finally:
+            self._refilling = False
+        self.show_observables()
         return self.table()
+
+    def show_observables(self, label=None):
+        """Draw the data and fitted observables (with bands, per experiment) of the likelihood fit
+        ``label`` (default: the one chosen in :attr:`shown`) in :attr:`observables`; returns the
+        message shown ("" when drawn)."""
+        label = self.shown.value if label is None else label
+        fit = self.estimates.get(label) if label is not None else None
+        text = ""
+        if fit is None or fit._objective is None:
+            self.observables.value = b""
+            if self.model.observables:
+                text = "no likelihood fit to draw: run oi.Embedding to see the fitted observables"
+        else:
+            try:
+                self.observables.value = observables_png(fit, self.dpi)
+            except Exception as err:  # the panel must not die on one plot
+                self.observables.value = b""
+                text = f"observables plot unavailable: {type(err).__name__}: {err}"
+        self.observables_message.value = message_html(text, "error") if text else ""
+        return text
 
     def _fit_one(self, label):
         row = {"estimator": label, "status": "error", "seconds": np.nan, "n_iter": np.nan, "cost": np.nan,
@@ -187,7 +236,8 @@ class FitPanel:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                fit = est.fit(self.model, self.data, start=start)
+                kw = {"x0": self.x0} if self.x0 is not None and "x0" in inspect.signature(est.fit).parameters else {}
+                fit = est.fit(self.model, self.data, start=start, **kw)
             except Exception as err:  # shown in the table; the panel must not die on one estimator
                 row.update(seconds=time.perf_counter() - t0, message=f"{type(err).__name__}: {err}")
                 return row

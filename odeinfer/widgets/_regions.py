@@ -7,7 +7,7 @@ import importlib
 from odeinfer.bayes._idata import posterior
 from odeinfer.diagnostics.intervals import as_estimates, source_labels
 from odeinfer.errors import InputError
-from odeinfer.widgets._common import close_figure, message_html, png_bytes
+from odeinfer.widgets._common import close_figure, message_html, observables_png, png_bytes
 
 __all__ = ["RegionPanel"]
 
@@ -53,6 +53,10 @@ class RegionPanel:
         One per estimate, keyed by label (estimator name, numbered when repeated).
     profile : ipywidgets.Checkbox
     image : ipywidgets.Image
+    observables : ipywidgets.Image
+        The data and fitted observables (with bands, per experiment) of the first ticked likelihood
+        fit (a model with observables fitted by ``oi.Embedding``), :func:`odeinfer.plots.observables`;
+        empty when none is ticked.
     message, table : ipywidgets.HTML
     widget : ipywidgets.VBox
 
@@ -92,13 +96,15 @@ class RegionPanel:
         self.checkboxes = {lab: w.Checkbox(value=True, description=lab, indent=False) for lab in self.labels}
         self.profile = w.Checkbox(value=bool(profile), description="profile regions", indent=False)
         self.image = w.Image(format="png")
+        self.observables = w.Image(format="png")
+        self._observables_of = None
         self.message = w.HTML()
         self.table = w.HTML()
         for ctl in (self.x, self.y, self.level, self.profile, *self.checkboxes.values()):
             ctl.observe(lambda _change: self.refresh(), names="value")
         self.widget = w.VBox([w.HBox([self.x, self.y, self.level, self.profile]),
                               w.HBox(list(self.checkboxes.values())),
-                              self.message, self.image, self.table])
+                              self.message, self.image, self.table, self.observables])
         self.refresh()
 
     def selected(self):
@@ -118,6 +124,7 @@ class RegionPanel:
             problems += self._draw(chosen, pair, level)
         self.table.value, note = self._table(chosen, pair, level)
         problems += [note] if note else []
+        problems += self._draw_observables(chosen)
         text = "; ".join(problems)
         self.message.value = message_html(text, "error") if text else ""
         return text
@@ -134,6 +141,22 @@ class RegionPanel:
             self.image.value = png_bytes(fig, self.dpi)
         finally:
             close_figure(fig)
+        return []
+
+    def _draw_observables(self, chosen):
+        """Draw the first ticked likelihood fit's observables (redrawn only when that fit changes)."""
+        fit = next((e for e in chosen if e._objective is not None), None)
+        if fit is self._observables_of:
+            return []
+        self._observables_of = fit
+        self.observables.value = b""
+        if fit is None:
+            return []
+        try:
+            self.observables.value = observables_png(fit, self.dpi)
+        except Exception as err:
+            self._observables_of = None
+            return [f"observables plot unavailable: {type(err).__name__}: {err}"]
         return []
 
     def _table(self, chosen, pair, level):

@@ -1,0 +1,306 @@
+"""odeinfer side by side with pyPESTO + AMICI on the Benchmark-Models-PEtab problems (issue 15).
+
+For each problem in tests/data/petab (both tools read the same PEtab files):
+
+1. the same ``--starts`` starts, drawn once (Sobol, ``--seed``, uniform in the bounds on the
+   parameters' estimation scales), each fitted in this process by both tools, one after the other,
+   alternating which goes first (so that both meet the same load on a shared machine):
+   * odeinfer: one local fit of ``oi.Embedding(starts=n).fit(problem, start=starts)``'s multistart
+     (fides trust region on the exact gradient and the Fisher information, default tolerances,
+     ``oi.Auto(rtol=1e-8, atol=1e-10)``);
+   * pyPESTO: ``pypesto.optimize.minimize(problem, FidesOptimizer(), n_starts=1)`` with the start
+     as ``x_guesses`` (pyPESTO's default fides Hessian: hybrid Fisher information / BFGS) over
+     ``pypesto.petab.PetabImporter(...).create_problem()`` (AMICI, forward sensitivities, AMICI's
+     default tolerances rtol 1e-8, atol 1e-16);
+2. per tool: best objective (each tool's own PEtab negative log-likelihood; the other tool's
+   value at that point is printed as a cross-check), starts converged (final objective within
+   0.1 of the best of both tools), failed starts, median wall time per start, the whole
+   multistart's time (the sum of the starts' wall times) and the time per converged start (whole
+   multistart time / converged starts); each start's process CPU time is printed and kept in the
+   JSON too (both tools run single-threaded in this process; on an oversubscribed machine it is
+   the fairer measure of work);
+3. the issue's target per problem: odeinfer's best objective at most 0.01 above pyPESTO's
+   (equal to the published values' 3 decimals, or better), and pyPESTO's time per converged start
+   at least 10 times odeinfer's;
+4. ``--warm``: Boehm's warm NLL + gradient at the nominal parameters (median of 200 calls):
+   odeinfer's Objective, AMICI's ``run_simulations`` alone (llh and sllh, the data already
+   filled in) and pyPESTO's objective call (AMICI plus pyPESTO's parameter mapping).
+
+Model compilation (AMICI's C++ build, odeinfer's kernels) happens before the clocks start and is
+reported separately. Needs the ``bench`` extra (``pip install ".[bench]"``: pyPESTO, AMICI, PEtab;
+AMICI builds from source and needs swig, a BLAS, HDF5, cmake and a C++ compiler; the AMICI model
+is compiled with the ``swig`` on PATH, which must be the one AMICI itself was built with).
+
+    python benchmarks/bench_pypesto.py --starts 100             # the issue's comparison (hours)
+    python benchmarks/bench_pypesto.py --starts 10 --warm       # the recorded short version
+    python benchmarks/bench_pypesto.py --problems Boehm_JProteomeRes2014 --starts 5
+
+Output: a table per problem on stdout and, with ``--json FILE``, every start's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PETAB = HERE.parent / "tests" / "data" / "petab"
+PROBLEMS = ("Perelson_Science1996", "Boehm_JProteomeRes2014", "Crauste_CellSystems2017", "Elowitz_Nature2000",
+            "Fujita_SciSignal2010", "Zheng_PNAS2012")
+WITHIN = 0.1  # a start has converged when its final objective is within 0.1 of the best of both tools
+EQUAL = 0.01  # "equal best objective": the published values' 3 decimals
+SPEEDUP = 10.0  # the issue's target on the time per converged start
+
+
+def yaml_of(name):
+    return PETAB / name / f"{name}.yaml"
+
+
+def draw_starts(pp, n, seed):
+    """``(U, names)``: n starts on the estimation scales (Sobol, uniform in the bounds), odeinfer's order."""
+    from odeinfer.inference.multistart import sample_starts
+
+    obj = pp.objective()
+    return sample_starts(obj.lower, obj.upper, n, rng=seed), list(pp.problem.estimated)
+
+
+def pypesto_problem(name, folder):
+    """pyPESTO's problem of ``name`` (AMICI model compiled into ``folder`` on first use)."""
+    import amici.sim.sundials  # noqa: F401  (amici 1.0.1 loads the model module's swig types only after it)
+    import pypesto.petab
+
+    for logger in ("amici", "pypesto", "fides"):
+        logging.getLogger(logger).setLevel(logging.WARNING)
+    importer = pypesto.petab.PetabImporter.from_yaml(str(yaml_of(name)), output_folder=str(folder / name),
+                                                     model_name=name)
+    return importer.create_problem()
+
+
+def odeinfer_runner(pp):
+    """``(one(u) -> (f, u_opt, status), setup seconds)``: one local fit of odeinfer's multistart
+    (the worker ``Embedding(starts=n).fit`` runs per start: default solver, tolerances, max_iter)."""
+    import odeinfer as oi
+    from odeinfer.estimators._likelihood_fit import _one, make_objective
+
+    est = oi.Embedding()
+    t = time.perf_counter()
+    obj = make_objective(pp.problem, est.solver)
+    obj(pp.u_nominal)  # the model's kernels compiled (or loaded from the cache) before the clocks start
+    setup = time.perf_counter() - t
+
+    def one(u):
+        r = _one(obj, 0, u, est.max_iter)
+        ok = r["status"] != "failed" and math.isfinite(r.get("nll", math.nan))
+        return (r["nll"] if ok else math.nan), r.get("u"), r["status"]
+
+    return one, setup
+
+
+def pypesto_runner(problem, names):
+    """``one(u) -> (f, u_opt, status)``: ``pypesto.optimize.minimize`` from the start ``u`` (odeinfer's
+    order, estimation scale) with fides (pyPESTO's default Hessian: hybrid FIM / BFGS)."""
+    import pypesto.engine
+    import pypesto.optimize
+
+    free = [problem.x_names[i] for i in problem.x_free_indices]
+    missing = sorted(set(names) ^ set(free))
+    if missing:
+        raise SystemExit(f"pyPESTO and odeinfer estimate different parameters: {missing}")
+    perm = [free.index(n) for n in names]
+    optimizer = pypesto.optimize.FidesOptimizer(verbose=logging.ERROR)
+
+    def one(u):
+        full = np.zeros((1, problem.dim_full))
+        full[0, problem.x_fixed_indices] = problem.x_fixed_vals
+        for k, n in enumerate(names):
+            full[0, problem.x_names.index(n)] = u[k]
+        problem.set_x_guesses(full)
+        res = pypesto.optimize.minimize(problem, optimizer, n_starts=1, engine=pypesto.engine.SingleCoreEngine(),
+                                        progress_bar=False).optimize_result.list[0]
+        x0 = np.asarray(res.x0, float)
+        x0 = (x0[problem.x_free_indices] if x0.size == problem.dim_full else x0)[perm]
+        if np.max(np.abs(x0 - u)) > 1e-9:
+            raise SystemExit("pyPESTO started from another point than the one given")
+        f = res.fval if res.fval is not None and math.isfinite(res.fval) else math.nan
+        if res.x is None or not math.isfinite(f):  # a failed start (e.g. AMICI could not integrate at x0)
+            return math.nan, None, f"failed: {res.message}"
+        x = np.asarray(res.x, float)
+        return f, (x[problem.x_free_indices] if x.size == problem.dim_full else x)[perm], str(res.exitflag)
+
+    return one
+
+
+def run_both(one_o, one_p, U):
+    """Every start by both tools, alternating which goes first (both meet the same machine load);
+    wall time around each local fit."""
+    out = {k: {"f": np.full(len(U), np.nan), "time": np.full(len(U), np.nan), "cpu": np.full(len(U), np.nan),
+               "status": [None] * len(U), "u": [None] * len(U)} for k in ("odeinfer", "pypesto")}
+    for i, u in enumerate(U):
+        order = (("odeinfer", one_o), ("pypesto", one_p))
+        for key, one in (order if i % 2 == 0 else order[::-1]):
+            t, c = time.perf_counter(), time.process_time()
+            f, x, status = one(np.array(u, float))
+            r = out[key]
+            r["time"][i], r["cpu"][i] = time.perf_counter() - t, time.process_time() - c
+            r["f"][i], r["u"][i], r["status"][i] = f, x, status
+        print(f"    start {i}: odeinfer {out['odeinfer']['f'][i]:.4f} in {out['odeinfer']['time'][i]:.1f} s "
+              f"(CPU {out['odeinfer']['cpu'][i]:.1f} s); pyPESTO {out['pypesto']['f'][i]:.4f} in "
+              f"{out['pypesto']['time'][i]:.1f} s (CPU {out['pypesto']['cpu'][i]:.1f} s)", flush=True)
+    for r in out.values():
+        r["wall"] = float(np.sum(r["time"]))
+        r["best_u"] = r["u"][int(np.nanargmin(r["f"]))] if np.any(np.isfinite(r["f"])) else None
+    return out["odeinfer"], out["pypesto"]
+
+
+def pypesto_f(problem, u, names):
+    """pyPESTO's objective at odeinfer's point ``u`` (odeinfer's order, estimation scale)."""
+    free = [problem.x_names[i] for i in problem.x_free_indices]
+    x = np.empty(len(free))
+    for k, n in enumerate(names):
+        x[free.index(n)] = u[k]
+    return float(problem.objective(x))
+
+
+def speed_up(so, sp):
+    """``(ratio, kind)``: pyPESTO's time per converged start over odeinfer's. Where pyPESTO has no
+    converged start its time per converged start is above its whole multistart time: the ratio is a
+    lower bound (kind ">="); where odeinfer has none, 0 (kind "=")."""
+    if not so["converged"]:
+        return 0.0, "="
+    if not sp["converged"]:
+        return sp["wall_s"] / so["s_per_converged"], ">="
+    return sp["s_per_converged"] / so["s_per_converged"], "="
+
+
+def summary(res, best_all):
+    f = res["f"]
+    ok = np.isfinite(f)
+    conv = int(np.sum(f[ok] <= best_all + WITHIN))
+    return {"best": float(np.nanmin(f)) if ok.any() else math.nan, "converged": conv, "failed": int(np.sum(~ok)),
+            "median_s": float(np.nanmedian(res["time"])), "wall_s": res["wall"],
+            "s_per_converged": res["wall"] / conv if conv else math.inf}
+
+
+def warm_boehm(folder, n=200):
+    """Warm NLL + gradient of Boehm at the nominal parameters: odeinfer, AMICI alone, pyPESTO + AMICI."""
+    import amici.sim.sundials as asd
+
+    import odeinfer as oi
+
+    name = "Boehm_JProteomeRes2014"
+    pp = oi.petab.load(yaml_of(name))
+    obj, u = pp.objective(), pp.u_nominal
+    problem = pypesto_problem(name, folder)
+    free = [problem.x_names[i] for i in problem.x_free_indices]
+    x = np.array([u[list(pp.problem.estimated).index(k)] for k in free])
+    pobj = problem.objective
+    f_p, _ = pobj(x, sensi_orders=(0, 1))
+    amici_obj = pobj
+    solver = amici_obj.amici_solver
+    solver.set_sensitivity_order(asd.SensitivityOrder.first)
+
+    def amici_alone():
+        return asd.run_simulations(amici_obj.amici_model, solver, amici_obj.edatas)
+
+    rdatas = amici_alone()
+    llh = sum(r["llh"] for r in rdatas)
+    out = {}
+    for label, call in (("odeinfer Objective (NLL + gradient + FIM)", lambda: obj(u)),
+                        ("AMICI run_simulations (llh + sllh)", amici_alone),
+                        ("pyPESTO objective over AMICI (fval + grad)", lambda: pobj(x, sensi_orders=(0, 1)))):
+        call()
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            call()
+            ts.append(time.perf_counter() - t)
+        out[label] = float(np.median(ts))
+    return {"odeinfer_nll": float(obj(u, grad=False).nll), "pypesto_fval": float(f_p), "amici_minus_llh": -float(llh),
+            "median_s": out}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
+    ap.add_argument("--starts", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warm", action="store_true", help="also time Boehm's warm NLL + gradient")
+    ap.add_argument("--no-fits", action="store_true", help="skip the multistart fits (with --warm)")
+    ap.add_argument("--amici-dir", default=None, help="where AMICI compiles the models (default: a temporary folder)")
+    ap.add_argument("--json", default=None, help="write every start's figures to this file")
+    args = ap.parse_args(argv)
+    if args.starts < 1:
+        ap.error(f"--starts: expected an integer >= 1, got {args.starts}")
+    import odeinfer as oi
+
+    folder = Path(args.amici_dir) if args.amici_dir else Path(tempfile.mkdtemp(prefix="amici_models_"))
+    print(f"odeinfer {oi.__version__}; {args.starts} starts per problem, seed {args.seed}; cores {os.cpu_count()}; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    report = {"starts": args.starts, "seed": args.seed, "problems": {}}
+    if args.warm:
+        w = warm_boehm(folder)
+        report["warm_boehm"] = w
+        print(f"\nBoehm at the nominal parameters: odeinfer NLL {w['odeinfer_nll']:.6f}, pyPESTO fval "
+              f"{w['pypesto_fval']:.6f}, AMICI -llh {w['amici_minus_llh']:.6f}", flush=True)
+        base = w["median_s"]["odeinfer Objective (NLL + gradient + FIM)"]
+        for label, s in w["median_s"].items():
+            print(f"  warm {label}: {1e3 * s:.3f} ms median ({s / base:.2f} x odeinfer)")
+    rows = []
+    for name in ([] if args.no_fits else args.problems):
+        pp = oi.petab.load(yaml_of(name))
+        U, names = draw_starts(pp, args.starts, args.seed)
+        t = time.perf_counter()
+        problem = pypesto_problem(name, folder)
+        amici_setup = time.perf_counter() - t
+        print(f"\n{name}: {len(names)} parameters; AMICI import + compile {amici_setup:.1f} s", flush=True)
+        one_o, setup = odeinfer_runner(pp)
+        print(f"  odeinfer kernels ready in {setup:.1f} s", flush=True)
+        ours, theirs = run_both(one_o, pypesto_runner(problem, names), U)
+        ours["setup"] = setup
+        best_all = np.nanmin(np.concatenate([ours["f"], theirs["f"]]))
+        so, sp = summary(ours, best_all), summary(theirs, best_all)
+        cross_o = pypesto_f(problem, ours["best_u"], names) if ours["best_u"] is not None else math.nan
+        cross_p = float(pp.objective()(theirs["best_u"], grad=False).nll) if theirs["best_u"] is not None else math.nan
+        equal = so["best"] <= sp["best"] + EQUAL
+        speed, bound = speed_up(so, sp)
+        rows.append((name, so, sp, speed, bound, equal))
+        for label, s, cross in (("odeinfer", so, cross_o), ("pyPESTO+AMICI", sp, cross_p)):
+            print(f"  {label:14s} best {s['best']:.4f} (other tool's value there {cross:.4f}); converged "
+                  f"{s['converged']}/{args.starts}; failed {s['failed']}; median {s['median_s']:.2f} s/start; "
+                  f"whole {s['wall_s']:.1f} s; {s['s_per_converged']:.2f} s per converged start")
+        fast = "met" if speed >= SPEEDUP else "NOT met"
+        print(f"  target: best objective equal or better: {'met' if equal else 'NOT met'}; time per converged "
+              f"start {bound if bound == '>=' else ''}{speed:.2f}x less than pyPESTO+AMICI: {fast} (>= 10x)",
+              flush=True)
+        report["problems"][name] = {
+            "odeinfer": {**so, "f": ours["f"].tolist(), "time": ours["time"].tolist(), "cpu": ours["cpu"].tolist(),
+                         "status": ours["status"],
+                         "pypesto_f_at_best": cross_o, "setup_s": ours["setup"]},
+            "pypesto": {**sp, "f": theirs["f"].tolist(), "time": theirs["time"].tolist(), "cpu": theirs["cpu"].tolist(),
+                        "odeinfer_f_at_best": cross_p, "setup_s": amici_setup},
+            "speedup_per_converged": speed, "speedup_kind": bound, "best_equal_or_better": bool(equal)}
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+    if rows:
+        print("\n| problem | odeinfer best | pyPESTO best | converged (oi / pP) | s per converged start (oi / pP) | "
+              "whole multistart s (oi / pP) | speed-up | target |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, so, sp, speed, bound, equal in rows:
+            met = "met" if equal and speed >= SPEEDUP else "NOT met"
+            print(f"| {name} | {so['best']:.4f} | {sp['best']:.4f} | {so['converged']} / {sp['converged']} | "
+                  f"{so['s_per_converged']:.2f} / {sp['s_per_converged']:.2f} | {so['wall_s']:.1f} / {sp['wall_s']:.1f} | "
+                  f"{'>= ' if bound == '>=' else ''}{speed:.2f}x | {met} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
