@@ -1,5 +1,6 @@
 """The shared tier beyond Dormand-Prince (odeinfer.solve.shared, kernels/pointer.py): Rodas4, the
-ODE adjoint, Simultaneous's collocation constraints and the Newton family's kernels, compiled once
+ODE adjoint, the delay adjoints (VJP and integral-loss gradient, kernels/dde_adjoint.py),
+Simultaneous's collocation constraints and the Newton family's kernels, compiled once
 per machine with the model called through C callbacks (kernels/cfuncs.py, cfuncs_rodas.py), answer
 a new model's first calls. They must give the bits of the model's own kernels (same source text,
 same arithmetic in the same order). tests/test_tiered.py covers Dormand-Prince and the DDE solver.

@@ -26,10 +26,10 @@ import enum
 import numpy as np
 
 __all__ = ["Status", "Info", "INFO_SIZE", "DDE_INFO_SIZE", "SIGNATURES", "status_message", "needs_full_handle",
-           "solve_kernel_name", "ode_work_size", "adjoint_work_size", "adjoint_record_cols", "dde_buffer_cols", "dde_work_size", "dde_adjoint_work_size",
-           "ode_solve_call", "fixed_step_call", "adjoint_vjp_call", "dde_solve_call", "dde_adjoint_vjp_call",
-           "dde_adjoint_gradient_call", "njit_ode_solve", "njit_adjoint_vjp", "njit_dde_solve",
-           "njit_dde_adjoint_vjp"]
+           "solve_kernel_name", "ode_work_size", "adjoint_work_size", "dde_work_size", "dde_adjoint_work_size",
+           "adjoint_record_cols", "dde_buffer_cols", "ode_solve_call", "fixed_step_call", "adjoint_vjp_call",
+           "dde_solve_call", "dde_adjoint_vjp_call", "dde_adjoint_gradient_call", "njit_ode_solve", "njit_adjoint_vjp",
+           "njit_dde_solve", "njit_dde_adjoint_vjp"]
 
 
 class Status(enum.IntEnum):

@@ -5,8 +5,8 @@ A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_
 ``dde_adjoint_vjp`` and ``dde_adjoint_gradient`` for a model with delays; the estimators' kernels)
 have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
 (``pointer.py``, ``common.py``, ``rk.py``, ``linalg.py``, ``dopri.py``, ``adjoint.py``, ``rodas.py``,
-``dde.py`` and ``dde_adjoint.py``, and the estimators' ``collocation.py``, ``residuals.py``, ``noise_cov.py``: the same source
-text) is compiled once per machine and calls the model through C callbacks with the layouts of
+``dde.py`` and ``dde_adjoint.py``, and the estimators' ``collocation.py``, ``residuals.py``,
+``noise_cov.py``: the same source text) is compiled once per machine and calls the model through C callbacks with the layouts of
 ``cfuncs.py`` (plus ``cfuncs_rodas.py`` for the kernels that need time and second derivatives;
 ``dde_cfuncs.py``), lowered straight to LLVM IR by :mod:`odeinfer.model.native` in milliseconds
 (numba's bits); numba compiles them (about a second each) only for a source outside that subset.
