@@ -52,6 +52,8 @@ from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale, to_scal
 
 __all__ = ["fit_simultaneous_likelihood", "LikelihoodCollocation", "problem_from_simultaneous"]
 
+_PROFILE_MAX_ITER = 200  # Embedding's default max_iter: the profiles re-optimise by its trust region
+
 
 def problem_from_simultaneous(model, data, fixed, x0):
     """A :class:`FitProblem` from Simultaneous's ``fit(model, data, fixed=, x0=)`` arguments: every
@@ -488,4 +490,10 @@ def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
         from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
 
         object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, est, likelihood_builder(obj, u)))
+    if cov_u is not None and math.isfinite(extras["nll_ode"]):
+        # conf_int(method="profile"): likelihood-ratio intervals of the exact (single-shooting) likelihood
+        # around the estimate, as a reloaded likelihood fit gets them (Embedding's trust region and max_iter)
+        from odeinfer.estimators._likelihood_fit import _attach_profiler
+
+        _attach_profiler(obj, estimate, np.array(u, float), float(extras["nll_ode"]), cov_u, _PROFILE_MAX_ITER)
     return estimate

@@ -215,7 +215,9 @@ class Simultaneous(Estimator):
             expressions, ``start`` is required, the start trajectory is ``start_states`` or else,
             for a state an observable measures directly (``h`` = the state), the spline proxy
             (``smoother``) of its measurements and, for the others, the model simulated at
-            ``start``; ``estimate_x0`` and ``sigma`` must keep their
+            ``start``; ``conf_int(method="profile")`` profiles the exact (single-shooting)
+            likelihood around the estimate and ``"bootstrap"`` refits by Simultaneous;
+            ``estimate_x0`` and ``sigma`` must keep their
             defaults (initial states come from the problem, noise from its noise models). See
             :mod:`odeinfer.estimators._simultaneous_likelihood`.
         data : Data or Experiments
