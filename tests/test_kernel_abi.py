@@ -7,6 +7,7 @@ its place. Reference: the kernel sources themselves (their signatures and size r
 import inspect
 
 import numpy as np
+import pytest
 
 from odeinfer import zoo
 from odeinfer.solve import abi
@@ -146,3 +147,12 @@ def test_the_numba_adapters_pass_each_value_at_its_place(monkeypatch):
     for name, (sig, echo) in declared.items():
         assert [tuple(s) for s in echo.signatures] == [sig], name
     assert len(declared) == 5
+
+
+def test_the_keyword_adapter_orders_the_estimators_kernel_arguments_by_the_table():
+    for name in ("coll_constraints", "gm_residuals", "gm_normal_eq", "nc_obs_accumulate"):
+        values = {arg: k for k, arg in enumerate(SIGNATURES[name])}
+        assert abi.call(lambda *a: a, name, **values) == tuple(range(len(SIGNATURES[name])))
+    with pytest.raises(TypeError, match=r"gm_residuals: expected the arguments \['t', 'X', 'D', 'p', 'E'\], got "
+                                        r"\['D', 'X', 'p', 't'\]"):
+        abi.call(lambda *a: a, "gm_residuals", t=0, X=1, D=2, p=3)

@@ -20,6 +20,8 @@ import scipy.sparse as sps
 import scipy.linalg as la
 import scipy.sparse.linalg as spla
 
+from odeinfer.solve import abi
+
 __all__ = ["iterate", "covariance", "BockResult", "Hessian"]
 
 _ARMIJO = 1e-4
@@ -142,8 +144,8 @@ class _Evaluator:
         prob = self.prob
         p = prob.theta_full(z)
         for e, (F, JY, JP, c, jd) in zip(prob.exps, self.work):
-            st = self.kernel(self.scheme, e.t, prob.X(z, e), p, self.pidx, F, JY, JP, c, jd,
-                                              want_jac)
+            st = abi.call(self.kernel, "coll_constraints", scheme=self.scheme, t=e.t, X=prob.X(z, e), p=p,
+                          pidx=self.pidx, F=F, JY=JY, JP=JP, c=c, jdata=jd, want_jac=want_jac)
             if st != 0:
                 return False
         self.c[prob.n_coll:] = z[prob.known_cols] - prob.known_vals

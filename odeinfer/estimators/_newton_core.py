@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from odeinfer.solve import abi
+
 __all__ = []
 
 _RCOND = 1e-10
@@ -71,7 +73,8 @@ class Accumulator:
     def add(self, state, p, block, w, meat):
         t, X, D = block
         if t.shape[0]:
-            self.kernel(t, X, D, p, w, bool(meat), state[0], state[1], state[2], state[3])
+            abi.call(self.kernel, "gm_normal_eq", t=t, X=X, D=D, p=p, w=w, want_meat=bool(meat), jtj=state[0],
+                     jte=state[1], meat=state[2], acc=state[3])
 
     def finish(self, state, meat):
         jtj, jte, mm, acc = state
@@ -92,7 +95,7 @@ class Accumulator:
     def residuals(self, block, theta):
         t, X, D = block
         E = np.empty_like(X)
-        self.residual_kernel(t, X, D, self.full_params(theta), E)
+        abi.call(self.residual_kernel, "gm_residuals", t=t, X=X, D=D, p=self.full_params(theta), E=E)
         return E
 
 

@@ -37,6 +37,8 @@ import math
 import numpy as np
 from numba import njit
 
+from odeinfer.solve import abi
+
 __all__ = ["noise_variance", "stencil_weights", "quotient_noise", "observation_meat", "ObservationMeat"]
 
 _HALF_WIDTH = 2  # local cubic pseudo-residuals (see noise_variance)
@@ -248,7 +250,8 @@ class ObservationMeat:
         rows = self.scheme.rows(tb, yb)
         if rows[0].size:
             _, a, c = stencil_weights(self.scheme, tb)
-            self.G = self.kernel(rows[0], rows[1], rows[2], self.p, self.free, a, c, yb, self.G, self.Q)
+            self.G = abi.call(self.kernel, "nc_obs_accumulate", t=rows[0], X=rows[1], D=rows[2], p=self.p,
+                              free=self.free, a=a, c=c, Y=yb, carry=self.G, Q=self.Q)
         keep = min(tb.size, self.carry_len)
         self.t, self.y = tb[tb.size - keep:], yb[tb.size - keep:]
         return rows

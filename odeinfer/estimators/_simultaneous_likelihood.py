@@ -49,6 +49,7 @@ from odeinfer.estimators._simultaneous_setup import _user_trajectory, collocatio
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, nll_terms, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale, to_scale
+from odeinfer.solve import abi
 
 __all__ = ["fit_simultaneous_likelihood", "LikelihoodCollocation", "problem_from_simultaneous"]
 
@@ -402,8 +403,9 @@ class Constraints:
                 rows = slice(r0 + a * n, r0 + b * n)
                 m = (b - a) * n
                 jt = e.jtmp[:m * wp]
-                st = self.kernel(self.scheme, e.t[a:b + 1], X[a:b + 1], pj, self.pidx, e.F[:b - a + 1],
-                                 e.JY[:b - a + 1], e.JP[:b - a + 1], self.c[rows], jt, want_jac)
+                st = abi.call(self.kernel, "coll_constraints", scheme=self.scheme, t=e.t[a:b + 1], X=X[a:b + 1],
+                              p=pj, pidx=self.pidx, F=e.F[:b - a + 1], JY=e.JY[:b - a + 1], JP=e.JP[:b - a + 1],
+                              c=self.c[rows], jdata=jt, want_jac=want_jac)
                 if st != 0:
                     return False
                 if want_jac:

@@ -8,8 +8,9 @@
 * the length of each kernel's ``work`` buffer (``*_work_size``: the kernels' own size rules,
   run from the model-independent module, so they compile once per machine);
 * the adapters through which every caller runs a kernel: closures over preallocated buffers
-  for Python callers (``*_call``) and ``@njit`` closures for the numba Ops of
-  :mod:`odeinfer.bayes` (``njit_*``). This module is the only place where a kernel is called
+  for Python callers (``*_call``), :func:`call` (arguments by name) for the estimators' kernels,
+  and ``@njit`` closures for the numba Ops of :mod:`odeinfer.bayes` (``njit_*``, which take the
+  shared kernel while the model's is not compiled). This module is the only place where a kernel is called
   positionally; its callers pass named values.
 
 The kernel files (``odeinfer/solve/kernels``: ``common.py``'s ``ST_*``, ``INFO_*``; ``dde.py``'s
@@ -27,7 +28,7 @@ import numpy as np
 
 __all__ = ["Status", "Info", "INFO_SIZE", "DDE_INFO_SIZE", "SIGNATURES", "status_message", "needs_full_handle",
            "solve_kernel_name", "ode_work_size", "adjoint_work_size", "dde_work_size", "dde_adjoint_work_size",
-           "adjoint_record_cols", "dde_buffer_cols", "ode_solve_call", "fixed_step_call", "adjoint_vjp_call",
+           "adjoint_record_cols", "dde_buffer_cols", "call", "ode_solve_call", "fixed_step_call", "adjoint_vjp_call",
            "dde_solve_call", "dde_adjoint_vjp_call", "dde_adjoint_gradient_call", "njit_ode_solve", "njit_adjoint_vjp",
            "njit_dde_solve", "njit_dde_adjoint_vjp"]
 
@@ -202,6 +203,17 @@ def dde_work_size(model, k: int, q: int) -> int:
 def dde_adjoint_work_size(model, q: int) -> int:
     """Length of ``work`` for ``dde_adjoint_gradient`` of the delay ``model`` with ``q`` history parameters."""
     return int(_shared()._ddeadj_work_size(_sizes_handle(model), q))
+
+
+def call(kernel, name: str, **values):
+    """``kernel(...)`` with the arguments of kernel ``name`` given by name (:data:`SIGNATURES`): the
+    adapter of the estimators' kernels (``coll_constraints``, ``gm_residuals``, ``gm_normal_eq``,
+    ``nc_obs_accumulate``), whose arguments change from call to call. ``kernel``: the model's
+    dispatcher or its :class:`~odeinfer.solve.shared.TieredKernel`."""
+    names = SIGNATURES[name]
+    if values.keys() != set(names):
+        raise TypeError(f"{name}: expected the arguments {list(names)}, got {sorted(values)}")
+    return kernel(*[values[a] for a in names])
 
 
 # ---- adapters for Python callers: closures over the bound values (the cheapest call from Python) ----
