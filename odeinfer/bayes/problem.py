@@ -120,7 +120,7 @@ def build_problem_model(problem, *, priors=None, solver=None):
         the variable's name, e.g. ``lambda name: pm.Normal(name, -2, 1)`` for a log10 parameter).
         Default: uniform within the bounds on the estimation scale (finite bounds needed).
     solver : Dopri5, Rodas or Auto, optional
-        Of the objective (default the ``fit`` role's).
+        Of the objective (default the ``likelihood`` role's, see :class:`~odeinfer.likelihood.Objective`).
     """
     import pymc as pm
     import pytensor.tensor as pt

@@ -31,7 +31,8 @@ from odeinfer.errors import InputError
 from odeinfer.estimators._trust import trust_region
 from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
 
-__all__ = ["fit_likelihood", "make_objective", "problem_from_embedding", "resolve_priors", "TOLERANCES"]
+__all__ = ["fit_likelihood", "likelihood_solver", "make_objective", "problem_from_embedding", "resolve_priors",
+           "TOLERANCES"]
 
 #: Stopping rules of the trust region on a negative log-likelihood (its units are log-likelihood
 #: units, so absolute tolerances are meaningful): an accepted step that changes the NLL by less
@@ -195,6 +196,16 @@ def _box(obj, u_user):
     return lo, hi
 
 
+def likelihood_solver(est):
+    """The solver of ``est``'s likelihood fits: its own if the user chose one, else the
+    ``likelihood`` role's default (looser than the ``fit`` role's trajectory default, from the
+    accuracy the objective needs; see :data:`odeinfer.solve.config.DEFAULT_SOLVERS`). An
+    estimator left at its default holds the ``fit`` role's solver value itself (not a copy)."""
+    from odeinfer.solve.config import DEFAULT_SOLVERS
+
+    return DEFAULT_SOLVERS["likelihood"] if est.solver is DEFAULT_SOLVERS["fit"] else est.solver
+
+
 def _local(obj, u0, max_iter):
     local = getattr(obj, "local", None)  # multiple shooting (odeinfer.likelihood.shooting) fits its own way
     if local is not None:
@@ -218,14 +229,17 @@ def _chunk(payload, chunk):
 
 
 def _one(obj, i, u0, max_iter):
-    t = time.perf_counter()
+    """One local fit: its result and wall ``time`` and CPU ``cpu_time`` (this process's: on a shared
+    machine the work, not the queueing)."""
+    t, c = time.perf_counter(), time.process_time()
     try:
         r = _local(obj, np.asarray(u0, float), max_iter)
     except Exception as exc:  # counted, never fatal
         return {"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "time": time.perf_counter() - t}
+                "time": time.perf_counter() - t, "cpu_time": time.process_time() - c}
     return {"index": i, "u": r.x, "nll": float(r.f), "status": r.status, "message": r.message,
-            "n_iter": int(r.n_iter), "error": None, "time": time.perf_counter() - t, "result": r}
+            "n_iter": int(r.n_iter), "n_eval": int(r.n_eval), "error": None, "time": time.perf_counter() - t,
+            "cpu_time": time.process_time() - c, "result": r}
 
 
 def fit_likelihood(est, problem, start, t_start, priors=None):
@@ -236,8 +250,9 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
 
     if not problem.estimated:
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
+    solver = likelihood_solver(est)
     shooting = (est.segments, est.continuity_weight, est.polish) if est.segments > 1 else None
-    obj = make_objective(problem, est.solver, priors, shooting)
+    obj = make_objective(problem, solver, priors, shooting)
     X = _start_rows(problem, start)
     for k, x in enumerate(X):
         _check_start(problem, x, None if X.shape[0] == 1 else k)
@@ -261,7 +276,7 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, est.solver, est.max_iter, priors, shooting), U, n_jobs=est.n_jobs,
+        runs = run_starts(_chunk, (problem, solver, est.max_iter, priors, shooting), U, n_jobs=est.n_jobs,
                           executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)

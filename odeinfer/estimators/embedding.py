@@ -99,6 +99,9 @@ class Embedding(Estimator):
         The IVP solver (its tolerances also control the sensitivities); default
         ``oi.Auto(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: Dopri5, and Rodas for an experiment
         whose solve turns out stiff; ``provenance["solver"]["methods_used"]`` says which answered).
+        Problems with observables (a ``FitProblem``, PEtab) are fitted by their likelihood with the
+        ``likelihood`` role's ``oi.Auto(rtol=1e-6, atol=1e-8)`` unless a solver is given here (see
+        :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).
     max_iter : int, default 200
         LM iterations per phase; when reached the status is ``"max_iter"`` with the best point.
     xtol, ftol, gtol : float, default 1e-10, 1e-12, 1e-10

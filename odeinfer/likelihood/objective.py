@@ -22,7 +22,7 @@ from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
 from odeinfer.solve import Forward, Problem, bind
-from odeinfer.solve.config import as_solver
+from odeinfer.solve.config import as_solver, default_solver
 from odeinfer.solve.abi import status_message
 
 __all__ = ["Objective", "Evaluation"]
@@ -48,7 +48,7 @@ class _Segment:
 class _Run:
     """The compiled plan of one experiment."""
 
-    def __init__(self, obj, plan, times=None, share=None):
+    def __init__(self, obj, plan, times=None, share=None, solver=None):
         prob, m = obj.problem, obj.problem.model
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
@@ -92,7 +92,7 @@ class _Run:
         bounds = [t0] + sorted(cuts) + ([t_end] if not cuts or max(cuts) < t_end else [])
         self.x0_doses = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time <= t0]
         self.segments = [] if share is None else share.segments
-        solver = obj.solver
+        solver = obj.solver if solver is None else solver
         for j in range(len(bounds) - 1 if share is None else 0):
             a, b = bounds[j], bounds[j + 1]
             sel = (self.times >= a if j == 0 else self.times > a) & (self.times <= b)
@@ -237,14 +237,15 @@ class Objective:
     Parameters
     ----------
     problem : FitProblem
-    solver : Dopri5 or Rodas, optional
-        For every segment; default the ``fit`` role's.
+    solver : Dopri5, Rodas or Auto, optional
+        For every segment; default the ``likelihood`` role's (``Auto(rtol=1e-6, atol=1e-8)``, see
+        :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it gives).
     """
 
     def __init__(self, problem, solver=None):
         self.problem = problem
         m = problem.model
-        self.solver = as_solver(solver, delays=False, role="fit")
+        self.solver = as_solver(solver, delays=False, role="likelihood")
         self.steady = SteadyState(m)
         self.obsf = ObservableFunctions(m)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
@@ -350,7 +351,9 @@ class Objective:
     def observe_at(self, u, experiment, t):
         """The observables of ``experiment`` at times ``t`` (its conditions, doses, inputs) and their
         gradients on the estimation scale: ``h`` (n_times, n_observables), ``dh`` (n_times, n_observables,
-        n_estimated). Raises :class:`~odeinfer.errors.SolverError` on a failed solve."""
+        n_estimated). Solved to the ``fit`` role's tolerances or tighter (a prediction is one solve, so it
+        need not share the looser tolerances of the objective's many evaluations). Raises
+        :class:`~odeinfer.errors.SolverError` on a failed solve."""
         from dataclasses import replace
 
         names = [p.name for p in self.problem.plans]
@@ -363,7 +366,9 @@ class Objective:
         n_o = len(self.problem.model.observables)
         synth = replace(plan, t_rows=np.repeat(t, n_o), obs_rows=np.tile(np.arange(n_o), t.size),
                         y_rows=np.ones(t.size * n_o))
-        run = _Run(self, synth)
+        fit = default_solver("fit")
+        run = _Run(self, synth, solver=self.solver.replace(rtol=min(self.solver.rtol, fit.rtol),
+                                                           atol=min(self.solver.atol, fit.atol)))
         h = np.empty((t.size, n_o))
         dh = np.empty((t.size, n_o, self.n))
         d = dnatural_dscaled(self.natural(np.asarray(u, float))[self.est_index], self.scales)

@@ -310,13 +310,20 @@ class Adjoint:
 #: region of parameter space switches to Rodas instead of failing); ``sample``: the likelihood inside the
 #: Bayesian sampler (a bounded step count: a divergent proposal fails fast instead of hanging);
 #: ``view``: interactive widgets; ``dde_adjoint``: the forward solve under a delay model's adjoint
-#: (:func:`odeinfer.solve.dde_adjoint.dde_vjp`; the adjoint's error follows it).
+#: (:func:`odeinfer.solve.dde_adjoint.dde_vjp`; the adjoint's error follows it); ``likelihood``: the
+#: negative log-likelihood of a problem with observables (:class:`odeinfer.likelihood.Objective`, the
+#: trust-region fits of Embedding, PEtab problems). Its tolerances were chosen from the error they leave in
+#: the objective, measured against rtol 1e-11 on the Boehm, Crauste, Elowitz and Fujita PEtab problems
+#: at their published optima: |NLL error| <= 7e-5 (the published references have 1e-3 precision) and an
+#: NLL excess ``g_err^T F^+ g_err / 2`` <= 6e-6 at the point where the computed gradient vanishes, at a
+#: third of rtol 1e-8's steps (benchmarks/RESULTS.md, session "PEtab likelihood").
 DEFAULT_SOLVERS = {
     "solve": Dopri5(),
     "fit": Auto(rtol=1e-8, atol=1e-10),
     "sample": Dopri5(max_steps=20_000),
     "view": Dopri5(),
     "dde_adjoint": Dopri5(rtol=1e-10, atol=1e-12),
+    "likelihood": Auto(rtol=1e-6, atol=1e-8),
 }
 
 _SOLVER_TYPES = (Dopri5, Rodas, Auto, MethodOfSteps)
