@@ -201,14 +201,13 @@ def warm_boehm(folder, n=200):
     problem = pypesto_problem(name, folder)
     free = [problem.x_names[i] for i in problem.x_free_indices]
     x = np.array([u[list(pp.problem.estimated).index(k)] for k in free])
-    pobj = problem.objective
-    f_p, _ = pobj(x, sensi_orders=(0, 1))
-    amici_obj = pobj
-    solver = amici_obj.amici_solver
+    pobj = problem.objective  # pyPESTO's AmiciObjective
+    f_p, _ = pobj(x, sensi_orders=(0, 1))  # fills the parameters into its ExpData
+    solver = pobj.amici_solver
     solver.set_sensitivity_order(asd.SensitivityOrder.first)
 
     def amici_alone():
-        return asd.run_simulations(amici_obj.amici_model, solver, amici_obj.edatas)
+        return asd.run_simulations(pobj.amici_model, solver, pobj.edatas)
 
     rdatas = amici_alone()
     llh = sum(r["llh"] for r in rdatas)
@@ -296,7 +295,8 @@ def main(argv=None):
         for name, so, sp, speed, bound, equal in rows:
             met = "met" if equal and speed >= SPEEDUP else "NOT met"
             print(f"| {name} | {so['best']:.4f} | {sp['best']:.4f} | {so['converged']} / {sp['converged']} | "
-                  f"{so['s_per_converged']:.2f} / {sp['s_per_converged']:.2f} | {so['wall_s']:.1f} / {sp['wall_s']:.1f} | "
+                  f"{so['s_per_converged']:.2f} / {sp['s_per_converged']:.2f} | "
+                  f"{so['wall_s']:.1f} / {sp['wall_s']:.1f} | "
                   f"{'>= ' if bound == '>=' else ''}{speed:.2f}x | {met} |")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -101,7 +101,8 @@ def _fit(args) -> int:
              "table where given, else uniform within the bounds on the parameters' scales. "
              f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f}"
              f"{posterior} (status {fit.status}); {ok} of {args.starts} starts converged, "
-             f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best. NLL at the nominal parameters of the parameter table: {nominal}.")
+             f"{fit.extras['n_within_0.1_of_best']} within 0.1 of the best. NLL at the nominal parameters of the "
+             f"parameter table: {nominal}.")
     oi.report.export_html([notes, fit, table], args.out, title=f"odeinfer fit: PEtab problem {pp.name}")
     say(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0

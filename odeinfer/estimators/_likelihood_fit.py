@@ -96,8 +96,8 @@ def resolve_priors(model, problem, priors):
     if priors is True:
         if not isinstance(model, PetabProblem):
             raise InputError(f"priors: priors=True takes the objective priors of a PEtab problem's parameter table, "
-                             f"but the model is a {type(model).__name__}; pass the PetabProblem (oi.petab.load(...)) or "
-                             "priors={name: odeinfer.petab.priors.Prior(...)}")
+                             f"but the model is a {type(model).__name__}; pass the PetabProblem (oi.petab.load(...)) "
+                             "or priors={name: odeinfer.petab.priors.Prior(...)}")
         if not model.objective_priors:
             raise InputError(f"priors: priors=True, but the parameter table of PEtab problem {model.name!r} gives no "
                              "objective priors (columns objectivePriorType / objectivePriorParameters); drop "
