@@ -220,9 +220,12 @@ def render_idata(idata) -> str:
 
 
 def _parameter_vars(idata):
-    """Posterior variables that are parameters (see ``odeinfer.diagnostics._names``)."""
-    from odeinfer.diagnostics._names import parameter_vars
-
+    """Posterior variables that are parameters (see ``odeinfer.diagnostics._names``); None (every
+    variable) when the diagnostics module cannot be imported."""
+    try:
+        from odeinfer.diagnostics._names import parameter_vars
+    except ImportError:
+        return None
     from odeinfer.bayes._idata import posterior
 
     return parameter_vars(posterior(idata))
