@@ -156,8 +156,7 @@ class DDEProblem(ForwardProblem):
     def numba_solve(self, sens=True):
         """An ``@njit`` function ``(theta, phi) -> (y, S)`` with NaN outputs on failure.
 
-        Calls the model's generated ``dde_solve`` kernel (or the shared one while the model's is not
-        compiled) directly (no Python),
+        Calls the model's generated ``dde_solve`` kernel directly (no Python),
         growing the dense-output store as :class:`~odeinfer.solve.DDESolver` does;
         with ``sens=False``, ``S`` has shape (n_times, n_states, 0).
         """

@@ -208,9 +208,9 @@ class ODEProblem(ForwardProblem):
     def numba_solve(self, sens=True):
         """An ``@njit`` function ``(theta, x0) -> (y, S)`` with NaN outputs on failure.
 
-        It calls the model's generated dopri5/rodas kernel directly, or the shared kernel while the
-        model's is not compiled (no Python; adapter :func:`odeinfer.solve.abi.njit_ode_solve`); with
-        ``sens=False``, ``S`` has shape (n_times, n_states, 0).
+        It calls the model's generated dopri5/rodas kernel directly (no Python; adapter
+        :func:`odeinfer.solve.abi.njit_ode_solve`); with ``sens=False``, ``S`` has shape
+        (n_times, n_states, 0).
         """
         from odeinfer.solve import abi
 
@@ -279,8 +279,7 @@ class ODEProblem(ForwardProblem):
 
     def numba_vjp(self):
         """An ``@njit`` function ``(theta, x0, g) -> (g_theta, g_x0)``, NaN on failure (the adjoint
-        kernel ``dopri5_adjoint_vjp``, or the shared one while the model's is not compiled, called
-        directly, no Python; adapter
+        kernel ``dopri5_adjoint_vjp`` called directly, no Python; adapter
         :func:`odeinfer.solve.abi.njit_adjoint_vjp`)."""
         from odeinfer.solve import abi
 

@@ -48,7 +48,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "TieredKernel", "jit_kernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
 
 #: Environment variable naming the file whose exclusive lock is the machine's one background-compile
 #: slot (in the cache directory): background compilers run one at a time, each waiting for the slot
@@ -229,35 +229,6 @@ class TieredKernel:
         self._mh = model_handle(self.compiled, full=self._full)
         self._spec = spec
         self.tier = "shared"
-
-
-def jit_kernel(compiled, kernel: str, sig: tuple):
-    """What numba code (the PyTensor Ops' NUMBA mode) calls in place of ``compiled.module.<kernel>``,
-    with the model kernel's arguments of numba types ``sig``: the model kernel itself when it runs
-    ``sig`` without compiling (compiled in this process or on disk), else a jitted closure over the
-    shared ``ptr_<kernel>`` and the model's handle, while the model kernel compiles in the background
-    for later processes. The policy of :class:`TieredKernel`, decided once, here: a compiled graph keeps
-    its callee."""
-    from numba import njit
-
-    from odeinfer.solve.abi import needs_full_handle
-
-    mode = tiered_mode()
-    if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
-        return getattr(compiled.module, kernel)
-    ptr, mh = getattr(shared_module(), "ptr_" + kernel), model_handle(compiled, full=needs_full_handle(kernel))
-    if compiled.model.delays:  # numba freezes the handle's array read-only: pass a writable copy, as Python does
-        n, m, d, delay_params, f, jac_y, jac_ylag, jac_p = mh
-
-        @njit(error_model="numpy", fastmath=False)
-        def call(*args):
-            return ptr((n, m, d, delay_params.copy(), f, jac_y, jac_ylag, jac_p), *args)
-    else:
-        @njit(error_model="numpy", fastmath=False)
-        def call(*args):
-            return ptr(mh, *args)
-
-    return call
 
 
 class Specialisation:
