@@ -50,8 +50,8 @@ from pathlib import Path
 
 __all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
 
-#: Environment variable naming the file whose exclusive lock is the machine's one background-compile
-#: slot (in the cache directory): background compilers run one at a time, each waiting for the slot
+#: Environment variable naming the file whose exclusive lock is the one background-compile slot of a
+#: cache directory: background compilers run one at a time, each waiting for the slot
 #: in a bare interpreter (a few MB) before it imports anything. Without it, a multistart over many
 #: new models started dozens of compilers at once (about 0.4 GB each).
 SLOT_ENV = "ODEINFER_COMPILE_SLOT"
@@ -334,12 +334,8 @@ def specialisation(module, kernel: str, args: tuple, background: bool = True):
     (with ``background=False``: an object whose ``done`` is never set)."""
     import numba
 
-    return _specialise(module, kernel, tuple(numba.typeof(a) for a in args), background)
-
-
-def _specialise(module, kernel: str, sig: tuple, background: bool):
-    """:func:`specialisation` for the numba signature ``sig``."""
     dispatcher = getattr(module, kernel)
+    sig = tuple(numba.typeof(a) for a in args)
     if sig in dispatcher.overloads:
         return None
     marker = _marker(module, kernel, sig)
