@@ -80,24 +80,26 @@ def add_sens_row(i, n, m, k, pdir, ap, ay, s, out):
     (``pdir`` with no columns): the sensitivities' part of the augmented right-hand side (``ap =
     J_p``, ``ay = J_y``) or of its derivatives (Rodas). The terms are added in the order of the
     parameters, then of the states; zero entries of ``ap`` and ``ay`` are skipped (their products
-    are exact zeros: the Jacobians of reaction networks are sparse), and the inner loops run along
-    the contiguous rows of ``pdir`` and ``S``."""
+    are exact zeros: the Jacobians of reaction networks are sparse), and
+    each entry of the row sums in a register (the same operations, in the same order, as adding
+    term by term to ``out``: the bits do not depend on the loop order)."""
     row = n + i * k
-    if pdir.shape[1] == 0:
-        for j in range(m):
-            out[row + j] += ap[i, j]
-    else:
-        for q in range(m):
-            a = ap[i, q]
+    full = pdir.shape[1] == 0
+    for j in range(k):
+        acc = out[row + j]
+        if full:
+            if j < m:
+                acc += ap[i, j]
+        else:
+            for q in range(m):
+                a = ap[i, q]
+                if a != 0.0:
+                    acc += a * pdir[q, j]
+        for l in range(n):
+            a = ay[i, l]
             if a != 0.0:
-                for j in range(k):
-                    out[row + j] += a * pdir[q, j]
-    for l in range(n):
-        a = ay[i, l]
-        if a != 0.0:
-            col = n + l * k
-            for j in range(k):
-                out[row + j] += a * s[col + j]
+                acc += a * s[n + l * k + j]
+        out[row + j] = acc
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
