@@ -260,7 +260,7 @@ def test_numba_mode_of_a_new_delay_model_runs_the_shared_kernel(monkeypatch, wha
     t = np.linspace(0.0, 8.0, 17)
     problem = DDEProblem(model, t, History.constant([0.5]), 0.0,
                          solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
-    p, phi = np.array([1.2, 1.0]), np.zeros(0)
+    p, phi = np.array([1.2, 1.0]), np.array([0.5])  # a constant history's value is its parameter
     if what == "solve":
         y, s = problem.numba_solve(sens=True)(p, phi)
         got = np.concatenate([y.ravel(), s.ravel()])
