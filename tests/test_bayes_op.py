@@ -208,7 +208,8 @@ else:
 
     model = oi.Model.from_equations({"x": f"r*x*(1 - lag(x, tau)) + {c!r}"}, params=["r", "tau"], delays=["tau"],
                                     name="fresh_logistic_delay")
-    problem = DDEProblem(model, t, History.constant([0.5]), 0.0, solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
+    problem = DDEProblem(model, t, History.constant([0.5]), 0.0,
+                         solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
     point = [np.array([1.2, 1.0]), np.array([0.5])]  # a constant history's value is its parameter
 theta, x0 = pt.dvector("theta"), pt.dvector("x0")
 w = np.linspace(-1.0, 1.0, t.size * model.n_states).reshape(t.size, model.n_states)
