@@ -243,3 +243,38 @@ def test_missing_history_priors_and_bad_fixed_delay(logistic_data):
     with pytest.raises(DataError, match="needs it from t0 - tau"):
         oi.bayes.build_model(entry.model, data, history=History.from_data(s, 2.0 + 0 * s), fixed={"tau": 1.0},
                              priors={k: v for k, v in priors.items() if k != "tau"})
+
+
+@pytest.mark.parametrize("what", ["solve", "vjp"])
+def test_numba_mode_of_a_new_delay_model_runs_the_shared_kernel(monkeypatch, what):
+    """A delay model whose own kernels are not compiled: the NUMBA implementation calls the shared
+    (compiled-once-per-machine) ``dde_solve`` / ``dde_adjoint_vjp`` instead of compiling the model's,
+    and gives the Python path's values bit for bit (the tiers' equality: tests/test_shared_tier.py)."""
+    import os
+    import time
+
+    c = 1e-9 * (1 + (time.time_ns() + os.getpid()) % 10**6)  # a model no cache has seen
+    model = oi.Model.from_equations({"x": f"r*x*(1 - lag(x, tau)) + {c!r}"}, params=["r", "tau"], delays=["tau"],
+                                    name="fresh_logistic_delay")
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    t = np.linspace(0.0, 8.0, 17)
+    problem = DDEProblem(model, t, History.constant([0.5]), 0.0,
+                         solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
+    p, phi = np.array([1.2, 1.0]), np.array([0.5])  # a constant history's value is its parameter
+    if what == "solve":
+        y, s = problem.numba_solve(sens=True)(p, phi)
+        got = np.concatenate([y.ravel(), s.ravel()])
+        y_ref, s_ref, status = problem.python_solve(p, phi, sens=True)
+        ref_ = np.concatenate([y_ref.ravel(), s_ref.ravel()])
+        names = ("dde_solve",)
+    else:
+        g = np.linspace(-1.0, 1.0, t.size).reshape(t.size, 1)
+        got = np.concatenate(problem.numba_vjp()(p, phi, g))
+        g_theta, g_phi, status = problem.python_vjp(p, phi, g)
+        ref_ = np.concatenate([g_theta, g_phi])
+        names = ("dde_solve", "dde_adjoint_vjp")
+    assert status == 0 and np.all(np.isfinite(got))
+    module = model.compile().module
+    assert not any(getattr(module, name).overloads for name in names), "a model kernel was compiled"
+    mismatch = np.flatnonzero(got != ref_)
+    assert mismatch.size == 0, f"{mismatch.size} of {got.size} entries differ from the Python path"

@@ -142,3 +142,119 @@ def test_op_rejects_wrong_input_lengths():
     op = ode_op(entry.model, entry.t)
     with pytest.raises(oi.errors.InputError, match="theta must have length 4"):
         op(pt.as_tensor_variable(np.ones(3)), pt.as_tensor_variable(np.ones(2)))
+
+
+def _fresh_model():
+    """A Lotka-Volterra variant no cache has seen (a constant that differs in every test run)."""
+    import os
+    import time
+
+    c = 1e-9 * (1 + (time.time_ns() + os.getpid()) % 10**6)
+    return oi.Model.from_equations({"x": f"a*x - b*x*y + {c!r}", "y": "d*x*y - g*y"},
+                                   params=["a", "b", "g", "d"], name="fresh_lv")
+
+
+@pytest.mark.parametrize("gradient", ["forward", "adjoint"])
+def test_numba_mode_of_a_new_model_runs_the_shared_kernel(monkeypatch, gradient):
+    """A model whose own solver kernel is not compiled: the NUMBA implementation calls the shared
+    (compiled-once-per-machine) kernel instead of compiling the model's (issue 13: a new model's first
+    result never waits for a per-model compile), and gives the Python path's values bit for bit (the
+    shared and model kernels' equality is tests/test_shared_tier.py's)."""
+    m = _fresh_model()
+    t = np.linspace(0.0, 10.0, 11)
+    p, x0 = np.array([0.55, 0.028, 0.8, 0.024]), np.array([34.0, 5.9])
+    g = np.linspace(-1.0, 1.0, 22).reshape(11, 2)
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    problem = ODEProblem(m, t, solver=oi.Dopri5(rtol=1e-8, atol=1e-10))
+    if gradient == "forward":
+        y, s = problem.numba_solve(sens=True)(p, x0)
+        got = np.concatenate([y.ravel(), s.ravel()])
+        y_ref, s_ref, status = problem.python_solve(p, x0, sens=True)
+        ref = np.concatenate([y_ref.ravel(), s_ref.ravel()])
+        name = "dopri5_solve_sens"
+    else:
+        got = np.concatenate(problem.numba_vjp()(p, x0, g))
+        g_theta, g_x0, status = problem.python_vjp(p, x0, g)
+        ref = np.concatenate([g_theta, g_x0])
+        name = "dopri5_adjoint_vjp"
+    assert status == 0 and np.all(np.isfinite(got))
+    assert not getattr(m.compile().module, name).overloads, f"the model's own {name} was compiled"
+    mismatch = np.flatnonzero(got != ref)
+    assert mismatch.size == 0, f"{mismatch.size} of {got.size} entries differ from the Python path"
+
+
+_CACHED_GRAPH_SCRIPT = """
+import sys
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+import odeinfer as oi
+from odeinfer.bayes.op import ODEOp
+
+kind, c, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+t = np.linspace(0.0, 8.0, 9)
+if kind == "ode":
+    from odeinfer.bayes import ODEProblem
+
+    model = oi.Model.from_equations({"x": f"a*x - b*x*y + {c!r}", "y": "d*x*y - g*y"}, params=["a", "b", "g", "d"],
+                                    name="fresh_lv")
+    problem = ODEProblem(model, t, solver=oi.Dopri5(rtol=1e-8, atol=1e-10))
+    point = [np.array([0.55, 0.028, 0.8, 0.024]), np.array([34.0, 5.9])]
+else:
+    from odeinfer.bayes.dde_problem import DDEProblem
+    from odeinfer.model import History
+
+    model = oi.Model.from_equations({"x": f"r*x*(1 - lag(x, tau)) + {c!r}"}, params=["r", "tau"], delays=["tau"],
+                                    name="fresh_logistic_delay")
+    problem = DDEProblem(model, t, History.constant([0.5]), 0.0,
+                         solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
+    point = [np.array([1.2, 1.0]), np.array([0.5])]  # a constant history's value is its parameter
+theta, x0 = pt.dvector("theta"), pt.dvector("x0")
+w = np.linspace(-1.0, 1.0, t.size * model.n_states).reshape(t.size, model.n_states)
+y, s = ODEOp(problem)(theta, x0)
+y_adj, _ = ODEOp(problem, gradient=oi.Adjoint())(theta, x0)
+grads = pytensor.grad(pt.sum(w * y_adj), [theta, x0])
+f = pytensor.function([theta, x0], [y, s, *grads], mode="NUMBA")
+np.save(out, np.concatenate([np.ravel(v) for v in f(*point)]))
+"""
+
+
+def _numba_cache_files(compiledir):
+    return {p.name: p.stat().st_mtime_ns for p in (compiledir / "numba").glob("*")}
+
+
+@pytest.mark.parametrize("kind", ["ode", "dde"])
+def test_a_graph_on_the_shared_kernel_is_cached_and_loads_in_another_process(tmp_path, kind):
+    """PyTensor caches a compiled graph's machine code on disk (one compile directory) and another
+    process (a NUTS chain) loads it. A graph whose Op runs a new model on the shared kernel must give,
+    in the second process, the first process's values bit for bit, from the cache (nothing compiled
+    again): the model handle's callback addresses are one process's, so they must not be constants
+    of that code (they were once: the second process crashed)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    c = 1e-9 * (1 + (time.time_ns() + os.getpid()) % 10**6)  # a model no cache has seen
+    compiledir = tmp_path / "pytensor"
+    script = tmp_path / "graph.py"
+    script.write_text(_CACHED_GRAPH_SCRIPT, encoding="utf-8")
+    root = str(Path(oi.__file__).resolve().parents[1])
+    env = {**os.environ, "ODEINFER_TIERED": "shared", "PYTENSOR_FLAGS": f"base_compiledir={compiledir},cxx=",
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    outs, files = [], []
+    for k in range(2):
+        out = tmp_path / f"out{k}.npy"
+        proc = subprocess.run([sys.executable, str(script), kind, repr(c), str(out)], env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, f"process {k + 1} failed ({proc.returncode}): {proc.stderr[-2000:]}"
+        outs.append(np.load(out))
+        files.append(_numba_cache_files(compiledir))
+    assert files[0], "the first process cached nothing"
+    assert files[1] == files[0], "the second process compiled the graph again instead of loading it"
+    assert np.all(np.isfinite(outs[0]))
+    mismatch = np.flatnonzero(outs[1] != outs[0])
+    assert mismatch.size == 0, f"{mismatch.size} of {outs[0].size} values differ between the processes"

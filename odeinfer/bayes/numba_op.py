@@ -5,7 +5,9 @@ contains the Op compiles to one numba function (``pytensor.function(...,
 mode="NUMBA")``, ``nutpie.compile_pymc_model(model, backend="numba")``) and the
 sampler's inner loop never enters Python: the generated function calls the
 model's dopri5/rodas kernel, or the DDE kernel ``dde_solve`` (a global of the model's generated module, see
-:mod:`odeinfer.model.cache`) directly; :class:`~odeinfer.bayes.op.VJPOp` calls the adjoint kernel the same way. Imported at the end of :mod:`odeinfer.bayes.op`.
+:mod:`odeinfer.model.cache`) directly, or, while the model's kernel is not compiled, the shared one
+(:func:`odeinfer.solve.shared.jit_kernel`); :class:`~odeinfer.bayes.op.VJPOp` calls the adjoint kernel the
+same way. Imported at the end of :mod:`odeinfer.bayes.op`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import hashlib
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
 from odeinfer.bayes.op import ODEOp, VJPOp
+from odeinfer.solve.shared import recorded_tiers
 
 __all__ = []
 
@@ -25,15 +28,17 @@ def _numba_funcify_ode_op(op, node=None, **kwargs):
 
     The cache key covers everything the function closes over: the forward
     problem's class and key (equations, times, history, solver options), the generated module's
-    name (a hash of the model and solver kernel sources and library versions)
-    and whether sensitivities are computed. So PyTensor can cache the compiled
-    graph on disk, and a second process does not recompile it.
+    name (a hash of the model and solver kernel sources and library versions),
+    whether sensitivities are computed and which kernel it calls, the model's or the shared one
+    (:func:`odeinfer.solve.shared.jit_kernel`). So PyTensor can cache the compiled
+    graph on disk, and a second process does not recompile it: the shared kernel's model handle is
+    read through symbols each process links to its own callbacks
+    (:func:`odeinfer.solve.shared.linked_handle`), never held as a constant.
     """
     problem = op.problem
-    module = problem.model.compile().module
-    kind = f"{type(problem).__module__}.{type(problem).__qualname__}"
-    text = f"odeinfer-ode-op/3|{kind}|{problem.key}|{module.__name__}|{op.sensitivities}"
-    return problem.numba_solve(op.sensitivities), hashlib.sha256(text.encode()).hexdigest()
+    with recorded_tiers() as tiers:
+        fn = problem.numba_solve(op.sensitivities)
+    return fn, _cache_key("odeinfer-ode-op/4", problem, op.sensitivities, tiers)
 
 
 @register_funcify_and_cache_key(VJPOp)
@@ -41,7 +46,13 @@ def _numba_funcify_vjp_op(op, node=None, **kwargs):
     """``(theta, x0, g) -> (g_theta, g_x0)``: the adjoint kernel as an njit function; NaN on failure.
     Cache key as for :class:`ODEOp`."""
     problem = op.problem
+    with recorded_tiers() as tiers:
+        fn = problem.numba_vjp()
+    return fn, _cache_key("odeinfer-vjp-op/2", problem, None, tiers)
+
+
+def _cache_key(version, problem, sensitivities, tiers):
     module = problem.model.compile().module
     kind = f"{type(problem).__module__}.{type(problem).__qualname__}"
-    text = f"odeinfer-vjp-op/1|{kind}|{problem.key}|{module.__name__}"
-    return problem.numba_vjp(), hashlib.sha256(text.encode()).hexdigest()
+    text = f"{version}|{kind}|{problem.key}|{module.__name__}|{sensitivities}|{','.join(tiers)}"
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -290,16 +290,18 @@ def _numba_types():
 
 
 def _njit_kernel(compiled, name, sig):
-    # The model's own kernel, whose disk-cached machine code the declared signature ``sig`` (the one the
-    # Python adapters compile) reuses. Not the shared kernel: PyTensor caches a graph's machine code on
-    # disk, and the shared kernel's model handle (this process's C callback addresses) would be baked
-    # into it; a sampler process that loaded such code crashed.
-    return getattr(compiled.module, name)
+    # the model's kernel, whose disk-cached machine code the declared signature ``sig`` (the one the
+    # Python adapters compile) reuses, or the shared one while the model's compiles in the background
+    # (odeinfer.solve.shared.jit_kernel)
+    from odeinfer.solve.shared import jit_kernel
+
+    return jit_kernel(compiled, name, sig)
 
 
 def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_steps, sens_err):
     """An ``@njit`` ``run(p, y0, z_out, work, info) -> status`` calling ``compiled``'s
-    ``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve`` (Hairer's first step)."""
+    ``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve`` (Hairer's first step): the
+    model's own kernel, or the shared one while the model's is not compiled."""
     from numba import njit
 
     f8, i8, b1, c1, c2, ro1 = _numba_types()
@@ -320,7 +322,8 @@ def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_
 
 def njit_adjoint_vjp(compiled, t0, t_eval, rtol, atol, nsub):
     """An ``@njit`` ``run(p, y0, g, max_steps, z_out, rec, grad, work, info) -> status`` calling
-    ``compiled``'s ``dopri5_adjoint_vjp`` (``rec``: at least ``max_steps`` rows)."""
+    ``compiled``'s ``dopri5_adjoint_vjp`` (``rec``: at least ``max_steps`` rows), or the shared one
+    while the model's is not compiled."""
     from numba import njit
 
     f8, i8, _, c1, c2, ro1 = _numba_types()
@@ -336,7 +339,8 @@ def njit_adjoint_vjp(compiled, t0, t_eval, rtol, atol, nsub):
 
 def njit_dde_solve(compiled, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol, max_steps):
     """An ``@njit`` ``run(p, phi, z_out, work, buf, info) -> status`` calling the delay model
-    ``compiled``'s ``dde_solve`` (Hairer's first step)."""
+    ``compiled``'s ``dde_solve`` (Hairer's first step), or the shared one while the model's is not
+    compiled."""
     from numba import njit, typeof
 
     err = 1 if sens_err else 0
@@ -356,7 +360,7 @@ def njit_dde_solve(compiled, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol,
 
 def njit_dde_adjoint_vjp(compiled, t0, t_obs, hkind, hb, hc, nsub):
     """An ``@njit`` ``run(p, phi, g, buf, nbuf, grad) -> status`` calling the delay model ``compiled``'s
-    ``dde_adjoint_vjp``."""
+    ``dde_adjoint_vjp``, or the shared one while the model's is not compiled."""
     from numba import njit, typeof
 
     hkind = int(hkind)

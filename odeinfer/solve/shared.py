@@ -19,7 +19,10 @@ that process is done, the next call switches to the model kernel; if it fails (o
 the first call that sees it warns once with the cause and the shared kernel goes on. Processes
 that need the same kernel compile it once (a lock file in the cache directory; a dead owner's
 lock is taken over at once), and background compilers run one at a time per cache directory
-(:data:`SLOT_ENV`): the others wait in a bare interpreter.
+(:data:`SLOT_ENV`): the others wait in a bare interpreter. The numba code of the PyTensor Ops
+(:mod:`odeinfer.bayes.numba_op`) picks its callee by the same policy when a graph is compiled
+(:func:`jit_kernel`); the model handle it passes the shared kernel is read through linker
+symbols (:func:`linked_handle`), so PyTensor can cache that graph on disk for other processes.
 
 Both kernels run the same arithmetic in the same order, so results are bitwise identical
 whichever one answered, whatever compiled them first and in whichever process: every kernel,
@@ -36,6 +39,7 @@ model's solver twice).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -48,7 +52,8 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "TieredKernel", "model_handle", "shared_module", "specialisation", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "jit_kernel", "linked_handle", "model_handle", "recorded_tiers",
+           "shared_module", "specialisation", "tiered_mode"]
 
 #: Environment variable naming the file whose exclusive lock is the one background-compile slot of a
 #: cache directory: background compilers run one at a time, each waiting for the slot
@@ -231,6 +236,111 @@ class TieredKernel:
         self.tier = "shared"
 
 
+_RECORD = threading.local()
+
+
+@contextlib.contextmanager
+def recorded_tiers():
+    """A list of the tiers (``"model"`` or ``"shared"``) that :func:`jit_kernel` picks inside the
+    block, in order: part of the numba Ops' PyTensor cache key (:mod:`odeinfer.bayes.numba_op`), so a
+    graph compiled around the shared kernel is never loaded where the model's was chosen, nor the
+    reverse."""
+    outer = getattr(_RECORD, "tiers", None)
+    _RECORD.tiers = tiers = []
+    try:
+        yield tiers
+    finally:
+        _RECORD.tiers = outer
+        if outer is not None:
+            outer.extend(tiers)
+
+
+def jit_kernel(compiled, kernel: str, sig: tuple):
+    """What numba code (the PyTensor Ops' NUMBA mode) calls in place of ``compiled.module.<kernel>``,
+    with the model kernel's arguments of numba types ``sig``: the model kernel itself when it runs
+    ``sig`` without compiling (compiled in this process or on disk), else an ``@njit`` closure over the
+    shared ``ptr_<kernel>`` and the model's :func:`linked_handle`, while the model kernel compiles in
+    the background for later processes (the policy of :class:`TieredKernel`, decided once, here: a
+    compiled graph keeps its callee). The choice is recorded (:func:`recorded_tiers`)."""
+    from numba import njit
+
+    from odeinfer.solve.abi import needs_full_handle
+
+    mode = tiered_mode()
+    if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
+        tier, callee = "model", getattr(compiled.module, kernel)
+    else:
+        ptr, handle = getattr(shared_module(), "ptr_" + kernel), linked_handle(compiled, needs_full_handle(kernel))
+
+        @njit(error_model="numpy", fastmath=False)
+        def callee(*args):
+            return ptr(handle(), *args)
+
+        tier = "shared"
+    tiers = getattr(_RECORD, "tiers", None)
+    if tiers is not None:
+        tiers.append(tier)
+    return callee
+
+
+def linked_handle(compiled, full: bool = False):
+    """An ``@njit`` function ``() -> mh``: :func:`model_handle` ``(compiled, full)`` with each callback
+    address read through a symbol of the process's dynamic linker (``odeinfer_cb_<fingerprint>_...``,
+    registered here with this process's address) instead of held as a constant.
+
+    So machine code that calls a shared kernel can be cached on disk (PyTensor caches a compiled
+    graph) and loaded by another process: the loader resolves the symbols to that process's own
+    callbacks, which it registered when it built the same graph. With the addresses as constants,
+    a process that loaded such code called into another process's memory and crashed."""
+    from llvmlite import binding
+    from numba import njit
+
+    model = compiled.model
+    mh = model_handle(compiled, full)
+    tag = f"odeinfer_cb_{model.fingerprint}_{int(bool(full) and not model.delays)}"
+    if model.delays:  # (n, m, d, delay_params, 4 callbacks): the array is rebuilt in the function
+        sizes, addr, delay_params = mh[:3], mh[4:], mh[3]
+    else:  # (n, m, 3 or 8 callbacks; 0 where a handle has none)
+        sizes, addr = mh[:2], mh[2:]
+    entries = list(sizes)
+    for i, a in enumerate(addr):
+        if a:
+            binding.add_symbol(f"{tag}_{i}", a)
+        entries.append(f"{tag}_{i}" if a else 0)
+    read = _int64_tuple(tuple(entries))
+    if not model.delays:
+        return read
+
+    @njit(error_model="numpy", fastmath=False)
+    def handle():
+        h = read()
+        return (h[0], h[1], h[2], delay_params.copy(), h[3], h[4], h[5], h[6])  # writable, as Python passes it
+
+    return handle
+
+
+def _int64_tuple(entries: tuple):
+    """An ``@njit``-callable ``() -> UniTuple(int64)`` of ``entries``: each an int (a constant) or a
+    symbol name (its address, resolved when the machine code is loaded)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    ret = types.UniTuple(types.int64, len(entries))
+
+    @intrinsic
+    def read(typingctx):
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            values = [builder.ptrtoint(cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                ir.VoidType(), []), e), i64) if isinstance(e, str) else ir.Constant(i64, int(e)) for e in entries]
+            return context.make_tuple(builder, ret, values)
+
+        return ret(), codegen
+
+    return read
+
+
 class Specialisation:
     """One background compilation of a model kernel for one signature.
 
@@ -334,8 +444,12 @@ def specialisation(module, kernel: str, args: tuple, background: bool = True):
     (with ``background=False``: an object whose ``done`` is never set)."""
     import numba
 
+    return _specialise(module, kernel, tuple(numba.typeof(a) for a in args), background)
+
+
+def _specialise(module, kernel: str, sig: tuple, background: bool):
+    """:func:`specialisation` for the numba argument types ``sig``."""
     dispatcher = getattr(module, kernel)
-    sig = tuple(numba.typeof(a) for a in args)
     if sig in dispatcher.overloads:
         return None
     marker = _marker(module, kernel, sig)
