@@ -14,6 +14,7 @@ import pytest
 import odeinfer as oi
 from odeinfer.solve import _inputs, shared
 from odeinfer.solve.abi import Info, Status
+from representative import split
 
 ZOO = ["lotka_volterra", "alpha_pinene", "fitzhugh_nagumo", "sir"]
 
@@ -29,8 +30,12 @@ def _both(cm, name, *args, full=False):
     return out
 
 
-@pytest.mark.parametrize("name", ZOO)
-@pytest.mark.parametrize("sens", [False, True])
+# Default suite: Lotka-Volterra states-only and with sensitivities (the two kernels) and alpha-pinene
+# with sensitivities (five states, a linear stiff system: the largest LU). The other cases run the
+# same kernel code: -m slow.
+@pytest.mark.parametrize("sens, name", split(
+    [(sens, name) for name in ZOO for sens in (False, True)],
+    default=[(False, "lotka_volterra"), (True, "lotka_volterra"), (True, "alpha_pinene")]))
 def test_shared_rodas_is_bitwise_equal_to_the_model_kernel(name, sens):
     entry = oi.zoo.get(name)
     cm = _inputs.compiled_model(entry.model)
@@ -60,7 +65,8 @@ def test_a_rodas_solver_answers_from_the_shared_tier_and_conserves_mass():
     assert int(bound.info[Info.N_LU]) > 0
 
 
-@pytest.mark.parametrize("name", ["lotka_volterra", "fitzhugh_nagumo"])
+# fitzhugh_nagumo runs the same adjoint kernel code as lotka_volterra: -m slow
+@pytest.mark.parametrize("name", split([("lotka_volterra",), ("fitzhugh_nagumo",)], default=[("lotka_volterra",)]))
 def test_shared_adjoint_is_bitwise_equal_to_the_model_kernel(name):
     entry = oi.zoo.get(name)
     cm = _inputs.compiled_model(entry.model)
@@ -119,6 +125,9 @@ def test_shared_newton_kernels_are_bitwise_equal_to_the_model_kernels():
 
 
 DDE_ZOO = ["logistic_delay", "delay_exponential_decay", "cheyne_stokes", "hiv"]
+# Default suite: logistic_delay (periodic history), delay_exponential_decay (affine history) and hiv
+# (three states, tau also outside the lag); cheyne_stokes (affine, one state) repeats those paths: -m slow.
+DDE_CASES = split([(name,) for name in DDE_ZOO], default=[("logistic_delay",), ("delay_exponential_decay",), ("hiv",)])
 
 
 def _dde_forward(entry):
@@ -131,7 +140,7 @@ def _dde_forward(entry):
     return s, phi
 
 
-@pytest.mark.parametrize("name", DDE_ZOO)
+@pytest.mark.parametrize("name", DDE_CASES)
 def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name):
     entry = oi.zoo.get(name)
     s, phi = _dde_forward(entry)
@@ -144,7 +153,7 @@ def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name):
     assert np.all(np.isfinite(a1[-1])) and np.array_equal(a1[-1], a2[-1])  # the gradient, bit for bit
 
 
-@pytest.mark.parametrize("name", DDE_ZOO)
+@pytest.mark.parametrize("name", DDE_CASES)
 def test_shared_dde_adjoint_gradient_is_bitwise_equal_to_the_model_kernel(name):
     entry = oi.zoo.get(name)
     s, phi = _dde_forward(entry)
