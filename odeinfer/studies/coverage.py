@@ -225,29 +225,27 @@ def _intervals(e, method, th, n_boot, data):
 
     names, p = list(e.names), len(e.names)
     out = {f"|{method}|avail": 1.0, f"|{method}|joint": math.nan}
-    q = chi2.ppf(1 - ALPHA, p)
+    known = np.isfinite(th)  # the joint region is over the quantities with a true value
+    q = chi2.ppf(1 - ALPHA, int(known.sum()))
     lo = hi = np.full(p, math.nan)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if method == "wald":
                 ci = e.conf_int(ALPHA)
-                d = np.asarray(e.values, float) - th
-                V = None if e.cov is None else np.asarray(e.cov, float)
-                if V is not None and np.all(np.isfinite(V)):
-                    out[f"|{method}|joint"] = float(d @ np.linalg.solve(V, d) <= q)
+                out[f"|{method}|joint"] = _safe(_wald_joint, e, th, known, q)
             elif method == "profile":
                 if e._profiler is None:
                     return {f"|{method}|avail": 0.0}
                 ci = e.conf_int(ALPHA, method="profile")
-                out[f"|{method}|joint"] = _profile_joint(e, th, q)
+                out[f"|{method}|joint"] = _safe(_profile_joint, e, th, q)
             else:
                 if e._bootstrapper is None:
                     return {f"|{method}|avail": 0.0}
                 kind = method.split("-")[1]
                 seed = _boot_seed(data)
                 ci = e.conf_int(ALPHA, method="bootstrap", kind=kind, n_boot=n_boot, seed=seed)
-                out[f"|{method}|joint"] = _bootstrap_joint(e, th, kind, n_boot, seed)
+                out[f"|{method}|joint"] = _safe(_bootstrap_joint, e, th, known, kind, n_boot, seed)
         lo, hi = ci["lower"].to_numpy(float), ci["upper"].to_numpy(float)
     except Exception:  # the interval is a miss (counted apart from failed fits)
         pass
@@ -256,14 +254,30 @@ def _intervals(e, method, th, n_boot, data):
     return out
 
 
+def _safe(fn, *args):
+    """A joint region that cannot be evaluated (singular covariance, failed solve) is undefined (NaN)."""
+    try:
+        return fn(*args)
+    except Exception:
+        return math.nan
+
+
+def _wald_joint(e, th, known, q):
+    d = (np.asarray(e.values, float) - th)[known]
+    V = None if e.cov is None else np.asarray(e.cov, float)[np.ix_(known, known)]
+    if V is None or not np.all(np.isfinite(V)):
+        return math.nan
+    return float(d @ np.linalg.solve(V, d) <= q)
+
+
 def _profile_joint(e, th, q):
     """Likelihood-ratio region: all profiled unknowns held at the truth (internal coordinates)."""
     prof = e._profiler
     k = len(prof.names)
-    if k != len(th) or prof._reopt is None:
+    if k != len(th) or prof._reopt is None or not np.all(np.isfinite(th)):
         return math.nan
     u = prof.u_hat.copy()
-    for i in range(k):  # to_natural is monotone: invert it by bisection-free secant on a bracket
+    for i in range(k):
         u[i] = _to_internal(prof._nat, i, th[i], prof.u_hat[i])
     out = prof._reopt(u, tuple(range(k)))
     if out is None:
@@ -286,26 +300,26 @@ def _to_internal(to_natural, i, value, guess):
     return brentq(g, a, b, xtol=1e-14)
 
 
-def _bootstrap_joint(e, th, kind, n_boot, seed):
+def _bootstrap_joint(e, th, known, kind, n_boot, seed):
     s = e._bootstrapper.sample(n_boot, seed)
     ok = np.array([st == "converged" for st in s["status"]]) & np.all(np.isfinite(s["values"]), axis=1)
-    theta = s["values"][ok]
-    hat = np.asarray(e.values, float)
+    theta = s["values"][ok][:, known]
+    hat, th = np.asarray(e.values, float)[known], th[known]
     if theta.shape[0] < 10:
         return math.nan
     if kind == "percentile":
-        S = np.cov(theta, rowvar=False).reshape(len(hat), len(hat))
-        Si = np.linalg.pinv(S)
+        Si = np.linalg.pinv(np.cov(theta, rowvar=False).reshape(len(hat), len(hat)))
         dstar = np.einsum("bi,ij,bj->b", theta - hat, Si, theta - hat)
         d = (th - hat) @ Si @ (th - hat)
     else:
+        sub = np.ix_(known, known)
         covs = [c for c, good in zip(s["cov"], ok) if good]
-        dstar = np.array([(x - hat) @ np.linalg.solve(c, x - hat) if c is not None and np.all(np.isfinite(c))
+        dstar = np.array([(x - hat) @ np.linalg.solve(c[sub], x - hat) if c is not None and np.all(np.isfinite(c))
                           else math.nan for x, c in zip(theta, covs)])
         dstar = dstar[np.isfinite(dstar)]
         if e.cov is None or dstar.size < 10:
             return math.nan
-        d = (th - hat) @ np.linalg.solve(np.asarray(e.cov, float), th - hat)
+        d = (th - hat) @ np.linalg.solve(np.asarray(e.cov, float)[sub], th - hat)
     return float(d <= np.quantile(dstar, 1 - ALPHA))
 
 
