@@ -188,24 +188,30 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
     :func:`~odeinfer.estimators._noise_cov.noise_variance`, averaged over experiments). A state with
     fewer than 5 observations in some experiment leaves the estimate without a bootstrap.
     """
-    from scipy.interpolate import make_smoothing_spline
+    experiments = problem.experiments
+    if any(int(np.sum(np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j]))) < 5
+           for d in experiments for j in range(len(d.states))):
+        return
 
-    from odeinfer.estimators._noise_cov import noise_variance
+    def build():  # on first use: the smoothing splines cost as much as a fit
+        from scipy.interpolate import make_smoothing_spline
 
-    x0_values, var = [], {}
-    for d in problem.experiments:
-        x0 = {}
-        for j, s in enumerate(d.states):
-            ok = np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])
-            if ok.sum() < 5:
-                return
-            t, y = np.asarray(d.t, float)[ok], np.asarray(d.y, float)[ok, j]
-            x0[s] = float(make_smoothing_spline(t, y)(float(d.t0)))
-            var.setdefault(s, []).append(noise_variance(t, y))
-        x0_values.append(x0)
-    sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}
-    attach_trajectory_bootstrap(estimator, estimate, problem.model, problem.experiments, single, fit_kwargs, (),
-                                x0_values=x0_values, sigma=sigma)
+        from odeinfer.estimators._noise_cov import noise_variance
+
+        x0_values, var = [], {}
+        for d in experiments:
+            x0 = {}
+            for j, s in enumerate(d.states):
+                ok = np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])
+                t, y = np.asarray(d.t, float)[ok], np.asarray(d.y, float)[ok, j]
+                x0[s] = float(make_smoothing_spline(t, y)(float(d.t0)))
+                var.setdefault(s, []).append(noise_variance(t, y))
+            x0_values.append(x0)
+        sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}
+        return trajectory_builder(problem.model, experiments, single, fit_kwargs, estimate, (), x0_values=x0_values,
+                                  sigma=sigma)()
+
+    object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
 
 
 def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, *, solver=None,

@@ -138,7 +138,8 @@ def _clean(setting):
     entry, model, t = _entry(setting), _model(setting), _times(setting)
     if model.delays:
         prob = oi.Problem(model, t, history=entry.history, t0=entry.t0)
-        y = np.asarray(oi.solve(prob, entry.params_array(), solver=oi.Dopri5(rtol=1e-10, atol=1e-12)).y, float)
+        y = np.asarray(oi.solve(prob, entry.params_array(),
+                                solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-10, atol=1e-12))).y, float)
         sd = setting.sigma * np.std(y, axis=0, ddof=1)
         truth = {**dict(entry.params), **dict(zip(entry.history_param_names, entry.history_params_array()))}
         ctx = {"history": entry.history}
@@ -146,8 +147,9 @@ def _clean(setting):
         prob = oi.Problem(model, t, x0=dict(entry.x0), t0=entry.t0)
         y = np.asarray(oi.solve(prob, dict(entry.params), solver=oi.Dopri5(rtol=1e-11, atol=1e-12)).y, float)
         sd = np.full(len(model.observed), setting.sigma)
-        truth = dict(entry.params)
-        ctx = {"x0": dict(entry.x0)}
+        # the x0 entries only matter to estimators that estimate the initial state (Simultaneous)
+        truth = {**dict(entry.params), **{f"x0[{k}]": float(v) for k, v in entry.x0.items()}}
+        ctx = {"x0": dict(entry.x0), "start": dict(entry.params)}
     cols = [model.states.index(s) for s in model.observed]
     _CLEAN[setting.key] = out = (t, y[:, cols], sd, truth, ctx, model, float(entry.t0))
     return out
@@ -180,10 +182,10 @@ def _fit(setting, name, data):
     if name == "AdjointDDE":
         return est.fit(model, data, history=ctx["history"], start=dict(truth))
     if name in NEWTON:
-        return est.fit(model, data, start=dict(truth))
-    if name in ("OrthogonalConditions", "GradientMatching"):
-        return est.fit(model, data, x0=ctx["x0"])
-    return est.fit(model, data, x0=ctx["x0"], start=dict(truth))
+        return est.fit(model, data, start=ctx["start"])
+    if name in ("OrthogonalConditions", "GradientMatching"):  # start: used for parameters entering nonlinearly
+        return est.fit(model, data, x0=ctx["x0"], start=ctx["start"])
+    return est.fit(model, data, x0=ctx["x0"], start=ctx["start"])
 
 
 class CellFit:
