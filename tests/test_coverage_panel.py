@@ -130,11 +130,13 @@ def test_blocks_are_cached_and_the_same_on_an_executor(tmp_path, monkeypatch):
 R_WALD = 100
 
 
-def test_reduced_panel_embedding_wald_covers():
-    """alpha-pinene (n = 200, sigma = 3), Embedding, Wald, R = 100 fresh replicates (blocks 0-3 of the
-    panel's seed): every per-parameter and the joint coverage within 0.95 +- (0.03 + 3 sqrt(0.0475 /
-    100)) = +-0.095. About 3 s warm."""
-    frame, _ = cv.run_cell("pinene_n200_s3", "Embedding", "wald", R_WALD, progress=False)
+@pytest.mark.parametrize("setting", ["pinene_n200_s3", "sir_log"])
+def test_reduced_panel_embedding_wald_covers(setting):
+    """alpha-pinene (n = 200, sigma = 3) and SIR (log noise), Embedding, Wald, R = 100 replicates (blocks
+    0-3 of the panel's seed, recomputed): every per-parameter and the joint coverage within
+    0.95 +- (0.03 + 3 sqrt(0.0475 / 100)) = +-0.095 (the panel, at R = 500, has both cells met).
+    About 3 s and 1 s warm on an idle core."""
+    frame, _ = cv.run_cell(setting, "Embedding", "wald", R_WALD, progress=False)
     s = cv.summarise(frame, ("wald",))["wald"]
     figs = [v["coverage"] for v in s["params"].values()] + [s["joint"]["coverage"]]
     assert s["R"] == R_WALD
@@ -144,11 +146,19 @@ def test_reduced_panel_embedding_wald_covers():
 R_BOOT, B_BOOT = 25, 40
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="measured: the bootstrap intervals under-cover at n = 50 (see docstring)")
 def test_reduced_panel_embedding_bootstrap_covers():
-    """The same setting, parametric bootstrap (percentile and studentized, B = 40 refits), R = 25:
-    each coverage within 0.95 +- (0.03 + 3 sqrt(0.0475 / 25)) = +-0.161 (at B = 40 the 2.5% quantile
-    is itself noisy; the tolerance only bounds the replicate count's error)."""
-    frame, _ = cv.run_cell("pinene_n200_s3", "Embedding", "bootstrap", R_BOOT, n_boot=B_BOOT, progress=False)
+    """alpha-pinene (n = 50, sigma = 3: the cheapest fits), Embedding, parametric bootstrap (percentile
+    and studentized, B = 40 refits), R = 25: each per-parameter and joint coverage within
+    0.95 +- (0.03 + 3 sqrt(0.0475 / 25)) = +-0.161 (at B = 40 the 2.5% quantile is itself noisy; the
+    tolerance only bounds the replicate count's error).
+
+    FAILED when first run (so it is a strict xfail: it fails the suite the day it passes): percentile
+    0.92 0.88 0.88 0.80 0.80 (theta1..theta5), joint 0.88; studentized 0.88 0.84 0.80 0.72 0.60, joint
+    0.92 (theta5 below 0.789). The estimates of theta4, theta5 are skewed at n = 50 and the intervals
+    built around them inherit it. About 70 s on a loaded machine: ``slow``."""
+    frame, _ = cv.run_cell("pinene_n50_s3", "Embedding", "bootstrap", R_BOOT, n_boot=B_BOOT, progress=False)
     out = cv.summarise(frame, cv.GROUPS["bootstrap"])
     for m, s in out.items():
         figs = [v["coverage"] for v in s["params"].values()] + [s["joint"]["coverage"]]

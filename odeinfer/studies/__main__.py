@@ -50,7 +50,11 @@ def main(argv=None):
     c.add_argument("--cache-dir", default=None, help="study cache (default $ODEINFER_CACHE_DIR/studies)")
     c.add_argument("--write", default=None, help="markdown file whose panel block is rewritten")
     c.add_argument("--report-only", action="store_true", help="write the report from the cache, run nothing")
+    c.add_argument("--commit", default=None, help="with --resummarise: the commit the frames were computed at")
     c.add_argument("--no-progress", action="store_true")
+    c.add_argument("--resummarise", default=None, metavar="CODE",
+                   help="with --report-only: rebuild the summaries of the cells finished under source hash CODE "
+                        "from their cached frames with this code (frames are read, never recomputed) and report them")
     a = ap.parse_args(argv)
 
     import odeinfer
@@ -89,7 +93,13 @@ def main(argv=None):
                 pool.shutdown()
             if client is not None:
                 client.close()
-    text = cv.report(cache, code, _commit())
+    if a.resummarise:
+        if not a.report_only:
+            ap.error("--resummarise needs --report-only")
+        cv.resummarise(cache, a.resummarise)
+        text = cv.report(cache, a.resummarise, a.commit or _commit(), summarised_by=code)
+    else:
+        text = cv.report(cache, code, _commit())
     if a.write:
         cv.write_report(text, a.write)
     print(text)

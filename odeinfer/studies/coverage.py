@@ -86,6 +86,12 @@ SETTINGS = {s.key: s for s in [
             "delay exponential decay n = 101, sd 0.3 sd(x)"),
 ]}
 
+#: estimators whose estimates offer no profile / no bootstrap in this panel (read from the estimators:
+#: a profile needs a likelihood-type objective, a bootstrap a model to simulate from)
+NO_PROFILE = ("Simultaneous", "OrthogonalConditions", "GradientMatching", "NewtonRaphson", "GradientDescent",
+              "StochasticNewton", "StochasticGradient")
+NO_BOOTSTRAP = ("AdjointDDE",)
+
 ESTIMATORS = ("Embedding", "Simultaneous", "OrthogonalConditions", "GradientMatching", "NewtonRaphson",
               "GradientDescent", "StochasticNewton", "StochasticGradient", "AdjointDDE")
 NEWTON = ("NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient")
@@ -371,9 +377,12 @@ def summarise(frame, methods):
     reps = sorted(frame["rep"].unique())
     R = len(reps)
     real = frame[frame["truth"].notna()]
-    names = list(dict.fromkeys(real["param"]))
     truth = real.groupby("param")["truth"].first()
     by = frame.pivot_table(index="rep", columns="param", values="estimate", aggfunc="first", dropna=False)
+    # the quantities the estimator reports (a true value it does not estimate, e.g. a known x0, is not one)
+    names = [n for n in dict.fromkeys(real["param"]) if np.any(np.isfinite(by[n].to_numpy(float)))]
+    if not names:  # every fit raised: the model's parameters
+        names = [n for n in dict.fromkeys(real["param"]) if not n.startswith("x0[")]
     err = frame.groupby("rep")["error"].apply(lambda s: bool(s.notna().any())).reindex(reps)
     conv = frame.groupby("rep")["converged"].apply(lambda s: bool(np.all(s.astype(bool)))).reindex(reps)
     est = by.reindex(index=reps, columns=names).to_numpy(float)
@@ -402,6 +411,7 @@ def summarise(frame, methods):
             p = float(cover.mean())
             rows["params"][n] = {"coverage": p, "se": math.sqrt(p * (1 - p) / R),
                                  "width": float(np.mean(w[fin])) if fin.any() else math.nan,
+                                 "median_width": float(np.median(w[fin])) if fin.any() else math.nan,
                                  "infinite": int((~failed & ~bad & ~np.isfinite(w)).sum())}
         j = by[f"|{m}|joint"].reindex(reps).to_numpy(float)
         if np.all(np.isnan(j[~failed])) and (~failed).any():
@@ -421,6 +431,29 @@ def verdict(row):
     tol = BAND + K_SE * math.sqrt(TARGET * (1 - TARGET) / row["R"])
     figs = [v["coverage"] for v in row["params"].values()] + ([row["joint"]["coverage"]] if row["joint"] else [])
     return "met" if all(abs(c - TARGET) <= tol for c in figs) else "not met"
+
+
+def resummarise(cache_dir, frames_code):
+    """Rebuild the record of the cells finished under ``frames_code`` from their cached frames with this
+    code's :func:`summarise` (the frames are read, never recomputed; the report names both versions)."""
+    from odeinfer._lazy import pandas as pd
+
+    path = cell_path(cache_dir, frames_code)
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    for cell, row in list(data.items()):
+        if row.get("unavailable"):
+            continue
+        key, est, m = cell.split("|")
+        group = next(g for g, ms in GROUPS.items() if m in ms)
+        boot = f"_B{row['n_boot']}" if group == "bootstrap" else ""
+        files = [Path(cache_dir) / f"coverage_{key}_{est}_{group}{boot}_blk{b}_{frames_code}.csv"
+                 for b in range(row["R"] // BLOCK)]
+        summary = summarise(pd.concat([pd.read_csv(f, keep_default_na=True) for f in files], ignore_index=True),
+                            (m,))[m]
+        data[cell] = {"R": 0, "unavailable": True} if summary is None else {**summary, "n_boot": row.get("n_boot")}
+    from odeinfer._io import write_atomic
+
+    write_atomic(json.dumps(data, indent=1, sort_keys=True), path)
 
 
 def cell_path(cache_dir, code):
@@ -449,18 +482,24 @@ def _fmt(c):
     return f"{c['coverage']:.3f} ({c['se']:.3f})"
 
 
-def report(cache_dir, code, commit=""):
-    """The markdown block of the whole grid: every (setting, estimator, method), run or not."""
+def report(cache_dir, code, commit="", summarised_by=None):
+    """The markdown block of the whole grid: every (setting, estimator, method), run or not.
+    ``summarised_by``: the code key of :func:`resummarise`, when it is not ``code``."""
     from odeinfer import __version__
 
     path = cell_path(cache_dir, code)
     data = json.loads(path.read_text()) if path.is_file() else {}
-    lines = [f"Code version: odeinfer {__version__}, source hash `{code}`" + (f", commit {commit}" if commit else "")
-             + ".", "",
-             "| setting | estimator | method | R | failed fits | per-parameter coverage (SE) | mean width | "
+    head = f"Code version: odeinfer {__version__}, source hash `{code}`" + (f", commit {commit}" if commit else "")
+    if summarised_by:
+        head += (f" (simulations and fits); the frames were summarised again by source hash `{summarised_by}` "
+                 f"(:func:`resummarise`)")
+    lines = [head + ".", "",
+             "Rows: the cells run (R replicates; B bootstrap refits each). Coverage (binomial SE); width: mean "
+             "(median) over the finite intervals, infinite ones counted.", "",
+             "| setting | estimator | method | R | failed fits | per-parameter coverage (SE) | width: mean (median) | "
              "joint coverage (SE) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     n_run = n_met = 0
-    refused = {}
+    refused, not_run, undefined = {}, {}, {}
     for key, s in SETTINGS.items():
         for est in ESTIMATORS:
             why = applies(s, est)
@@ -469,25 +508,30 @@ def report(cache_dir, code, commit=""):
                 continue
             for m in METHODS:
                 cell = data.get(f"{key}|{est}|{m}")
-                if cell is None:
-                    lines.append(f"| {s.label} | {est} | {m} | - | - | - | - | - | not run |")
+                static = (m == "profile" and est in NO_PROFILE) or (m.startswith("bootstrap") and est in NO_BOOTSTRAP)
+                if (cell is None and static) or (cell is not None and cell.get("unavailable")):
+                    undefined.setdefault((est, m), []).append(s.label)
                     continue
-                if cell.get("unavailable"):
-                    lines.append(f"| {s.label} | {est} | {m} | - | - | - | - | - | not defined for this estimator |")
+                if cell is None:
+                    not_run.setdefault((est, m), []).append(s.label)
                     continue
                 n_run += 1
                 ok = verdict(cell)
                 n_met += ok == "met"
                 pcs = "; ".join(f"{n} {_fmt(v)}" for n, v in cell["params"].items())
-                wid = "; ".join(f"{v['width']:.3g}" + (f" ({v['infinite']} inf)" if v["infinite"] else "")
-                                for v in cell["params"].values())
+                wid = "; ".join(f"{v['width']:.3g} ({v.get('median_width', math.nan):.3g})"
+                                + (f" {v['infinite']} inf" if v["infinite"] else "") for v in cell["params"].values())
                 joint = _fmt(cell["joint"]) if cell["joint"] else "not defined"
                 extra = f", B = {cell['n_boot']}" if cell.get("n_boot") else ""
                 noint = f"; {cell['no_interval']} without interval" if cell.get("no_interval") else ""
                 lines.append(f"| {s.label} | {est} | {m} | {cell['R']}{extra} | {cell['failed']}{noint} | {pcs} | "
                              f"{wid} | {joint} | {ok} |")
-    lines += ["", f"{n_run} cells run, {n_met} met, {n_run - n_met} not met; the others not run or not defined.",
-              "", "Not applicable (the estimator refuses the setting before any work):", ""]
+    lines += ["", f"{n_run} cells run: {n_met} met, {n_run - n_met} not met.", "",
+              "**Not run** (in the grid, not reached by this recording):", ""]
+    lines += [f"* {est}, {m}: {', '.join(labels)}" for (est, m), labels in not_run.items()] or ["* none"]
+    lines += ["", "Not defined (the estimator offers no such interval):", ""]
+    lines += [f"* {est}, {m}: {', '.join(labels)}" for (est, m), labels in undefined.items()] or ["* none"]
+    lines += ["", "Not applicable (the estimator refuses the setting before any work):", ""]
     lines += [f"* {est}: {why}: {', '.join(labels)}" for (est, why), labels in refused.items()]
     return "\n".join(lines)
 
