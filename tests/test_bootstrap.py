@@ -327,9 +327,47 @@ def test_matching_bootstrap_starts_at_the_given_initial_state():
 
 
 def test_an_estimator_that_cannot_refit_says_which_can():
+    """A stream fit keeps no data to simulate from: no bootstrap, and the message names those that have one."""
     data = oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=3).data
-    est = oi.NewtonRaphson().fit(DECAY, data, start={"k": 0.5})
+    est = oi.NewtonRaphson().fit_stream(DECAY, (data.t, data.y), start={"k": 0.5})
     with pytest.raises(ValueError, match=r"method: 'bootstrap' is not available for this NewtonRaphson estimate \("
                                          r"bootstrap intervals need .* oi.Embedding, oi.Simultaneous, "
-                                         r"oi.OrthogonalConditions or oi.GradientMatching\); available: \['wald'\]"):
+                                         r"oi.OrthogonalConditions, oi.GradientMatching or the Newton family, on "
+                                         r"in-memory data of an ODE model\); available: \['wald'\]"):
         est.conf_int(method="bootstrap")
+
+
+@pytest.mark.parametrize("estimator", [oi.NewtonRaphson(derivative="local_polynomial"),
+                                       oi.StochasticNewton(derivative="local_polynomial")], ids=["NewtonRaphson", "SNR"])
+def test_newton_family_bootstrap_spread_matches_the_sampling_spread(estimator):
+    """As for the matching estimators: the sd of 100 refits of data simulated at one estimate (start:
+    the smoothed state at t0; noise: the data's own sd) against the sd of the estimator over 100
+    datasets simulated from the truth, within 4 standard errors of the log ratio of two sample sds,
+    4 sqrt(1 / 99) = 0.40."""
+    n = 100
+    kw = {"rng": 5} if isinstance(estimator, oi.StochasticNewton) else {}
+    truth = [estimator.fit(DECAY, oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=100 + i).data,
+                           start={"k": 0.5}, **kw).params["k"] for i in range(n)]
+    data = oi.simulate(DECAY, {"k": 0.7}, {"x": 2.0}, T_DECAY, noise=0.05, rng=3).data
+    est = estimator.fit(DECAY, data, start={"k": 0.5}, **kw)
+    ci = est.conf_int(method="bootstrap", n_boot=n, seed=4)
+    assert ci.attrs["n_failed"] == 0 and ci.attrs["n_unconverged"] == 0
+    boot = est._bootstrapper.sample(n, 4)["values"][:, 0]
+    ratio = np.std(boot, ddof=1) / np.std(truth, ddof=1)
+    assert abs(math.log(ratio)) < 4 * math.sqrt(2 / (2 * (n - 1))), ratio
+
+
+def test_each_refit_carries_its_covariance(fit):
+    """``sample()["cov"]``: each refit's covariance, used by the coverage panel's studentized joint region.
+    For the regression every refit's covariance is s*^2 (X'X)^-1, so its correlation is that of
+    (X'X)^-1 (numpy, independent of odeinfer) and its diagonal is the refit's squared bse."""
+    _, est = fit
+    s = est._bootstrapper.sample(N_BOOT, 11)  # the refits of the interval tests (cached)
+    X = np.column_stack([T, np.ones_like(T)])
+    inv = np.linalg.inv(X.T @ X)
+    rho = inv[0, 1] / math.sqrt(inv[0, 0] * inv[1, 1])
+    assert len(s["cov"]) == N_BOOT
+    for c, bse in zip(s["cov"][:20], s["bse"][:20]):
+        assert c.shape == (2, 2)
+        np.testing.assert_allclose(np.sqrt(np.diag(c)), bse, rtol=1e-12)
+        assert c[0, 1] / math.sqrt(c[0, 0] * c[1, 1]) == pytest.approx(rho, abs=1e-6)

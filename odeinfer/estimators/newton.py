@@ -396,8 +396,15 @@ def _fit(est, algorithm, model, data, start, fixed, rng=None):
     source = _rows_from_data(problem, scheme, maps)
     states = problem.model.states
     warns = _warn_bias([(f"data {d.name!r}", d.t, _series(d, states)) for d in problem.experiments], states, scheme)
-    return _run(est, problem, source, scheme, algorithm, rng=rng, in_memory=True, t_start=t0, warns=warns,
-                view=view)
+    out = _run(est, problem, source, scheme, algorithm, rng=rng, in_memory=True, t_start=t0, warns=warns,
+               view=view)
+    if view is None and out.converged:
+        from odeinfer.data import Data
+        from odeinfer.inference.bootstrap import attach_newton_bootstrap
+
+        seeded = {"rng": int(rng)} if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) else {}
+        attach_newton_bootstrap(est, out, problem, isinstance(data, Data), {"fixed": fixed, **seeded})
+    return out
 
 
 def _warn_bias(series, states, scheme):

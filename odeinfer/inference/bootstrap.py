@@ -32,7 +32,7 @@ import numpy as np
 from odeinfer.errors import InputError, OdeinferWarning
 
 __all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap",
-           "attach_matching_bootstrap", "trajectory_builder",
+           "attach_matching_bootstrap", "attach_newton_bootstrap", "trajectory_builder",
            "likelihood_builder"]
 
 #: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
@@ -105,7 +105,8 @@ class ParametricBootstrap:
         k = len(self.names)
         res = {"values": np.array([r[1] if r[1] is not None else np.full(k, np.nan) for r in rows], float),
                "bse": np.array([r[2] if r[2] is not None else np.full(k, np.nan) for r in rows], float),
-               "status": [r[3] for r in rows], "error": [r[4] for r in rows]}
+               "status": [r[3] for r in rows], "error": [r[4] for r in rows],
+               "cov": [r[5] for r in rows]}
         self._samples[key] = res
         return res
 
@@ -151,10 +152,10 @@ class ParametricBootstrap:
 
 
 def attach_trajectory_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, exp_names, *,
-                                solver=None, x0_from_estimate=False, x0_values=None):
+                                solver=None, x0_from_estimate=False, x0_values=None, sigma=None):
     """Give ``estimate`` its ``_bootstrapper`` for a trajectory fit (see :func:`trajectory_builder`)."""
     build = trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, solver=solver,
-                               x0_from_estimate=x0_from_estimate, x0_values=x0_values)
+                               x0_from_estimate=x0_from_estimate, x0_values=x0_values, sigma=sigma)
     object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
 
 
@@ -177,8 +178,44 @@ def attach_matching_bootstrap(estimator, estimate, model, experiments, single, f
                                 x0_values=x0_values)
 
 
+def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
+    """Give a Newton-family estimate (``oi.NewtonRaphson``, ``oi.GradientDescent``, ``oi.StochasticNewton``,
+    ``oi.StochasticGradient``; in-memory data, no observables) its ``_bootstrapper``.
+
+    These estimators neither estimate nor take initial states and noise sds: the simulated trajectories
+    start at each state's smoothing spline (GCV) at the experiment's ``t0``, and the noise sd of each
+    state is the data's own (local cubic pseudo-residuals,
+    :func:`~odeinfer.estimators._noise_cov.noise_variance`, averaged over experiments). A state with
+    fewer than 5 observations in some experiment leaves the estimate without a bootstrap.
+    """
+    experiments = problem.experiments
+    if any(int(np.sum(np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j]))) < 5
+           for d in experiments for j in range(len(d.states))):
+        return
+
+    def build():  # on first use: the smoothing splines cost as much as a fit
+        from scipy.interpolate import make_smoothing_spline
+
+        from odeinfer.estimators._noise_cov import noise_variance
+
+        x0_values, var = [], {}
+        for d in experiments:
+            x0 = {}
+            for j, s in enumerate(d.states):
+                ok = np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])
+                t, y = np.asarray(d.t, float)[ok], np.asarray(d.y, float)[ok, j]
+                x0[s] = float(make_smoothing_spline(t, y)(float(d.t0)))
+                var.setdefault(s, []).append(noise_variance(t, y))
+            x0_values.append(x0)
+        sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}
+        return trajectory_builder(problem.model, experiments, single, fit_kwargs, estimate, (), x0_values=x0_values,
+                                  sigma=sigma)()
+
+    object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
+
+
 def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_names, *, solver=None,
-                       x0_from_estimate=False, x0_values=None):
+                       x0_from_estimate=False, x0_values=None, sigma=None):
     """``build`` of a trajectory fit (``oi.Embedding`` without observables, ``oi.Simultaneous``).
 
     Simulates the fitted trajectory (estimated or given initial states, per experiment) at the
@@ -187,11 +224,12 @@ def trajectory_builder(model, experiments, single, fit_kwargs, estimate, exp_nam
     refits' keywords (``fixed``, ``x0`` as given); with ``x0_from_estimate`` the refits get the
     estimate's initial states as ``x0`` (one dict, or a list per experiment) and its parameters
     as ``start`` (for estimators whose ``start`` takes parameters only). ``x0_values`` (a dict
-    per experiment) gives initial states the estimate does not hold. ``solver`` solves the
-    fitted trajectory (default ``oi.Auto(rtol=1e-8, atol=1e-10)``).
+    per experiment) gives initial states the estimate does not hold, ``sigma`` (a dict per state)
+    noise sds it does not hold. ``solver`` solves the fitted trajectory (default
+    ``oi.Auto(rtol=1e-8, atol=1e-10)``).
     """
     known = {**dict(estimate.fixed), **dict(zip(estimate.names, estimate.values))}
-    sigma = dict(estimate.sigma)
+    sigma = dict(estimate.sigma) if sigma is None else dict(sigma)
 
     def initial_state(s, e):
         if x0_values is not None and s in x0_values[e]:
@@ -283,7 +321,7 @@ def simulate_measurements(data, rng):
 
 
 def refit_chunk(payload, chunk):
-    """Worker: ``[(b, values, bse, status, error), ...]`` for ``chunk = [(b, SeedSequence), ...]``."""
+    """Worker: ``[(b, values, bse, status, error, cov), ...]`` for ``chunk = [(b, SeedSequence), ...]``."""
     simulate, data, est, start, fit_kwargs = payload
     out = []
     for b, seed in chunk:
@@ -293,9 +331,10 @@ def refit_chunk(payload, chunk):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # per-refit warnings are summarised by the caller
                 fit = est.fit(*args, start=start, **fit_kwargs)
-            out.append((b, np.array(fit.values, float), fit.bse.to_numpy(), fit.status, None))
+            cov = None if fit.cov is None else np.array(fit.cov, float)
+            out.append((b, np.array(fit.values, float), fit.bse.to_numpy(), fit.status, None, cov))
         except Exception as exc:  # counted and reported, never fatal
-            out.append((b, None, None, "failed", f"{type(exc).__name__}: {exc}"[:300]))
+            out.append((b, None, None, "failed", f"{type(exc).__name__}: {exc}"[:300], None))
     return out
 
 

@@ -173,12 +173,16 @@ class Estimate:
             estimator provides a profiler (e.g. ``oi.Embedding``); computed on
             first use and cached. ``"bootstrap"``: parametric bootstrap, for estimates whose
             estimator can refit (``oi.Embedding``, ``oi.Simultaneous``,
-            ``oi.OrthogonalConditions`` and ``oi.GradientMatching`` of ODE models): ``n_boot``
+            ``oi.OrthogonalConditions``, ``oi.GradientMatching`` and the Newton family
+            (``oi.NewtonRaphson``, ``oi.GradientDescent``, ``oi.StochasticNewton``,
+            ``oi.StochasticGradient``; in-memory data) of ODE models): ``n_boot``
             datasets are simulated from the fitted model, each is refitted by the same estimator
             starting at the estimate, and the intervals come from the refits (see ``kind``). A
             trajectory fit simulates the trajectory at the estimate (estimated or given initial
             states; for the matching estimators the given ``x0``, else the smoothing proxy at
-            ``t0``) plus Gaussian noise with the fitted sd per state (on the log scale for a
+            ``t0``; for the Newton family each state's smoothing spline at ``t0``) plus Gaussian
+            noise with the fitted sd per state (the Newton family: the data's own noise sd, from
+            local cubic pseudo-residuals) (on the log scale for a
             model with log noise); a maximum-likelihood fit (a model with observables) draws
             every measurement from its noise model at the estimate (normal or Laplace; lin, log
             or log10 scale).
@@ -227,8 +231,9 @@ class Estimate:
             why = {"profile": " (profile intervals need an estimate fitted in this session by an estimator that "
                               "provides them, e.g. oi.Embedding)",
                    "bootstrap": " (bootstrap intervals need an estimate fitted in this session by an estimator that "
-                                "can refit: oi.Embedding, oi.Simultaneous, oi.OrthogonalConditions or "
-                                "oi.GradientMatching)"}.get(method, "")
+                                "can refit: oi.Embedding, oi.Simultaneous, oi.OrthogonalConditions, "
+                                "oi.GradientMatching or the Newton family, on in-memory data of an ODE model)"}.get(
+                                    method, "")
             raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
                              f"available: {available}")
         given = [k for k, v in (("kind", kind), ("n_boot", n_boot), ("seed", seed)) if v is not None]

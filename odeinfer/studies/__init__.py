@@ -1,7 +1,8 @@
 """Monte Carlo replication studies: does an estimator recover the truth, are its
 standard errors honest, do its intervals cover?
 
-See :func:`monte_carlo` and :class:`StudyResult`.
+See :func:`monte_carlo` and :class:`StudyResult`. The coverage panel of every estimator's intervals
+(:mod:`odeinfer.studies.coverage`) runs with ``python -m odeinfer.studies coverage``.
 
 Scaling out
 -----------
