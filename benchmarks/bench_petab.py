@@ -14,7 +14,8 @@ For each problem (loaded with ``oi.petab.load``):
    Jacobian) over ``solve_ivp`` (LSODA, rtol 1e-8, atol 1e-10, exact Jacobian from the same sympy
    model), whose residuals are the weighted residuals on the noise scale plus, for
    parameter-dependent noise sds, the exact pseudo-residuals ``sqrt(2 ln sigma + 2 K)`` (so that
-   ``0.5 ||r||^2`` is the NLL up to a constant). Both run on ``--jobs`` processes; every end
+   ``0.5 ||r||^2`` is the NLL up to a constant; experiments with the same trajectory share one
+   solve, as in odeinfer's objective). Both run on ``--jobs`` processes; every end
    point of both is scored by the same tight objective (Rodas, rtol 1e-10, atol 1e-12), so the
    numbers compare.
 
@@ -190,16 +191,27 @@ class ScipyProblem:
 
         m, out = self.m, []
         th = self.natural(u)
-        for plan, vfun in zip(self.problem.plans, self.v):
-            v = np.asarray(vfun(th), float)
-            p, q = v[:m.n_params], v[m.n_params:m.n_params + len(m.obs_params)]
-            x0 = v[m.n_params + len(m.obs_params):m.n_params + len(m.obs_params) + m.n_states]
-            times = np.unique(plan.t_rows)
+        n_p, n_q = m.n_params, len(m.obs_params)
+        vs = [np.asarray(vfun(th), float) for vfun in self.v]
+        # experiments with the same start, parameters and initial states (e.g. a condition split by
+        # its per-measurement noise parameters) share one solve over the union of their times
+        keys = [(plan.t0, v[:n_p].tobytes(), v[n_p + n_q:n_p + n_q + m.n_states].tobytes())
+                for plan, v in zip(self.problem.plans, vs)]
+        solved = {}
+        for key, plan, v in zip(keys, self.problem.plans, vs):
+            if key in solved:
+                continue
+            times = np.unique(np.concatenate([pl.t_rows for k, pl in zip(keys, self.problem.plans) if k == key]))
+            p, x0 = v[:n_p], v[n_p + n_q:n_p + n_q + m.n_states]
             sol = solve_ivp(lambda t, x: self.f(t, x, p), (plan.t0, times[-1]), x0, method="LSODA",
                             t_eval=times, rtol=self.rtol, atol=self.atol, jac=lambda t, x: self.jac(t, x, p))
             if not sol.success or sol.y.shape[1] != times.size:
                 return np.full(self.n_res, 1e6)
-            X = sol.y.T[np.searchsorted(times, plan.t_rows)]
+            solved[key] = (times, sol.y.T)
+        for key, plan, v in zip(keys, self.problem.plans, vs):
+            p, q = v[:n_p], v[n_p:n_p + n_q]
+            times, Y = solved[key]
+            X = Y[np.searchsorted(times, plan.t_rows)]
             for k, o in enumerate(m.observables):
                 rows = plan.obs_rows == k
                 if not rows.any():
@@ -248,7 +260,7 @@ def run_odeinfer(problem, U, jobs):
 
     est = oi.Embedding()
     t = time.perf_counter()
-    res = run_starts(_chunk, (problem, likelihood_solver(est), est.max_iter), U, n_jobs=jobs)
+    res = run_starts(_chunk, (problem, likelihood_solver(est), est.max_iter, None, None), U, n_jobs=jobs)
     wall = time.perf_counter() - t
     return _collect(res, U.shape[1]) + (wall,)
 
