@@ -42,7 +42,8 @@ JOBS = int(os.environ.get("ODEINFER_SBC_JOBS", "2"))
 
 def _full_study(key, budget):
     case = sbc.CASES[key]
-    ranks, extra, wall = sbc.run_study(case, N_FULL, budget, rng=SEEDS[key], n_jobs=JOBS, progress=True)
+    ranks, extra, wall = sbc.run_study(case, N_FULL, budget, rng=SEEDS[key], n_jobs=JOBS, progress=True,
+                                      chunk_size=5)
     rows, pvals = sbc.table(ranks, budget, BINS_FULL, exact=False)
     div, steps, seeded = extra["divergences"], extra["mean_n_steps"], extra["seeded"]
     tune = "the seeded default 500" if budget.tune is None else budget.tune
@@ -83,3 +84,47 @@ def test_sbc_adjoint_gradient():
 @pytest.mark.slow
 def test_sbc_delay_model():
     _full_study("dde", FULL)
+
+
+# ---- reduced studies (default suite) -----------------------------------------------------------------
+
+REDUCED = sbc.Budget(draws=100, tune=100, chains=1, thin=5)  # L = 19: ranks 0..19, 5 values per bin
+BINS_REDUCED = 4
+N_REDUCED = {"seeded": 20, "adjoint": 20, "dde": 10}
+
+
+@pytest.mark.parametrize("key", ["seeded", "adjoint", "dde"])
+def test_sbc_reduced(key):
+    """A few replicates of each path (N_REDUCED; the delay model's solves are the costliest): every
+    parameter's 4-bin rank counts pass the exact multinomial test at 1% / k (false-failure
+    probability of this test at most 1% for a calibrated sampler). Catches gross miscalibration only."""
+    import time
+
+    case = sbc.CASES[key]
+    cpu = time.process_time()
+    ranks, extra, wall = sbc.run_study(case, N_REDUCED[key], REDUCED, rng=SEEDS[key] + 1)
+    rows, pvals = sbc.table(ranks, REDUCED, BINS_REDUCED, exact=True)
+    print(f"\n{key}: {N_REDUCED[key]} replicates, wall {wall:.1f} s, cpu {time.process_time() - cpu:.1f} s, "
+          f"divergences {int(extra['divergences'].sum())}\n" + "\n".join(rows))
+    if key == "seeded":
+        assert extra["seeded"].all()  # every replicate took the seeded dense-mass-matrix path
+    level = 0.01 / len(case.names)
+    assert all(p > level for p in pvals.values()), pvals
+
+
+@pytest.mark.parametrize("counts", [[9, 5, 4, 2], [3, 3, 3, 3, 3], [7, 1, 0, 2]])
+def test_exact_multinomial_p_value_matches_simulation(counts):
+    """The reduced studies' exact p-value vs 200 000 multinomial draws under uniformity (the oracle):
+    within 4 Monte Carlo standard errors."""
+    stat, p = sbc.chi_square_exact(counts)
+    n, k = sum(counts), len(counts)
+    sims = np.random.default_rng(5).multinomial(n, [1 / k] * k, size=200_000)
+    e = n / k
+    p_mc = np.mean(((sims - e) ** 2).sum(axis=1) / e >= stat - 1e-9)
+    assert abs(p - p_mc) <= 4 * np.sqrt(p * (1 - p) / sims.shape[0]) + 1e-12
+    assert stat == pytest.approx(((np.asarray(counts) - e) ** 2).sum() / e)
+
+
+def test_bin_counts_need_equal_bins():
+    with pytest.raises(ValueError, match="do not split into 4 equal bins"):
+        sbc.bin_counts([0, 1], 10, 4)
