@@ -299,9 +299,11 @@ def chi_square_exact(counts):
 # ---- a study ----------------------------------------------------------------------------------------------
 
 def run_study(case, n_rep, budget, *, rng, n_jobs=1, progress=False, chunk_size=None):
-    """Run ``n_rep`` replicates of ``case``; returns ``(ranks per name, stats frame, wall seconds)``.
+    """Run ``n_rep`` replicates of ``case``.
 
-    No replicate is dropped: a replicate that raises fails the study (SBC needs all of them)."""
+    Returns ``(ranks, extra, wall, errors)``: ranks by parameter name (NaN for a replicate that
+    raised), the sampler statistics by name, the wall seconds and the distinct error messages of
+    the replicates that raised (none is dropped: SBC needs every replicate, so the callers fail then)."""
     from odeinfer.studies import monte_carlo
 
     start = time.perf_counter()
@@ -309,19 +311,20 @@ def run_study(case, n_rep, budget, *, rng, n_jobs=1, progress=False, chunk_size=
                       n_jobs=n_jobs, progress=progress, chunk_size=chunk_size)
     wall = time.perf_counter() - start
     frame = res.frame
-    errors = frame.loc[frame["error"].notna(), "error"].unique()
-    assert frame["converged"].all(), f"replicates raised: {errors}"
+    failed = frame[~frame["converged"].astype(bool)]
+    errors = sorted(str(e) for e in failed["error"].dropna().unique())
     ranks = {n: frame[frame["param"] == n]["estimate"].to_numpy() for n in case.names}
     extra = {n: frame[frame["param"] == n]["estimate"].to_numpy() for n in ("divergences", "mean_n_steps", "seeded")}
     for n, r in ranks.items():
-        assert r.size == n_rep and np.all(np.isfinite(r)), n
-    return ranks, extra, wall
+        assert r.size == n_rep, n
+    return ranks, extra, wall, errors
 
 
 def table(ranks, budget, n_bins, exact):
     """Markdown rows ``| name | statistic | p | counts |`` and the p-values by name."""
     rows, pvals = [], {}
     for n, r in ranks.items():
+        r = r[np.isfinite(r)]
         counts = bin_counts(r, budget.L + 1, n_bins)
         stat, p = chi_square_exact(counts) if exact else chi_square_asymptotic(counts)
         pvals[n] = p
@@ -337,3 +340,16 @@ def write_section(key, text, path=REFERENCE):
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda m: block, old) if pattern.search(old) else old.rstrip() + "\n\n" + block + "\n"
     path.write_text(new)
+
+
+def provenance():
+    """``"<date>, commit <hash>"`` of the code that ran (the commit is 'unknown' outside a git checkout)."""
+    import datetime
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return f"{datetime.date.today().isoformat()}, commit {commit}"

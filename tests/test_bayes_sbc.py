@@ -42,20 +42,24 @@ JOBS = int(os.environ.get("ODEINFER_SBC_JOBS", "2"))
 
 def _full_study(key, budget):
     case = sbc.CASES[key]
-    ranks, extra, wall = sbc.run_study(case, N_FULL, budget, rng=SEEDS[key], n_jobs=JOBS, progress=True,
-                                      chunk_size=5)
+    ranks, extra, wall, errors = sbc.run_study(case, N_FULL, budget, rng=SEEDS[key], n_jobs=JOBS, progress=True,
+                                              chunk_size=5)
+    n_ok = int(np.isfinite(next(iter(ranks.values()))).sum())
     rows, pvals = sbc.table(ranks, budget, BINS_FULL, exact=False)
     div, steps, seeded = extra["divergences"], extra["mean_n_steps"], extra["seeded"]
     tune = "the seeded default 500" if budget.tune is None else budget.tune
     lines = [
         f"### SBC: {case.title} (`-k {key}`)", "", case.description, "",
         f"{N_FULL} replicates (root seed {SEEDS[key]}), {budget.chains} chains x {budget.draws} draws, tune {tune}, "
-        f"thinned by {budget.thin} to L = {budget.L}; C backend; {JOBS} worker processes; wall {wall:.0f} s.", "",
+        f"thinned by {budget.thin} to L = {budget.L}; C backend; {JOBS} worker processes; wall {wall:.0f} s; "
+        f"{sbc.provenance()}.", "",
+        *([f"**{N_FULL - n_ok} of {N_FULL} replicates raised** (the table counts the other {n_ok}): "
+           + "; ".join(e[:300] for e in errors), ""] if errors else []),
         f"| parameter | chi-square ({BINS_FULL - 1} df) | p-value | bin counts (expected {N_FULL // BINS_FULL}) |",
         "|---|---|---|---|", *rows, "",
-        f"Divergences: total {int(np.sum(div))}, replicates with any {int(np.sum(div > 0))}. Mean leapfrog steps "
-        f"per draw: median {np.median(steps):.1f} over replicates (max {np.max(steps):.1f})."
-        + (f" Mass matrix seeded from the estimate in {int(np.sum(seeded))} of {N_FULL} replicates." if key == "seeded"
+        f"Divergences: total {int(np.nansum(div))}, replicates with any {int(np.sum(div > 0))}. Mean leapfrog steps "
+        f"per draw: median {np.nanmedian(steps):.1f} over replicates (max {np.nanmax(steps):.1f})."
+        + (f" Mass matrix seeded from the estimate in {int(np.nansum(seeded))} of {N_FULL} replicates." if key == "seeded"
            else ""),
         "Uniform at the 1% level (each parameter): " + ("met." if all(p > 0.01 for p in pvals.values()) else
                                                           "NOT met: " + ", ".join(f"{n} p = {p:.2g}" for n, p in
@@ -63,6 +67,7 @@ def _full_study(key, budget):
     ]
     sbc.write_section(key, "\n".join(lines))
     print("\n" + "\n".join(lines))
+    assert not errors, errors
     assert all(p > 0.01 for p in pvals.values()), pvals
 
 
@@ -102,7 +107,8 @@ def test_sbc_reduced(key):
 
     case = sbc.CASES[key]
     cpu = time.process_time()
-    ranks, extra, wall = sbc.run_study(case, N_REDUCED[key], REDUCED, rng=SEEDS[key] + 1)
+    ranks, extra, wall, errors = sbc.run_study(case, N_REDUCED[key], REDUCED, rng=SEEDS[key] + 1)
+    assert not errors, errors
     rows, pvals = sbc.table(ranks, REDUCED, BINS_REDUCED, exact=True)
     print(f"\n{key}: {N_REDUCED[key]} replicates, wall {wall:.1f} s, cpu {time.process_time() - cpu:.1f} s, "
           f"divergences {int(extra['divergences'].sum())}\n" + "\n".join(rows))
