@@ -79,7 +79,8 @@ def _dists(spec):
 
 
 def _draw(spec, rng):
-    return {n: float(np.exp(rng.normal(mu, s)) if n in LOG_PRIORS else rng.normal(mu, s)) for n, (mu, s) in spec.items()}
+    return {n: float(np.exp(rng.normal(mu, s)) if n in LOG_PRIORS else rng.normal(mu, s))
+            for n, (mu, s) in spec.items()}
 
 
 def logistic_exact(t, r, K, x0):

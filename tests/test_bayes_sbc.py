@@ -42,6 +42,7 @@ JOBS = int(os.environ.get("ODEINFER_SBC_JOBS", "2"))
 
 def _full_study(key, budget):
     case = sbc.CASES[key]
+    prov = sbc.provenance()  # of the code that runs (before anything is committed meanwhile)
     ranks, extra, wall, errors = sbc.run_study(case, N_FULL, budget, rng=SEEDS[key], n_jobs=JOBS, progress=True,
                                               chunk_size=5)
     n_ok = int(np.isfinite(next(iter(ranks.values()))).sum())
@@ -52,15 +53,15 @@ def _full_study(key, budget):
         f"### SBC: {case.title} (`-k {key}`)", "", case.description, "",
         f"{N_FULL} replicates (root seed {SEEDS[key]}), {budget.chains} chains x {budget.draws} draws, tune {tune}, "
         f"thinned by {budget.thin} to L = {budget.L}; C backend; {JOBS} worker processes; wall {wall:.0f} s; "
-        f"{sbc.provenance()}.", "",
+        f"{prov}.", "",
         *([f"**{N_FULL - n_ok} of {N_FULL} replicates raised** (the table counts the other {n_ok}): "
            + "; ".join(e[:300] for e in errors), ""] if errors else []),
         f"| parameter | chi-square ({BINS_FULL - 1} df) | p-value | bin counts (expected {N_FULL // BINS_FULL}) |",
         "|---|---|---|---|", *rows, "",
         f"Divergences: total {int(np.nansum(div))}, replicates with any {int(np.sum(div > 0))}. Mean leapfrog steps "
         f"per draw: median {np.nanmedian(steps):.1f} over replicates (max {np.nanmax(steps):.1f})."
-        + (f" Mass matrix seeded from the estimate in {int(np.nansum(seeded))} of {N_FULL} replicates." if key == "seeded"
-           else ""),
+        + (f" Mass matrix seeded from the estimate in {int(np.nansum(seeded))} of {N_FULL} replicates."
+           if key == "seeded" else ""),
         "Uniform at the 1% level (each parameter): " + ("met." if all(p > 0.01 for p in pvals.values()) else
                                                           "NOT met: " + ", ".join(f"{n} p = {p:.2g}" for n, p in
                                                                                   pvals.items() if p <= 0.01) + "."),
