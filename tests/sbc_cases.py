@@ -333,8 +333,10 @@ def table(ranks, budget, n_bins, exact):
     return rows, pvals
 
 
-def write_section(key, text, path=REFERENCE):
-    """Replace (or append) the block between ``<!-- sbc:key -->`` and ``<!-- /sbc:key -->`` in ``path``."""
+def write_section(key, text, path=None):
+    """Replace (or append) the block between ``<!-- sbc:key -->`` and ``<!-- /sbc:key -->`` in ``path``
+    (default :data:`REFERENCE`)."""
+    path = REFERENCE if path is None else path
     begin, end = f"<!-- sbc:{key} -->", f"<!-- /sbc:{key} -->"
     block = f"{begin}\n{text.rstrip()}\n{end}"
     old = path.read_text()
