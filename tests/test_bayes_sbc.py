@@ -88,7 +88,7 @@ def test_sbc_adjoint_gradient():
 
 
 @pytest.mark.slow
-def test_sbc_delay_model():
+def test_sbc_dde_delay_model():
     _full_study("dde", FULL)
 
 
