@@ -94,9 +94,9 @@ def test_sbc_dde_delay_model():
 
 # ---- reduced studies (default suite) -----------------------------------------------------------------
 
-REDUCED = sbc.Budget(draws=100, tune=100, chains=1, thin=5)  # L = 19: ranks 0..19, 5 values per bin
+REDUCED = sbc.Budget(draws=60, tune=100, chains=1, thin=3)  # L = 19: ranks 0..19, 5 values per bin
 BINS_REDUCED = 4
-N_REDUCED = {"seeded": 20, "adjoint": 20, "dde": 10}
+N_REDUCED = {"seeded": 20, "adjoint": 16, "dde": 8}
 
 
 @pytest.mark.parametrize("key", ["seeded", "adjoint", "dde"])
