@@ -13,7 +13,8 @@ Pre-stated tests (fixed before any run):
       python -m pytest tests/test_bayes_sbc.py -p no:xdist -o addopts="" -m slow -q -s
 
   (one study: add ``-k seeded``, ``-k adjoint``, ``-k dde`` or ``-k logistic``).
-* Reduced studies (default suite): few replicates, one chain, L = 19 draws, ranks 0..19 on 4 equal
+* Reduced studies (default suite): 20 (seeded), 16 (adjoint) and 8 (delay model: its solves are the
+  costliest) replicates, one chain (tune 100, 60 draws thinned by 3 to L = 19), ranks 0..19 on 4 equal
   bins; each parameter's counts by the EXACT p-value of Pearson's statistic under the
   equal-probability multinomial (every composition enumerated), at the Bonferroni level 1% / k, so
   the probability that a calibrated sampler fails a reduced test is at most 1% (and at most 3% for
@@ -101,8 +102,7 @@ N_REDUCED = {"seeded": 20, "adjoint": 16, "dde": 8}
 
 @pytest.mark.parametrize("key", ["seeded", "adjoint", "dde"])
 def test_sbc_reduced(key):
-    """A few replicates of each path (N_REDUCED; the delay model's solves are the costliest): every
-    parameter's 4-bin rank counts pass the exact multinomial test at 1% / k (false-failure
+    """A few replicates of each path (N_REDUCED): every parameter's 4-bin rank counts pass the exact multinomial test at 1% / k (false-failure
     probability of this test at most 1% for a calibrated sampler). Catches gross miscalibration only."""
     import time
 
