@@ -135,3 +135,16 @@ def test_exact_multinomial_p_value_matches_simulation(counts):
 def test_bin_counts_need_equal_bins():
     with pytest.raises(ValueError, match="do not split into 4 equal bins"):
         sbc.bin_counts([0, 1], 10, 4)
+
+
+def test_adjoint_study_differentiates_by_the_adjoint():
+    """The adjoint study's compiled gradient runs VJPOp (the adjoint) and no sensitivity solve, so the
+    study calibrates that path."""
+    import odeinfer as oi
+    from odeinfer.bayes.op import ODEOp, VJPOp
+
+    (data, _, _), _ = sbc.simulate_adjoint(np.random.default_rng(0))
+    m = oi.bayes.build_model(sbc.logistic, data, priors=sbc._dists(sbc.PRIOR_ADJOINT), gradient=oi.Adjoint())
+    nodes = m.compile_dlogp(mode=sbc.MODE).f.maker.fgraph.apply_nodes
+    assert any(isinstance(n.op, VJPOp) for n in nodes)
+    assert not any(isinstance(n.op, ODEOp) and n.op.sensitivities for n in nodes)
