@@ -105,8 +105,9 @@ N_REDUCED = {"seeded": 16, "adjoint": 12, "dde": 8}
 
 @pytest.mark.parametrize("key", ["seeded", "adjoint", "dde"])
 def test_sbc_reduced(key):
-    """A few replicates of each path (N_REDUCED): every parameter's 4-bin rank counts pass the exact multinomial test at 1% / k (false-failure
-    probability of this test at most 1% for a calibrated sampler). Catches gross miscalibration only."""
+    """A few replicates of each path (N_REDUCED): every parameter's 4-bin rank counts pass the exact
+    multinomial test at 1% / k (false-failure probability of this test at most 1% for a calibrated
+    sampler). Catches gross miscalibration only."""
     import time
 
     case = sbc.CASES[key]
