@@ -60,10 +60,10 @@ PRIOR_LOGISTIC = {"r": (np.log(0.8), 0.25), "K": (np.log(10.0), 0.2), "sigma[x]"
 PRIOR_ADJOINT = {"r": (np.log(0.8), 0.25), "K": (np.log(10.0), 0.2), "x0[x]": (np.log(1.0), 0.2),
                  "sigma[x]": (np.log(0.5), 0.3)}
 
-T_DDE = np.linspace(0.375, 6.0, 16)
+T_DDE = np.linspace(1.0 / 3.0, 4.0, 12)
 DDE_KNOWN = {"theta1": -2.0, "a[x]": 1.5}  # theta1 and the slope of the affine history
 #: Normal priors (mean, sd), except tau and sigma: LogNormal (mean, sd of the log)
-PRIOR_DDE = {"theta0": (-2.0, 0.25), "tau": (0.0, 0.1), "b[x]": (4.0, 0.25), "sigma[x]": (np.log(0.1), 0.3)}
+PRIOR_DDE = {"theta0": (-2.0, 0.25), "tau": (0.0, 0.1), "b[x]": (4.0, 0.25), "sigma[x]": (np.log(0.2), 0.3)}
 LOG_PRIORS = ("r", "K", "x0[x]", "sigma[x]", "tau")
 
 
@@ -240,9 +240,9 @@ CASES = {
                     "adaptation."),
     "dde": Case("dde", "delay model (DDE Op, method of steps)", simulate_dde, sample_dde, tuple(PRIOR_DDE),
                 "x' = theta0 x + theta1 x(t - tau) (zoo delay_exponential_decay, DDE-Find sec. 6.1), theta1 = -2 "
-                "known, history 1.5 t + b (slope known); 16 observations on [0.375, 6] with normal noise (scipy "
+                "known, history 1.5 t + b (slope known); 12 observations on [1/3, 4] with normal noise (scipy "
                 "method of steps, rtol 1e-12); priors theta0 ~ Normal(-2, 0.25), tau ~ LogNormal(0, 0.1), "
-                "b ~ Normal(4, 0.25), sigma ~ LogNormal(log 0.1, 0.3); the DDE Op (forward sensitivities); "
+                "b ~ Normal(4, 0.25), sigma ~ LogNormal(log 0.2, 0.3); the DDE Op (forward sensitivities); "
                 "PyMC's diagonal adaptation."),
 }
 
