@@ -66,8 +66,11 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     target_accept : float, default 0.8
     mass_matrix_weight : float, default 100
         How many draws the seeded covariance counts as when adaptation updates it.
-    mode : str, default "NUMBA"
+    mode : str or None, default "NUMBA"
         PyTensor compile mode of the PyMC sampler's log density (``"FAST_RUN"`` for the C backend).
+        PyMC's side functions (the trace's point function, the pointwise log-likelihood, the posterior
+        predictive) run on Python thunks, with nothing compiled (:func:`side_mode`); with None, the
+        log density, the trace and the log-likelihood take PyTensor's default mode.
     posterior_predictive : bool, default True
         Add the ``posterior_predictive`` group: simulated observations
         (``y_obs``) per draw, and noise-free trajectories ``trajectory`` on
