@@ -133,3 +133,43 @@ def test_runaway_check_rules():
     assert runaway_check(["K"], np.array([0.0]), np.array([1e9]), flat, sd, "E") == ({}, None)
     steep = np.array([[2.0], [0.0], [0.0]])
     assert runaway_check(["K"], np.array([1.0]), np.array([1e9]), steep, sd, "E") == ({}, None)
+
+
+# ---- what uses the checks: the pipeline's choice of start and of the sampler's seed ----------------------
+
+def test_pipeline_does_not_start_from_a_matching_miss(sbc_data):
+    """odeinfer.pipeline.run without start: a matching estimate that misses the data (if one converges;
+    OrthogonalConditions without seeds is skipped here, K entering nonlinearly) is not used as Embedding's
+    start (a note says why), and Embedding's own start search reaches scipy's optimum."""
+    from odeinfer.pipeline import run
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run(logistic, sbc_data, x0={"x": X0}, bayes=None, progress=lambda msg: None)
+    oc = res.matching
+    if oc is not None and oc.extras["trajectory_check"]["rms_ratio"] > oc.extras["trajectory_check"]["threshold"]:
+        assert any(n.startswith("OrthogonalConditions: not used to start what follows: its trajectory misses the data")
+                   for n in res.notes)
+    fit = res.fit
+    assert fit.estimator == "Embedding" and fit.converged and "runaway" not in fit.extras
+    np.testing.assert_array_less(np.abs(fit.values - _reference(sbc_data)), 1e-3 * fit.bse.to_numpy())
+
+
+def test_pipeline_seeds_nuts_only_from_a_usable_estimate(sbc_data):
+    """The pipeline started at the matching miss (K ~ -2.5e4): Embedding runs away from there and says so;
+    its estimate is not used to seed NUTS (a note says why): the chains start from the given priors and
+    sample (before: seeded at K ~ 1e9, PyMC stopped with "Bad initial energy")."""
+    from odeinfer.pipeline import run
+    from odeinfer.spec import BayesSpec
+    from sbc_cases import PRIOR_LOGISTIC, _dists
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run(logistic, sbc_data, estimators=("Embedding",), x0={"x": X0}, start={"r": 0.0676, "K": -24566.75},
+                  priors=_dists(PRIOR_LOGISTIC), bayes=BayesSpec(draws=20, tune=20, chains=1),
+                  progress=lambda msg: None)
+    assert "runaway" in res.fit.extras
+    assert any(n.startswith("Embedding: not used to start what follows: ['K'] ran away") for n in res.notes)
+    assert any(n.startswith("NUTS:") and "PyMC's default start" in n for n in res.notes)
+    assert res.idata is not None and res.idata.posterior.attrs["odeinfer_seeded_mass_matrix"] == 0
+    assert np.all(np.isfinite(res.idata.posterior["K"].values))

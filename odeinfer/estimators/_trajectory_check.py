@@ -34,6 +34,7 @@ from odeinfer.errors import BiasWarning
 from odeinfer.estimators._noise_cov import noise_variance
 
 __all__ = ["trajectory_check", "record_trajectory_check", "trajectory_residuals", "fit_check", "runaway_check",
+           "unusable_reason",
            "FLOOR", "RUNAWAY_FACTOR", "RUNAWAY_CHI2"]
 
 #: Smallest warning threshold of the RMS misfit / noise ratio (see the module notes).
@@ -271,6 +272,36 @@ def runaway_check(names, start, values, rel_jac, row_sd, estimator):
            f"estimate and its standard errors are not usable. Give {lst} a start near the data's scale (start=), "
            "bounds (Embedding(bounds={name: (lower, upper)})) or priors (oi.bayes.sample(priors=...))")
     return out, msg
+
+
+def unusable_reason(est, covariance=True):
+    """Why the estimate ``est`` must not start a fit or the sampler (None when it may).
+
+    Values that are not finite; with ``covariance``, a covariance with entries that are not finite;
+    parameters that ran away along a flat direction (``est.extras["runaway"]``); a trajectory that
+    misses the data (the estimator's own check: ``extras["fit_check"]`` or ``["trajectory_check"]``).
+    Costs nothing: it reads what the estimator recorded.
+    """
+    vals = np.asarray(est.values, dtype=float)
+    bad = [n for n, v in zip(est.names, vals) if not np.isfinite(v)]
+    if bad:
+        return f"its values of {bad} are not finite"
+    runaway = (est.extras or {}).get("runaway")
+    if runaway:
+        return (f"{sorted(runaway)} ran away along a flat direction (e.g. " + ", ".join(
+            f"{n} = {d['value']:.3g} from its start {d['start']:.3g}" for n, d in runaway.items()) + ")")
+    for key in ("fit_check", "trajectory_check"):
+        check = (est.extras or {}).get(key) or {}
+        ratio = check.get("rms_ratio")
+        if check.get("checked") and ratio is not None and not ratio <= check.get("threshold", np.inf):
+            return (f"its trajectory misses the data (RMS misfit {ratio:.3g} noise standard deviations, threshold "
+                    f"{check.get('threshold', np.nan):.3g})")
+    if covariance and est.cov is not None and not np.all(np.isfinite(np.asarray(est.cov, dtype=float))):
+        cov = np.asarray(est.cov, dtype=float)
+        bad = ~np.isfinite(np.diag(cov))
+        bad = bad if bad.any() else ~np.all(np.isfinite(cov), axis=1)
+        return f"its covariance is not finite for {[n for n, b in zip(est.names, bad) if b]}"
+    return None
 
 
 def record_trajectory_check(problem, params_full, estimator, extras, warns, maps=None):
