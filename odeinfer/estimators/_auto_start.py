@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from odeinfer.errors import InputError, OdeinferError
+from odeinfer.estimators._trajectory_check import missed
 
 __all__ = ["FALLBACK_STARTS", "MATCHING", "has_param_start", "matching_start", "multistart_fallback", "start_info"]
 
@@ -82,15 +83,6 @@ def _seed_rounds(model, problem, bounds_of):
         return [first]
     second = _seeds(model, problem, bounds_of, default=scale)
     return [first] if second == first else [first, second]
-
-
-def _trajectory_miss(fit):
-    """``(ratio, threshold)`` when the estimate's own trajectory check missed the data, else None."""
-    check = fit.extras.get("trajectory_check") or {}
-    ratio, threshold = check.get("rms_ratio"), check.get("threshold", 0.0)
-    if check.get("checked") and ratio is not None and not ratio <= threshold:
-        return ratio, threshold
-    return None
 
 
 def _unusable(fit, free, log_mask):
@@ -169,7 +161,7 @@ def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
                 tried.append({"estimator": name, "outcome": why})
                 continue
             found = (fit, seeds, [str(w.message) for w in caught])
-            miss = _trajectory_miss(fit)
+            miss = missed(fit)
             if miss is None:
                 tried.append({"estimator": name, "outcome": "used"})
                 return _used(found, name, free, bounds_of, tried)

@@ -35,7 +35,7 @@ from odeinfer.estimators._noise_cov import noise_variance
 
 __all__ = ["trajectory_check", "record_trajectory_check", "trajectory_residuals", "fit_check", "runaway_check",
            "unusable_reason",
-           "FLOOR", "RUNAWAY_FACTOR", "RUNAWAY_CHI2"]
+           "missed", "FLOOR", "RUNAWAY_FACTOR", "RUNAWAY_CHI2"]
 
 #: Smallest warning threshold of the RMS misfit / noise ratio (see the module notes).
 FLOOR = 3.0
@@ -274,6 +274,17 @@ def runaway_check(names, start, values, rel_jac, row_sd, estimator):
     return out, msg
 
 
+def missed(est):
+    """``(rms_ratio, threshold)`` when the estimate's own check (``extras["fit_check"]`` of a trajectory fit,
+    ``extras["trajectory_check"]`` of a matching estimate) found its trajectory far from the data, else None."""
+    for key in ("fit_check", "trajectory_check"):
+        check = (est.extras or {}).get(key) or {}
+        ratio, threshold = check.get("rms_ratio"), check.get("threshold", math.inf)
+        if check.get("checked") and ratio is not None and not ratio <= threshold:
+            return ratio, threshold
+    return None
+
+
 def unusable_reason(est, covariance=True):
     """Why the estimate ``est`` must not start a fit or the sampler (None when it may).
 
@@ -290,12 +301,9 @@ def unusable_reason(est, covariance=True):
     if runaway:
         return (f"{sorted(runaway)} ran away along a flat direction (e.g. " + ", ".join(
             f"{n} = {d['value']:.3g} from its start {d['start']:.3g}" for n, d in runaway.items()) + ")")
-    for key in ("fit_check", "trajectory_check"):
-        check = (est.extras or {}).get(key) or {}
-        ratio = check.get("rms_ratio")
-        if check.get("checked") and ratio is not None and not ratio <= check.get("threshold", np.inf):
-            return (f"its trajectory misses the data (RMS misfit {ratio:.3g} noise standard deviations, threshold "
-                    f"{check.get('threshold', np.nan):.3g})")
+    miss = missed(est)
+    if miss is not None:
+        return f"its trajectory misses the data (RMS misfit {miss[0]:.3g} noise standard deviations, threshold {miss[1]:.3g})"
     if covariance and est.cov is not None and not np.all(np.isfinite(np.asarray(est.cov, dtype=float))):
         cov = np.asarray(est.cov, dtype=float)
         bad = ~np.isfinite(np.diag(cov))
