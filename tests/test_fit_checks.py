@@ -64,6 +64,11 @@ def test_fit_started_at_the_matching_miss_reaches_the_optimum_or_says_it_ran_awa
     info = est.extras["runaway"]["K"]
     assert info["growth"] >= RUNAWAY_FACTOR and info["chi2_doubling"] < RUNAWAY_CHI2
     assert info["start"] == pytest.approx(oc.values[oc.names.index("K")])
+    # the record survives the JSON round trip, so a saved estimate is still refused as a seed
+    from odeinfer.estimators._trajectory_check import unusable_reason
+
+    back = oi.Estimate.from_json(est.to_json(), model=logistic)
+    assert back.extras["runaway"] == est.extras["runaway"] and "ran away" in unusable_reason(back)
     # and the misfit: the trajectory at K ~ 1e9 is exponential growth, far from saturating data
     miss = [str(w.message) for w in caught if issubclass(w.category, BiasWarning)]
     assert len(miss) == 1 and "misses the data" in miss[0] and miss[0] in est.warnings
