@@ -219,8 +219,8 @@ def test_non_finite_estimates_do_not_seed(logistic_case):
     from odeinfer.estimators._trajectory_check import unusable_reason
 
     assert unusable_reason(nan_k) == "its values of ['K'] are not finite"
-    nan_cov = Estimate("Embedding", model, ["r", "K"], np.array([0.8, 10.0]), np.array([[1e-3, np.nan], [np.nan, np.nan]]),
-                       "converged")
+    cov = np.array([[1e-3, np.nan], [np.nan, np.nan]])
+    nan_cov = Estimate("Embedding", model, ["r", "K"], np.array([0.8, 10.0]), cov, "converged")
     assert "covariance is not finite for ['K']" in unusable_reason(nan_cov)
     assert unusable_reason(nan_cov, covariance=False) is None
     # without priors for every parameter, a refused estimate cannot centre them: a clear error

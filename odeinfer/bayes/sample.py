@@ -204,7 +204,8 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
 
 
 def _refused(init):
-    """Why the estimate ``init`` must not seed the sampler (:func:`odeinfer.estimators._trajectory_check.unusable_reason`),
+    """Why the estimate ``init`` must not seed the sampler
+    (:func:`odeinfer.estimators._trajectory_check.unusable_reason`),
     warned as a SeedingWarning; None when it may (or is None, or not an Estimate: checked later)."""
     from odeinfer.bayes.seed import SeedingWarning
     from odeinfer.estimators._trajectory_check import unusable_reason

@@ -112,7 +112,8 @@ def _inside(v, lo, hi):
 
 
 def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
-    """The first usable matching estimate, as a start.
+    """The first usable matching estimate whose trajectory does not miss the data, over the seed rounds
+    (:func:`_seed_rounds`); when every usable one misses, the one with the smallest misfit; as a start.
 
     Parameters
     ----------

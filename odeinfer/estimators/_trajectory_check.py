@@ -303,7 +303,8 @@ def unusable_reason(est, covariance=True):
             f"{n} = {d['value']:.3g} from its start {d['start']:.3g}" for n, d in runaway.items()) + ")")
     miss = missed(est)
     if miss is not None:
-        return f"its trajectory misses the data (RMS misfit {miss[0]:.3g} noise standard deviations, threshold {miss[1]:.3g})"
+        return (f"its trajectory misses the data (RMS misfit {miss[0]:.3g} noise standard deviations, threshold "
+                f"{miss[1]:.3g})")
     if covariance and est.cov is not None and not np.all(np.isfinite(np.asarray(est.cov, dtype=float))):
         cov = np.asarray(est.cov, dtype=float)
         bad = ~np.isfinite(np.diag(cov))
