@@ -203,8 +203,8 @@ def fit_check(model, experiments, raw, row_exp, row_state, estimator):
     by_state = {}
     for e, d in enumerate(experiments):
         for j, s in enumerate(d.states):
-            sel = (row_exp == e) & (row_state == model.states.index(s))
-            if not sel.any():
+            sel = (row_exp == e) & (row_state == model.states.index(s)) if s in model.states else None
+            if sel is None or not sel.any():
                 continue
             sig2, _ = _noise_var(d, j, fns)
             if not sig2 > 0:
