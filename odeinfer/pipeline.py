@@ -114,9 +114,10 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
         state observed and are skipped with a note otherwise); each trajectory estimator starts
         from the last converged, usable estimate (or ``start``); without either it finds its own
         start (matching estimators, else a multistart in ``bounds``; see ``oi.Embedding.fit``).
-        An estimate whose trajectory misses the data or whose parameter ran away (its own checks,
-        see :func:`odeinfer.estimators._trajectory_check.unusable_reason`) is not used, with a note:
-        neither as a start nor to seed the sampler (which then needs ``priors`` for every parameter).
+        An estimate whose values are not finite or whose parameter ran away (its own checks, see
+        :func:`odeinfer.estimators._trajectory_check.unusable_reason`), or a matching estimate whose
+        trajectory misses the data, is not used, with a note: neither as a start nor to seed the
+        sampler (which then needs ``priors`` for every parameter).
     start, fixed : dict, optional
         Starting values / fixed values of parameters, ``{name: value}``.
     x0 : dict, optional
@@ -158,7 +159,8 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
         # no time in the note: the wall time includes the one-off compilation of the model's kernels
         say(f"{name}: {est.status}; "
             + ", ".join(f"{n} = {v:.4g}" for n, v in zip(est.names, est.values)))
-        why = unusable_reason(est, covariance=False) if est.status == "converged" else None
+        why = unusable_reason(est, covariance=False, trajectory=name in _MATCHING) if est.status == "converged" \
+            else None
         if why is not None:
             say(f"{name}: not used to start what follows: {why} (see its warnings)")
         elif est.status == "converged":

@@ -39,8 +39,8 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
         ``seed_mass_matrix``, set NUTS's dense mass matrix from its covariance
         mapped to the unconstrained space (see :mod:`odeinfer.bayes.seed`).
         Default: the ``init`` given to ``build_model``. An estimate that is not
-        usable (values or covariance not finite, a parameter that ran away, a
-        trajectory that misses the data: :func:`~odeinfer.estimators._trajectory_check.unusable_reason`),
+        usable (values or covariance not finite, a parameter that ran away:
+        :func:`~odeinfer.estimators._trajectory_check.unusable_reason`),
         or whose jittered start points leave the priors' support, is not used (a
         :class:`~odeinfer.bayes.SeedingWarning` says why; ``posterior.attrs
         ["odeinfer_init_refused"]`` records it): the chains start from the priors,

@@ -18,9 +18,10 @@ PyMC's diagonal adaptation started at the estimate.
 
 Some estimates must not start the sampler at all
 (:func:`odeinfer.estimators._trajectory_check.unusable_reason`): values that are
-not finite, a covariance with entries that are not finite, a parameter that ran away along a
-flat direction (``extras["runaway"]``, see :mod:`odeinfer.estimators._trajectory_check`), or a
-trajectory that misses the data (the estimator's own check). And the jittered start points must
+not finite, a covariance with entries that are not finite, or a parameter that ran away along a
+flat direction (``extras["runaway"]``, see :mod:`odeinfer.estimators._trajectory_check`). A fit
+whose trajectory misses the data (its BiasWarning) still seeds: its optimum is the mode of the same
+likelihood, misspecified or not. And the jittered start points must
 lie inside the priors' support (:func:`checked_points`): a covariance as wide as a runaway fit's
 (sd of log K ~ 1e8) sends them to K = 0 or infinity, and PyMC stops with "Bad initial energy".
 In both cases :func:`odeinfer.bayes.sample` warns (:class:`SeedingWarning`, with the reason) and

@@ -285,13 +285,15 @@ def missed(est):
     return None
 
 
-def unusable_reason(est, covariance=True):
+def unusable_reason(est, covariance=True, trajectory=False):
     """Why the estimate ``est`` must not start a fit or the sampler (None when it may).
 
     Values that are not finite; with ``covariance``, a covariance with entries that are not finite;
-    parameters that ran away along a flat direction (``est.extras["runaway"]``); a trajectory that
-    misses the data (the estimator's own check: ``extras["fit_check"]`` or ``["trajectory_check"]``).
-    Costs nothing: it reads what the estimator recorded.
+    parameters that ran away along a flat direction (``est.extras["runaway"]``); with ``trajectory``,
+    a trajectory that misses the data (the estimator's own check, :func:`missed`: a reason not to start
+    a trajectory fit from a matching estimate, but not one to keep NUTS from a trajectory fit's optimum,
+    which is the mode of the same likelihood even when the model misses the data). Costs nothing: it
+    reads what the estimator recorded.
     """
     vals = np.asarray(est.values, dtype=float)
     bad = [n for n, v in zip(est.names, vals) if not np.isfinite(v)]
@@ -301,7 +303,7 @@ def unusable_reason(est, covariance=True):
     if runaway:
         return (f"{sorted(runaway)} ran away along a flat direction (e.g. " + ", ".join(
             f"{n} = {d['value']:.3g} from its start {d['start']:.3g}" for n, d in runaway.items()) + ")")
-    miss = missed(est)
+    miss = missed(est) if trajectory else None
     if miss is not None:
         return (f"its trajectory misses the data (RMS misfit {miss[0]:.3g} noise standard deviations, threshold "
                 f"{miss[1]:.3g})")
