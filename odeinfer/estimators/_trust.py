@@ -198,11 +198,22 @@ def _optimizer_class():
     import fides
 
     class _Optimizer(fides.Optimizer):
-        """fides' optimiser, recording ``f`` after each iteration."""
+        """fides' optimiser, recording ``f`` after each iteration; its progress table, which it
+        formats every iteration whatever the logger's level, is never printed here (see
+        ``_SILENT``), so it is not formatted either."""
 
         def check_continue(self):
             self.f_trace.append(float(self.fval))
             return super().check_continue()
+
+        def log_step(self, accepted, step, funout):
+            pass
+
+        def log_step_initial(self):
+            pass
+
+        def log_header(self):
+            pass
 
     return _Optimizer
 
