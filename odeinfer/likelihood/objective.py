@@ -9,7 +9,9 @@ parameters and the segment's initial state, chained to the problem's parameters 
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
 dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
 jump condition of a bolus at a fixed time). Observables and noise models (exact derivatives)
-give the NLL terms (:mod:`odeinfer.likelihood.noise`).
+give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
+and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
+gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
 """
 
 from __future__ import annotations
