@@ -45,7 +45,7 @@ def _rosenbrock(x):
     return f, g, H
 
 
-@pytest.mark.parametrize("x0", [[-1.2, 0.7, 0.5, 0.3], [0.1, 0.75, 0.85, 0.3], [0.9, 0.1, 0.4, 0.8]])
+@pytest.mark.parametrize("x0", [[-1.2, 0.7, 0.5, 0.3], [1.5, -0.5, 0.8, 2.0], [0.9, 0.1, 0.4, 0.8]])
 def test_the_optimisation_path_is_unchanged(x0, monkeypatch):
     lo, hi = np.array([-2.0, -1.0, 0.0, 0.25]), np.array([2.0, 0.8, 0.9, 3.0])  # active bounds at the optimum
     paths = []
@@ -69,5 +69,9 @@ def test_fides_is_left_unpatched_afterwards():
     import fides.minimize
     import fides.trust_region
 
-    trust_region(_rosenbrock, [0.5, 0.5, 0.5, 0.5], [-2.0] * 4, [2.0] * 4)
+    def quadratic(x):
+        d = x - np.array([0.3, -0.2, 0.1])
+        return float(d @ d), 2 * d, 2 * np.eye(3)
+
+    trust_region(quadratic, [0.5, 0.5, 0.5], [-1.0] * 3, [1.0] * 3)
     assert fides.minimize.csc_matrix is csc_matrix and fides.trust_region.csc_matrix is csc_matrix
