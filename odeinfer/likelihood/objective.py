@@ -326,7 +326,7 @@ class Objective:
             if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, run.zy, run.jac_terms,
                         run.dist, run.scale, grad, g, F, out) != OK:
                 return self._bad_sigma(run, S, len(run.groups))
-            nll += out[0]
+            nll += float(out[0])
         if not np.isfinite(nll):
             return Evaluation(failure="the negative log-likelihood is not finite")
         if not grad:
