@@ -366,7 +366,7 @@ def main(argv=None):
         rows = [summarise(*r, best) for r in runs]
         for r in rows:
             print(f"{r['method']:26s} best {r['best']:10.4f}  within 0.1 of {best:.4f}: {r['within']:3d}/{r['starts']}  "
-                  f"failed {r['failed']:3d}  per start median {r['median_cpu_s']:7.2f} s CPU ({r['median_wall_s']:.2f} s "
+                  f"failed {r['failed']:3d}  per start median {r['median_cpu_s']:7.3f} s CPU ({r['median_wall_s']:.2f} s "
                   f"wall, {r['median_evals']:.0f} evaluations)  per converged start {r['per_converged_s']:8.2f} s CPU  "
                   f"multistart wall {r['wall_s']:7.1f} s on {args.jobs} process(es)")
         tables.append((name, ref, best, rows))
