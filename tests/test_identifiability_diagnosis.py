@@ -101,3 +101,22 @@ def test_mixing_advice_points_at_the_unidentified_parameters():
     # identified parameters with a prior of their own: no cause claimed
     idata.posterior.attrs.update(odeinfer_unidentified="", odeinfer_unidentified_with_prior="a")
     assert "Likely cause" not in oi.diagnostics.check(idata)["r_hat"].advice
+
+
+def test_well_mixed_unidentified_posterior_is_diagnosed_without_claiming_bad_mixing():
+    """Boehm's posterior sampled well (r_hat 1.004, bulk ESS > 1000) still has k_imp_homo flat up to its
+    bound: the identifiability check fails and says what the marginal means, not that mixing failed."""
+    import arviz as az
+
+    rng = np.random.default_rng(2)
+    a = rng.uniform(1.0, 3.0, (2, 400))  # flat from where the data cut it (1) to the upper bound (3)
+    idata = az.from_dict(posterior={"a": a, "b": 0.5 + 0.1 * rng.standard_normal((2, 400))},
+                         sample_stats={"diverging": np.zeros((2, 400), bool)})
+    idata.posterior.attrs.update(odeinfer_fisher_rank=1, odeinfer_n_estimated=2, odeinfer_unidentified="a",
+                                 odeinfer_unidentified_with_prior="")
+    report = oi.diagnostics.check(idata)
+    assert [c.name for c in report.checks if c.passed is False] == ["identifiability"]
+    advice = report["identifiability"].advice
+    assert "the data do not determine a" in advice
+    assert "interval ends at the bounds report the bounds, not the data" in advice
+    assert "must cross" not in advice and "uniform within the bounds" not in advice

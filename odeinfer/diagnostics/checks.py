@@ -168,10 +168,11 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     *identifiability* (only where the posterior records it: ``oi.bayes.sample(problem,
     init=fit)``): the rank of the Fisher information at the fit the chains started from. It fails
     when the data leave parameters undetermined that have no prior of their own (uniform in their
-    bounds): along that direction the posterior is the bounds', so their marginals report the
-    bounds rather than the data, and NUTS has to cross the whole range (the usual cause of draws at
-    the maximum tree depth, whose advice then points here). Unidentified parameters with a prior of
-    their own pass (the posterior along them is that prior's).
+    bounds): along that direction the posterior is the prior's up to the bounds, so the ends of
+    their intervals at the bounds report the bounds rather than the data, even when the chains mix
+    well. It is also the usual cause of poor mixing (NUTS has to cross that flat range): the advice
+    of failed R-hat, ESS and tree-depth checks then names these parameters. Unidentified parameters
+    with a prior of their own pass (the posterior along them is that prior's).
 
     Returns
     -------
@@ -338,10 +339,11 @@ def _identifiability(attrs):
         return bare, Check(
             "identifiability", False, rank, n,
             f"The Fisher information at the fit has rank {rank} < {n}: the data do not determine {_list(bare)}, "
-            "which have no prior of their own. Along that direction the posterior is uniform within the bounds, so "
-            "their marginals report the bounds, not the data, and NUTS must cross the whole range (draws at the "
-            "maximum tree depth, slow mixing). Fix some of them, give them informative priors (priors=, or the PEtab "
-            "table's objectivePriorType) or add data that inform them.")
+            "which have no prior of their own. Along that direction the likelihood is flat at the fit, so the "
+            "posterior there is the uniform prior's up to the bounds: their interval ends at the bounds report the "
+            "bounds, not the data, even when the chains mix well. Where they do not (R-hat, ESS, draws at the "
+            "maximum tree depth), this is the likely cause: NUTS has to cross that flat range. Fix some of them, give "
+            "them informative priors (priors=, or the PEtab table's objectivePriorType) or add data that inform them.")
     if rank < n:
         return [], Check("identifiability", True, rank, n,
                          f"The Fisher information at the fit has rank {rank} < {n}, but {_list(held)} have priors of "
