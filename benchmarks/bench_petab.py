@@ -29,7 +29,10 @@ CPU time of all starts over the number within 0.1 of the best) and the wall time
     python benchmarks/bench_petab.py --problems Boehm_JProteomeRes2014 --starts 20 --no-scipy --sample
 
 ``--sample``: after the fits, NUTS on the posterior (uniform priors in the bounds on the
-parameters' scales) seeded at the best fit, 4 chains x 1000 draws; prints r_hat, bulk ESS and time.
+parameters' scales; ``oi.bayes.sample(problem, init=fit)``) seeded at the best fit (with ``--starts 0``:
+at the fit started from the nominal parameters), ``--chains`` x ``--draws`` (default 4 x 1000, default
+tuning, 2 cores); prints (and writes to ``--sample-out``) wall and CPU time, r_hat, bulk and tail ESS per
+parameter, divergences, tree depth, step size and ``oi.diagnostics.check``'s verdict.
 """
 
 from __future__ import annotations
