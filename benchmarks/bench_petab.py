@@ -436,14 +436,15 @@ def sample(problem, u_best, *, draws=1000, tune=None, chains=4, cores=2, out=Non
     cpu_children = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
     post, ss = idata.posterior, idata.sample_stats
     names = [v for v in post.data_vars if v not in problem.estimated]
-    summ = az.summary(idata, var_names=names)
+    summ = az.summary(idata, var_names=names, round_to="none")  # unrounded: r_hat 1.004 is not 1.00
     depth, size, eps = (np.asarray(ss[k]) for k in ("tree_depth", "n_steps", "step_size"))
     lines = [
         f"NUTS {chains} x {draws} draws (tune {post.attrs['odeinfer_tune']}, cores {cores}, rng 0), seeded at the "
         f"fit NLL {fit.nll:.4f} ({fit.status}); load average {os.getloadavg()[0]:.1f} at the end",
         f"wall {wall:.0f} s; CPU {cpu:.0f} s in this process + {cpu_children:.0f} s in the chain processes; "
         f"failed evaluations (parent process) {post.attrs['odeinfer_failed_evaluations']}",
-        summ[["mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat"]].to_string(),
+        summ[["mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat"]].to_string(
+            float_format=lambda v: f"{v:.4g}"),
         f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, min tail ESS "
         f"{summ['ess_tail'].min():.0f}, divergences {int(ss['diverging'].sum())}",
         f"tree depth per chain: mean {np.round(depth.mean(axis=1), 2).tolist()}, max {depth.max(axis=1).tolist()}; "
