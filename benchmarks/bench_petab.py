@@ -29,7 +29,10 @@ CPU time of all starts over the number within 0.1 of the best) and the wall time
     python benchmarks/bench_petab.py --problems Boehm_JProteomeRes2014 --starts 20 --no-scipy --sample
 
 ``--sample``: after the fits, NUTS on the posterior (uniform priors in the bounds on the
-parameters' scales) seeded at the best fit, 4 chains x 1000 draws; prints r_hat, bulk ESS and time.
+parameters' scales; ``oi.bayes.sample(problem, init=fit)``) seeded at the best fit (with ``--starts 0``:
+at the fit started from the nominal parameters), ``--chains`` x ``--draws`` (default 4 x 1000, default
+tuning, 2 cores); prints (and writes to ``--sample-out``) wall and CPU time, r_hat, bulk and tail ESS per
+parameter, divergences, tree depth, step size and ``oi.diagnostics.check``'s verdict.
 """
 
 from __future__ import annotations
@@ -320,7 +323,12 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-scipy", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sample", action="store_true")
+    ap.add_argument("--sample", action="store_true",
+                    help="NUTS seeded at the best fit (at the fit from the nominal parameters with --starts 0)")
+    ap.add_argument("--draws", type=int, default=1000, help="--sample: kept draws per chain")
+    ap.add_argument("--tune", type=int, default=None, help="--sample: tuning steps (default oi.bayes.sample's)")
+    ap.add_argument("--chains", type=int, default=4, help="--sample: chains (on 2 cores)")
+    ap.add_argument("--sample-out", type=Path, help="--sample: also write the sampling summary to this file")
     ap.add_argument("--accuracy", action="store_true", help="NLL and gradient errors of several tolerances")
     ap.add_argument("--reference", type=Path, help="write the multistart tables (markdown) to this file")
     ap.add_argument("--append", action="store_true", help="append to --reference instead of rewriting it")
@@ -354,6 +362,8 @@ def main(argv=None):
                 print(f"  rtol {rtol:g} atol {atol:g}: |NLL error| {dnll:.1e}, stationarity excess {stat:.1e}, "
                       f"{st} steps")
         if args.starts < 1:
+            if args.sample:
+                sample(problem, u_nom, draws=args.draws, tune=args.tune, chains=args.chains, out=args.sample_out)
             continue
         U = sample_starts(obj.lower, obj.upper, args.starts, rng=args.seed)
         scorer = scoring_objective(problem)
@@ -371,7 +381,8 @@ def main(argv=None):
                   f"multistart wall {r['wall_s']:7.1f} s on {args.jobs} process(es)")
         tables.append((name, ref, best, rows))
         if args.sample:
-            sample(problem, X[int(np.nanargmin(runs[0][1]))])
+            sample(problem, X[int(np.nanargmin(runs[0][1]))], draws=args.draws, tune=args.tune, chains=args.chains,
+                   out=args.sample_out)
     if args.reference:
         write_reference(args.reference, tables, command, args, load_avg)
 
@@ -404,7 +415,12 @@ def write_reference(path, tables, command, args, load_avg):
     path.write_text("\n".join(lines))
 
 
-def sample(problem, u_best):
+def sample(problem, u_best, *, draws=1000, tune=None, chains=4, cores=2, out=None):
+    """NUTS on ``problem``'s posterior seeded at the fit from ``u_best``: prints (and writes to ``out``)
+    wall and CPU time (this process and its chain processes), the summary per parameter (r_hat,
+    bulk and tail ESS), divergences, tree depth, step size and ``oi.diagnostics.check``'s verdict."""
+    import resource
+
     import arviz as az
 
     import odeinfer as oi
@@ -412,16 +428,35 @@ def sample(problem, u_best):
 
     start = dict(zip(problem.estimated, from_scale(u_best, [problem.params[n].scale for n in problem.estimated])))
     fit = oi.Embedding().fit(problem, start=start)
-    t = time.perf_counter()
-    idata = oi.bayes.sample(problem, init=fit, draws=1000, chains=4, rng=0)
-    wall = time.perf_counter() - t
-    names = [v for v in idata.posterior.data_vars if v not in problem.estimated]
-    summ = az.summary(idata, var_names=names)
-    print(f"NUTS 4 x 1000 draws (tune {idata.posterior.attrs['odeinfer_tune']}), seeded at NLL {fit.nll:.4f}: "
-          f"{wall:.0f} s wall, failed evaluations {idata.posterior.attrs['odeinfer_failed_evaluations']}")
-    print(summ[["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]].to_string())
-    div = int(idata.sample_stats["diverging"].sum())
-    print(f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, divergences {div}")
+    t, cpu = time.perf_counter(), time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    idata = oi.bayes.sample(problem, init=fit, draws=draws, tune=tune, chains=chains, cores=cores, rng=0)
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_children = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    post, ss = idata.posterior, idata.sample_stats
+    names = [v for v in post.data_vars if v not in problem.estimated]
+    summ = az.summary(idata, var_names=names, round_to="none")  # unrounded: r_hat 1.004 is not 1.00
+    depth, size, eps = (np.asarray(ss[k]) for k in ("tree_depth", "n_steps", "step_size"))
+    lines = [
+        f"NUTS {chains} x {draws} draws (tune {post.attrs['odeinfer_tune']}, cores {cores}, rng 0), seeded at the "
+        f"fit NLL {fit.nll:.4f} ({fit.status}); load average {os.getloadavg()[0]:.1f} at the end",
+        f"wall {wall:.0f} s; CPU {cpu:.0f} s in this process + {cpu_children:.0f} s in the chain processes; "
+        f"failed evaluations (parent process) {post.attrs['odeinfer_failed_evaluations']}",
+        summ[["mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat"]].to_string(
+            float_format=lambda v: f"{v:.4g}"),
+        f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, min tail ESS "
+        f"{summ['ess_tail'].min():.0f}, divergences {int(ss['diverging'].sum())}",
+        f"tree depth per chain: mean {np.round(depth.mean(axis=1), 2).tolist()}, max {depth.max(axis=1).tolist()}; "
+        f"at max depth {float(np.mean(np.asarray(ss['reached_max_treedepth']))):.1%}; leapfrog steps in all kept "
+        f"draws {int(size.sum())} (mean {size.mean():.1f} per draw); step size per chain "
+        f"{np.round(eps[:, -1], 4).tolist()}",
+        repr(oi.diagnostics.check(idata)),
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
