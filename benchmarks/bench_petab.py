@@ -321,7 +321,7 @@ def _worker(payload, chunk):
         r = fit(int(todo[i]), u0) if fit is not None else {"index": int(todo[i]), "status": "failed", "error": err}
         r = {"index": int(todo[i]), "start": [float(v) for v in u0], "u": None if r.get("u") is None else
              [float(v) for v in r["u"]], "status": r.get("status"), "error": r.get("error"),
-             "message": r.get("message"), "n_eval": r.get("n_eval"), "time": r.get("time"),
+             "message": r.get("message"), "nll": r.get("nll"), "n_eval": r.get("n_eval"), "time": r.get("time"),
              "cpu_time": r.get("cpu_time")}
         if log is not None:
             with open(log, "a") as fh:
@@ -387,7 +387,10 @@ def main(argv=None):
     ap.add_argument("--starts", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-scipy", action="store_true")
+    ap.add_argument("--no-odeinfer", action="store_true", help="with --log: run no odeinfer start (report the "
+                    "recorded ones), e.g. to run scipy's starts in another process")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-timing", action="store_true", help="skip the warm NLL timing and its profile")
     ap.add_argument("--sample", action="store_true",
                     help="NUTS seeded at the best fit (at the fit from the nominal parameters with --starts 0)")
     ap.add_argument("--draws", type=int, default=1000, help="--sample: kept draws per chain")
@@ -402,8 +405,8 @@ def main(argv=None):
     ap.add_argument("--report-only", action="store_true", help="with --log: score and report the recorded "
                     "starts, run none")
     args = ap.parse_args(argv)
-    if args.report_only and args.log is None:
-        ap.error("--report-only reads the records of --log DIR; give --log")
+    if (args.report_only or args.no_odeinfer) and args.log is None:
+        ap.error("--report-only and --no-odeinfer read the records of --log DIR; give --log")
     if args.log is not None:
         args.log.mkdir(parents=True, exist_ok=True)
     # the models' own compiled kernels, not the shared tier that answers while they compile in the
@@ -424,12 +427,13 @@ def main(argv=None):
         ev = obj(u_nom)
         ref = REFERENCE_NLL.get(name, math.nan)
         print(f"\n== {name}: {len(problem.estimated)} estimated, {obj.n_data} data, solver {obj.solver!r}")
-        med, best_t = time_nll(obj, u_nom)
-        steps, kern, plain = profile(obj, u_nom)
-        print(f"NLL at nominal {ev.nll:.4f} (reference {ref}); NLL+grad+FIM warm: median {1e3 * med:.3f} ms, "
-              f"best {1e3 * best_t:.3f} ms; {steps} solver steps: kernel with sensitivities {1e3 * kern:.3f} ms "
-              f"({1e6 * kern / max(steps, 1):.2f} us/step), states only {1e3 * plain:.3f} ms, assembly "
-              f"{1e3 * (med - kern):.3f} ms")
+        print(f"NLL at nominal {ev.nll:.4f} (reference {ref})")
+        if not args.no_timing:
+            med, best_t = time_nll(obj, u_nom)
+            steps, kern, plain = profile(obj, u_nom)
+            print(f"NLL+grad+FIM warm: median {1e3 * med:.3f} ms, best {1e3 * best_t:.3f} ms; {steps} solver steps: "
+                  f"kernel with sensitivities {1e3 * kern:.3f} ms ({1e6 * kern / max(steps, 1):.2f} us/step), states "
+                  f"only {1e3 * plain:.3f} ms, assembly {1e3 * (med - kern):.3f} ms")
         if args.accuracy:
             for rtol, atol, dnll, stat, st in accuracy(problem, u_nom):
                 print(f"  rtol {rtol:g} atol {atol:g}: |NLL error| {dnll:.1e}, stationarity excess {stat:.1e}, "
@@ -445,7 +449,8 @@ def main(argv=None):
             if kind == "scipy" and args.no_scipy:
                 continue
             log = None if args.log is None else args.log / f"{name}.{kind}.jsonl"
-            recs, wall = run_starts_logged(kind, problem, U, args.jobs, log, run=not args.report_only)
+            run = not (args.report_only or kind == "odeinfer" and args.no_odeinfer)
+            recs, wall = run_starts_logged(kind, problem, U, args.jobs, log, run=run)
             if not recs:
                 continue
             X, t_, st_, ev_ = _collect(recs, U.shape[1])
