@@ -28,8 +28,20 @@ CPU time of all starts over the number within 0.1 of the best) and the wall time
     python benchmarks/bench_petab.py --starts 100 --jobs 2 --reference tests/reference/petab_benchmarks.md
     python benchmarks/bench_petab.py --problems Boehm_JProteomeRes2014 --starts 20 --no-scipy --sample
 
+``--log DIR`` writes each start's record (start, end point, status, error, evaluations, wall and CPU
+seconds) to ``DIR/<problem>.<method>.jsonl`` as soon as the start ends; a rerun with the same
+``--log``, ``--starts`` and ``--seed`` skips the recorded starts (an interrupted run resumes, and a run
+with ``--no-scipy`` followed by one without it adds only scipy's starts). ``--report-only`` scores and
+reports the recorded starts without running any: a partial run is reported as "k of N starts run".
+
+    python benchmarks/bench_petab.py --problems Elowitz_Nature2000 --starts 50 --log runs/ --no-scipy
+    python benchmarks/bench_petab.py --problems Elowitz_Nature2000 --starts 50 --log runs/ --reference out.md
+
 ``--sample``: after the fits, NUTS on the posterior (uniform priors in the bounds on the
-parameters' scales) seeded at the best fit, 4 chains x 1000 draws; prints r_hat, bulk ESS and time.
+parameters' scales; ``oi.bayes.sample(problem, init=fit)``) seeded at the best fit (with ``--starts 0``:
+at the fit started from the nominal parameters), ``--chains`` x ``--draws`` (default 4 x 1000, default
+tuning, 2 cores); prints (and writes to ``--sample-out``) wall and CPU time, r_hat, bulk and tail ESS per
+parameter, divergences, tree depth, step size and ``oi.diagnostics.check``'s verdict.
 """
 
 from __future__ import annotations
@@ -243,57 +255,133 @@ def scoring_objective(problem):
     return Objective(problem, solver=oi.Rodas(rtol=1e-10, atol=1e-12, max_steps=10**6))
 
 
-def score(obj, U):
+def score(obj, U, cache=None):
+    """The scoring NLL of each end point (NaN: none, or not computable). ``cache``: a JSON-lines file of
+    ``{"u": end point, "nll": score}`` read first and appended to, so a rerun of a report does not
+    score the same end points again."""
+    import json
+
+    known = {}
+    if cache is not None and cache.exists():
+        for line in cache.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            known[tuple(r["u"])] = math.nan if r["nll"] is None else float(r["nll"])
     out = []
     for u in U:
+        key = tuple(float(v) for v in u)
+        if np.all(np.isfinite(u)) and key in known:
+            out.append(known[key])
+            continue
         ev = obj(u, grad=False) if np.all(np.isfinite(u)) else None
         out.append(ev.nll if ev is not None and ev.ok else math.nan)
+        if cache is not None and np.all(np.isfinite(u)):
+            with open(cache, "a") as fh:
+                fh.write(json.dumps({"u": list(key), "nll": out[-1] if math.isfinite(out[-1]) else None}) + "\n")
     return np.array(out)
 
 
-def run_odeinfer(problem, U, jobs):
-    """The Embedding's local likelihood fit from each start (its multistart worker, its default
-    solver), ``jobs`` processes: end points, per-start times, statuses, wall time."""
-    import odeinfer as oi
-    from odeinfer.estimators._likelihood_fit import _chunk, likelihood_solver
+def run_starts_logged(kind, problem, U, jobs, log=None, run=True):
+    """Fit ``problem`` from each row of ``U`` with ``kind`` ("odeinfer": the Embedding's local likelihood
+    fit, its multistart worker and default solver; "scipy": :class:`ScipyProblem`) on ``jobs`` processes.
+
+    With ``log`` (a JSON-lines file), each start's record is appended as soon as it ends, and the starts
+    already recorded there (same index, same start vector) are not run again, so an interrupted run
+    resumes and a partial one can be reported (``run=False``: only read ``log``). Returns the records of every start in ``U`` that has
+    one, ordered by index, and the wall time of this call."""
     from odeinfer.inference.multistart import run_starts
 
-    est = oi.Embedding()
+    done = read_log(log, U) if log is not None else {}
+    todo = np.array([i for i in range(U.shape[0]) if i not in done], int)
     t = time.perf_counter()
-    res = run_starts(_chunk, (problem, likelihood_solver(est), est.max_iter, None, None), U, n_jobs=jobs)
-    wall = time.perf_counter() - t
-    return _collect(res, U.shape[1]) + (wall,)
+    if todo.size and run:
+        for r in run_starts(_worker, (kind, problem, todo, log), U[todo], n_jobs=jobs):
+            done[r["index"]] = r
+    return [done[i] for i in sorted(done)], time.perf_counter() - t
+
+
+def read_log(log, U):
+    """``{index: record}`` of the starts recorded in ``log`` (JSON lines); a record whose start is not
+    ``U``'s row of the same index (another seed or problem) is an error, not silently mixed in."""
+    import json
+
+    out = {}
+    if not log.exists():
+        return out
+    for line in log.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:  # a line cut by an interrupted write: that start runs again
+            continue
+        i = int(r["index"])
+        if i >= U.shape[0] or not np.array_equal(np.asarray(r["start"], float), U[i]):
+            raise SystemExit(f"{log.name}: start {i} was recorded from another start vector (another seed, problem "
+                             "or start count); use another --log directory")
+        out[i] = r
+    return out
+
+
+def _worker(payload, chunk):
+    """Worker (top level, picklable): the fits of ``chunk`` (local indices into ``todo``), one fitter
+    per process; each record appended to ``log`` as soon as its fit ends. A start that raises is failed."""
+    import json
+
+    kind, problem, todo, log = payload
+    try:
+        fit = _fitter(kind, problem)
+    except Exception as exc:
+        fit = None
+        err = f"{type(exc).__name__}: {exc}"
+    out = []
+    for i, u0 in chunk:
+        r = fit(int(todo[i]), u0) if fit is not None else {"index": int(todo[i]), "status": "failed", "error": err}
+        r = {"index": int(todo[i]), "start": [float(v) for v in u0], "u": None if r.get("u") is None else
+             [float(v) for v in r["u"]], "status": r.get("status"), "error": r.get("error"),
+             "message": r.get("message"), "nll": r.get("nll"), "n_eval": r.get("n_eval"), "time": r.get("time"),
+             "cpu_time": r.get("cpu_time")}
+        if log is not None:
+            with open(log, "a") as fh:
+                fh.write(json.dumps(r) + "\n")
+        out.append(r)
+    return out
+
+
+def _fitter(kind, problem):
+    """``fit(index, u0) -> record`` for one process (its objective or scipy problem built once)."""
+    if kind == "odeinfer":
+        import odeinfer as oi
+        from odeinfer.estimators._likelihood_fit import _one, likelihood_solver, make_objective
+
+        est = oi.Embedding()
+        obj = make_objective(problem, likelihood_solver(est))
+        return lambda i, u0: _one(obj, i, u0, est.max_iter)
+    sp_ = ScipyProblem(problem)
+
+    def fit(i, u0):
+        t1, c1 = time.perf_counter(), time.process_time()
+        try:
+            res = sp_.fit(u0)
+            return {"index": i, "u": res.x, "status": "converged" if res.status > 0 else "max_iter",
+                    "n_eval": res.nfev, "time": time.perf_counter() - t1, "cpu_time": time.process_time() - c1}
+        except Exception as exc:
+            return {"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                    "time": time.perf_counter() - t1, "cpu_time": time.process_time() - c1}
+    return fit
 
 
 def _collect(res, k):
     """End points, (wall, CPU) seconds per start, statuses, evaluations per start."""
-    X = np.array([r["u"] if r.get("status") != "failed" and "u" in r else np.full(k, np.nan) for r in res])
-    times = np.array([[r.get("time", math.nan), r.get("cpu_time", math.nan)] for r in res])
-    return X, times, [r.get("status") for r in res], np.array([r.get("n_eval", math.nan) for r in res], float)
+    X = np.array([r["u"] if r.get("status") != "failed" and r.get("u") is not None else np.full(k, np.nan)
+                  for r in res]).reshape(len(res), k)
+    def num(r, key):
+        return math.nan if r.get(key) is None else float(r[key])
 
-
-def _scipy_chunk(problem, chunk):
-    """Worker: scipy fits from several starts (top level, picklable); a start that raises is failed."""
-    sp_ = ScipyProblem(problem)
-    out = []
-    for i, u0 in chunk:
-        t1, c1 = time.perf_counter(), time.process_time()
-        try:
-            res = sp_.fit(u0)
-            out.append({"index": i, "u": res.x, "status": "converged" if res.status > 0 else "max_iter",
-                        "n_eval": res.nfev, "time": time.perf_counter() - t1, "cpu_time": time.process_time() - c1})
-        except Exception as exc:
-            out.append({"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                        "time": time.perf_counter() - t1, "cpu_time": time.process_time() - c1})
-    return out
-
-
-def run_scipy(problem, U, jobs):
-    from odeinfer.inference.multistart import run_starts
-
-    t = time.perf_counter()
-    res = run_starts(_scipy_chunk, problem, U, n_jobs=jobs)
-    return _collect(res, U.shape[1]) + (time.perf_counter() - t,)
+    times = np.array([[num(r, "time"), num(r, "cpu_time")] for r in res]).reshape(len(res), 2)
+    return X, times, [r.get("status") for r in res], np.array([num(r, "n_eval") for r in res], float)
 
 
 def summarise(label, nll, times, statuses, evals, wall, best):
@@ -319,12 +407,28 @@ def main(argv=None):
     ap.add_argument("--starts", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-scipy", action="store_true")
+    ap.add_argument("--no-odeinfer", action="store_true", help="with --log: run no odeinfer start (report the "
+                    "recorded ones), e.g. to run scipy's starts in another process")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sample", action="store_true")
+    ap.add_argument("--no-timing", action="store_true", help="skip the warm NLL timing and its profile")
+    ap.add_argument("--sample", action="store_true",
+                    help="NUTS seeded at the best fit (at the fit from the nominal parameters with --starts 0)")
+    ap.add_argument("--draws", type=int, default=1000, help="--sample: kept draws per chain")
+    ap.add_argument("--tune", type=int, default=None, help="--sample: tuning steps (default oi.bayes.sample's)")
+    ap.add_argument("--chains", type=int, default=4, help="--sample: chains (on 2 cores)")
+    ap.add_argument("--sample-out", type=Path, help="--sample: also write the sampling summary to this file")
     ap.add_argument("--accuracy", action="store_true", help="NLL and gradient errors of several tolerances")
     ap.add_argument("--reference", type=Path, help="write the multistart tables (markdown) to this file")
     ap.add_argument("--append", action="store_true", help="append to --reference instead of rewriting it")
+    ap.add_argument("--log", type=Path, help="directory of per-start records (<problem>.<method>.jsonl), each "
+                    "written as its start ends; a rerun skips the starts recorded there")
+    ap.add_argument("--report-only", action="store_true", help="with --log: score and report the recorded "
+                    "starts, run none")
     args = ap.parse_args(argv)
+    if (args.report_only or args.no_odeinfer) and args.log is None:
+        ap.error("--report-only and --no-odeinfer read the records of --log DIR; give --log")
+    if args.log is not None:
+        args.log.mkdir(parents=True, exist_ok=True)
     # the models' own compiled kernels, not the shared tier that answers while they compile in the
     # background: the warm-up below compiles them (into the disk cache the worker processes load)
     os.environ.setdefault("ODEINFER_TIERED", "0")
@@ -343,35 +447,58 @@ def main(argv=None):
         ev = obj(u_nom)
         ref = REFERENCE_NLL.get(name, math.nan)
         print(f"\n== {name}: {len(problem.estimated)} estimated, {obj.n_data} data, solver {obj.solver!r}")
-        med, best_t = time_nll(obj, u_nom)
-        steps, kern, plain = profile(obj, u_nom)
-        print(f"NLL at nominal {ev.nll:.4f} (reference {ref}); NLL+grad+FIM warm: median {1e3 * med:.3f} ms, "
-              f"best {1e3 * best_t:.3f} ms; {steps} solver steps: kernel with sensitivities {1e3 * kern:.3f} ms "
-              f"({1e6 * kern / max(steps, 1):.2f} us/step), states only {1e3 * plain:.3f} ms, assembly "
-              f"{1e3 * (med - kern):.3f} ms")
+        print(f"NLL at nominal {ev.nll:.4f} (reference {ref})")
+        if not args.no_timing:
+            med, best_t = time_nll(obj, u_nom)
+            steps, kern, plain = profile(obj, u_nom)
+            print(f"NLL+grad+FIM warm: median {1e3 * med:.3f} ms, best {1e3 * best_t:.3f} ms; {steps} solver steps: "
+                  f"kernel with sensitivities {1e3 * kern:.3f} ms ({1e6 * kern / max(steps, 1):.2f} us/step), states "
+                  f"only {1e3 * plain:.3f} ms, assembly {1e3 * (med - kern):.3f} ms")
         if args.accuracy:
             for rtol, atol, dnll, stat, st in accuracy(problem, u_nom):
                 print(f"  rtol {rtol:g} atol {atol:g}: |NLL error| {dnll:.1e}, stationarity excess {stat:.1e}, "
                       f"{st} steps")
         if args.starts < 1:
+            if args.sample:
+                sample(problem, u_nom, draws=args.draws, tune=args.tune, chains=args.chains, out=args.sample_out)
             continue
         U = sample_starts(obj.lower, obj.upper, args.starts, rng=args.seed)
         scorer = scoring_objective(problem)
-        X, t_o, st_o, ev_o, wall_o = run_odeinfer(problem, U, args.jobs)
-        runs = [("odeinfer Embedding", score(scorer, X), t_o, st_o, ev_o, wall_o)]
-        if not args.no_scipy:
-            X, t_s, st_s, ev_s, wall_s = run_scipy(problem, U, args.jobs)
-            runs.append(("scipy least_squares/LSODA", score(scorer, X), t_s, st_s, ev_s, wall_s))
+        runs = []
+        for kind, label in (("odeinfer", "odeinfer Embedding"), ("scipy", "scipy least_squares/LSODA")):
+            if kind == "scipy" and args.no_scipy:
+                continue
+            log = None if args.log is None else args.log / f"{name}.{kind}.jsonl"
+            run = not (args.report_only or kind == "odeinfer" and args.no_odeinfer)
+            recs, wall = run_starts_logged(kind, problem, U, args.jobs, log, run=run)
+            if not recs:
+                continue
+            X, t_, st_, ev_ = _collect(recs, U.shape[1])
+            nll = score(scorer, X, None if log is None else log.with_suffix(".scores.jsonl"))
+            if kind == "odeinfer":
+                X_o = X
+            if len(recs) < args.starts:
+                label += f" ({len(recs)} of {args.starts} starts run)"
+            if log is not None:  # the starts may have run in several calls: the sum of their wall times
+                wall = float(np.nansum(t_[:, 0]))
+            runs.append((label, nll, t_, st_, ev_, wall))
+            for r, v in zip(recs, nll):
+                if r.get("status") == "failed" or not math.isfinite(v):
+                    print(f"  {kind} start {r['index']} failed: status {r.get('status')}, scored NLL {v}, "
+                          f"error {r.get('error')}, message {r.get('message')}")
+        if not runs:
+            continue
         best = np.nanmin(np.concatenate([r[1] for r in runs]))
         rows = [summarise(*r, best) for r in runs]
         for r in rows:
             print(f"{r['method']:26s} best {r['best']:10.4f}  within 0.1 of {best:.4f}: {r['within']:3d}/{r['starts']}  "
-                  f"failed {r['failed']:3d}  per start median {r['median_cpu_s']:7.2f} s CPU ({r['median_wall_s']:.2f} s "
+                  f"failed {r['failed']:3d}  per start median {r['median_cpu_s']:7.3f} s CPU ({r['median_wall_s']:.2f} s "
                   f"wall, {r['median_evals']:.0f} evaluations)  per converged start {r['per_converged_s']:8.2f} s CPU  "
-                  f"multistart wall {r['wall_s']:7.1f} s on {args.jobs} process(es)")
+                  f"wall {r['wall_s']:7.1f} s on {args.jobs} process(es)")
         tables.append((name, ref, best, rows))
         if args.sample:
-            sample(problem, X[int(np.nanargmin(runs[0][1]))])
+            sample(problem, X_o[int(np.nanargmin(runs[0][1]))], draws=args.draws, tune=args.tune, chains=args.chains,
+                   out=args.sample_out)
     if args.reference:
         write_reference(args.reference, tables, command, args, load_avg)
 
@@ -388,7 +515,9 @@ def write_reference(path, tables, command, args, load_avg):
              "*within 0.1*: end points within 0.1 of the best NLL of both methods; *failed*: starts with no end point",
              "or a non-finite NLL (counted, not dropped); *CPU s per converged start*: CPU time of all starts over the",
              "number within 0.1. Times per start are CPU seconds of the worker process (the machine is shared: wall",
-             "times per start are inflated by the load, quoted in brackets); *wall s*: the whole multistart.", ""]
+             "times per start are inflated by the load, quoted in brackets); *wall s*: " + (
+                 "the sum of the starts' wall times (their records, `--log`, may come from several calls)."
+                 if args.log is not None else "the whole multistart."), ""]
     for name, ref, best, rows in tables:
         lines += [f"## {name} (published NLL {ref})", "",
                   "| method | best NLL | within 0.1 of best | failed | median CPU s/start (wall) | median evaluations | "
@@ -404,7 +533,12 @@ def write_reference(path, tables, command, args, load_avg):
     path.write_text("\n".join(lines))
 
 
-def sample(problem, u_best):
+def sample(problem, u_best, *, draws=1000, tune=None, chains=4, cores=2, out=None):
+    """NUTS on ``problem``'s posterior seeded at the fit from ``u_best``: prints (and writes to ``out``)
+    wall and CPU time (this process and its chain processes), the summary per parameter (r_hat,
+    bulk and tail ESS), divergences, tree depth, step size and ``oi.diagnostics.check``'s verdict."""
+    import resource
+
     import arviz as az
 
     import odeinfer as oi
@@ -412,16 +546,35 @@ def sample(problem, u_best):
 
     start = dict(zip(problem.estimated, from_scale(u_best, [problem.params[n].scale for n in problem.estimated])))
     fit = oi.Embedding().fit(problem, start=start)
-    t = time.perf_counter()
-    idata = oi.bayes.sample(problem, init=fit, draws=1000, chains=4, rng=0)
-    wall = time.perf_counter() - t
-    names = [v for v in idata.posterior.data_vars if v not in problem.estimated]
-    summ = az.summary(idata, var_names=names)
-    print(f"NUTS 4 x 1000 draws (tune {idata.posterior.attrs['odeinfer_tune']}), seeded at NLL {fit.nll:.4f}: "
-          f"{wall:.0f} s wall, failed evaluations {idata.posterior.attrs['odeinfer_failed_evaluations']}")
-    print(summ[["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]].to_string())
-    div = int(idata.sample_stats["diverging"].sum())
-    print(f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, divergences {div}")
+    t, cpu = time.perf_counter(), time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    idata = oi.bayes.sample(problem, init=fit, draws=draws, tune=tune, chains=chains, cores=cores, rng=0)
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_children = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    post, ss = idata.posterior, idata.sample_stats
+    names = [v for v in post.data_vars if v not in problem.estimated]
+    summ = az.summary(idata, var_names=names, round_to="none")  # unrounded: r_hat 1.004 is not 1.00
+    depth, size, eps = (np.asarray(ss[k]) for k in ("tree_depth", "n_steps", "step_size"))
+    lines = [
+        f"NUTS {chains} x {draws} draws (tune {post.attrs['odeinfer_tune']}, cores {cores}, rng 0), seeded at the "
+        f"fit NLL {fit.nll:.4f} ({fit.status}); load average {os.getloadavg()[0]:.1f} at the end",
+        f"wall {wall:.0f} s; CPU {cpu:.0f} s in this process + {cpu_children:.0f} s in the chain processes; "
+        f"failed evaluations (parent process) {post.attrs['odeinfer_failed_evaluations']}",
+        summ[["mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat"]].to_string(
+            float_format=lambda v: f"{v:.4g}"),
+        f"max r_hat {summ['r_hat'].max():.3f}, min bulk ESS {summ['ess_bulk'].min():.0f}, min tail ESS "
+        f"{summ['ess_tail'].min():.0f}, divergences {int(ss['diverging'].sum())}",
+        f"tree depth per chain: mean {np.round(depth.mean(axis=1), 2).tolist()}, max {depth.max(axis=1).tolist()}; "
+        f"at max depth {float(np.mean(np.asarray(ss['reached_max_treedepth']))):.1%}; leapfrog steps in all kept "
+        f"draws {int(size.sum())} (mean {size.mean():.1f} per draw); step size per chain "
+        f"{np.round(eps[:, -1], 4).tolist()}",
+        repr(oi.diagnostics.check(idata)),
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -112,8 +112,12 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
     estimators : sequence of str, default ("OrthogonalConditions", "Embedding")
         Names from :data:`odeinfer.spec.ESTIMATORS`. Matching estimators run first (they need every
         state observed and are skipped with a note otherwise); each trajectory estimator starts
-        from the last converged estimate (or ``start``); without either it finds its own start
-        (matching estimators, else a multistart in ``bounds``; see ``oi.Embedding.fit``).
+        from the last converged, usable estimate (or ``start``); without either it finds its own
+        start (matching estimators, else a multistart in ``bounds``; see ``oi.Embedding.fit``).
+        An estimate whose values are not finite or whose parameter ran away (its own checks, see
+        :func:`odeinfer.estimators._trajectory_check.unusable_reason`), or a matching estimate whose
+        trajectory misses the data, is not used, with a note: neither as a start nor to seed the
+        sampler (which then needs ``priors`` for every parameter).
     start, fixed : dict, optional
         Starting values / fixed values of parameters, ``{name: value}``.
     x0 : dict, optional
@@ -139,6 +143,8 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
         res.notes.append(msg)
         progress(msg)
 
+    from odeinfer.estimators._trajectory_check import unusable_reason
+
     order = [e for e in estimators if e in _MATCHING] + [e for e in estimators if e not in _MATCHING]
     best = start
     for name in order:
@@ -153,7 +159,11 @@ def run(model, data, *, estimators=("OrthogonalConditions", "Embedding"), start=
         # no time in the note: the wall time includes the one-off compilation of the model's kernels
         say(f"{name}: {est.status}; "
             + ", ".join(f"{n} = {v:.4g}" for n, v in zip(est.names, est.values)))
-        if est.status == "converged":
+        why = unusable_reason(est, covariance=False, trajectory=name in _MATCHING) if est.status == "converged" \
+            else None
+        if why is not None:
+            say(f"{name}: not used to start what follows: {why} (see its warnings)")
+        elif est.status == "converged":
             best = est
     if bayes is not None and bayes.enabled:
         _bayes(res, model, data, best, bayes, priors, x0, fixed, rng, say)

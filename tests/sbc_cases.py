@@ -165,6 +165,8 @@ def sample_logistic(packed, budget):
 #: the fit's start: the prior medians (fixed, so the start does not depend on the data). Without a
 #: start, Embedding's own start search converged to K ~ 1e9 (r ~ 0.22, sigma 3-5) on 6 of 6
 #: replicates and the sampler seeded there failed (PyMC "Bad initial energy"): see bayes_studies.md.
+#: Since fixed (the start search reaches scipy's optimum, tests/test_auto_start.py; a runaway fit says
+#: so and does not seed NUTS, tests/test_fit_checks.py); the start is kept so the recorded study stands.
 START = {"r": 0.8, "K": 10.0}
 
 

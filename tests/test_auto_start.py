@@ -203,3 +203,48 @@ def test_adjoint_dde_without_start_or_bounds_is_a_clear_error():
     with pytest.raises(InputError, match=r"start: no starting value for \['theta0', 'theta1'\].*window.*"
                                          r"finite bounds for \['theta0', 'theta1'\]"):
         oi.AdjointDDE().fit(e.model, data, history=History.periodic(-0.25, 6.0, 2.6))
+
+
+# ---- logistic growth (issue 16, "no silent nonsense") --------------------------------------------------
+# Seeded at K = 1.0 (far below the data, which saturate near K ~ 10), OrthogonalConditions and
+# GradientMatching "converged" to K ~ -2.5e4 (their own trajectory check flags it); Embedding started
+# there ran to K ~ 1e9 (the exponential-growth asymptote, where dx/dK -> 0), status converged, no
+# warning, on 6 of 6 replicates of the SBC data (tests/sbc_cases.py).
+
+def _logistic_reference(data):
+    """Independent least-squares optimum: scipy's least_squares on the exact logistic solution
+    (x(0) = 1 known), started at the SBC's prior medians r = 0.8, K = 10, tolerances 1e-14."""
+    from scipy.optimize import least_squares
+
+    from sbc_cases import X0, logistic_exact
+
+    y = data.y[:, 0]
+    ref = least_squares(lambda p: logistic_exact(data.t, p[0], p[1], X0) - y, [0.8, 10.0], xtol=1e-14,
+                        ftol=1e-14, gtol=1e-14)
+    assert ref.success
+    return ref.x, float(ref.fun @ ref.fun)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_logistic_without_start_reaches_the_least_squares_optimum(seed):
+    """The SBC's logistic data (16 points on [0.75, 12], parameters from the priors): the fit without
+    start= must reach scipy's optimum (to 1e-3 of a standard error, the solver's rtol 1e-8 is far
+    below that) with no BiasWarning; the start search records the trajectory check it used."""
+    import warnings
+
+    from sbc_cases import X0, logistic, simulate_logistic
+
+    (data, _, truth), _ = simulate_logistic(np.random.default_rng(seed))
+    (r_ref, k_ref), rss_ref = _logistic_reference(data)
+    assert 0.5 * truth["K"] < k_ref < 2 * truth["K"]  # the data identify K: the reference is near the truth
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", oi.errors.BiasWarning)
+        est = oi.Embedding().fit(logistic, data, x0={"x": X0})
+    assert est.converged
+    se = est.bse.to_numpy()
+    assert np.all(np.isfinite(se)) and np.all(se > 0)
+    np.testing.assert_array_less(np.abs(est.values - [r_ref, k_ref]), 1e-3 * se)
+    assert math.isclose(est.extras["rss"]["x"], rss_ref, rel_tol=1e-6)
+    info = est.provenance["start"]
+    assert info["source"] in ("OrthogonalConditions", "GradientMatching")
+    assert not any("trajectory" in w for w in est.warnings)

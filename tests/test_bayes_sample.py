@@ -192,3 +192,67 @@ def test_side_functions_without_c_give_the_c_path_values(lv):
                                                 progressbar=False, extend_inferencedata=False)
         draws[name] = np.asarray(pp.posterior_predictive["y_obs"])
     np.testing.assert_allclose(draws["python"], draws["c"], rtol=1e-10, atol=0)
+
+
+# ---- estimates that must not seed NUTS (issue 16, "no silent nonsense") ------------------------------
+
+@pytest.fixture(scope="module")
+def logistic_case():
+    """The SBC's logistic model and replicate 0 of its data (tests/sbc_cases.py), its fixed priors, and
+    the model built with them (x(0) = 1 known)."""
+    from sbc_cases import PRIOR_LOGISTIC, X0, _dists, logistic, simulate_logistic
+
+    data = simulate_logistic(np.random.default_rng(0))[0][0]
+    m = oi.bayes.build_model(logistic, data, priors=_dists(PRIOR_LOGISTIC), x0=[X0])
+    return logistic, data, m
+
+
+def _sample_small(m, init):
+    return oi.bayes.sample(m, init=init, draws=20, tune=20, chains=1, cores=1, rng=1, posterior_predictive=False)
+
+
+def test_a_runaway_estimate_does_not_seed_and_the_chains_start_from_the_priors(logistic_case):
+    """The fit from the matching estimators' miss (K ~ -2.5e4) runs away to K ~ 1e9 and says so; seeded
+    there, PyMC stopped with "Bad initial energy". Now: a SeedingWarning naming the reason, the
+    priors' start, and draws."""
+    model, data, m = logistic_case
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bad = oi.Embedding().fit(model, data, x0={"x": 1.0}, start={"r": 0.0676, "K": -24566.75})
+    assert "runaway" in bad.extras
+    with pytest.warns(SeedingWarning, match=r"not seeding NUTS from the Embedding estimate: \['K'\] ran away"):
+        idata = _sample_small(m, bad)
+    post = idata.posterior
+    assert post.attrs["odeinfer_seeded_mass_matrix"] == 0 and "ran away" in post.attrs["odeinfer_init_refused"]
+    assert np.all(np.isfinite(post["K"].values)) and float(post["K"].max()) < 1e3
+
+
+def test_start_points_outside_the_support_fall_back_to_the_priors(logistic_case):
+    """An estimate with no recorded checks (made by hand) at the runaway point, with the runaway fit's
+    covariance (sd of K ~ 5e16, from the pre-fix fit of SBC replicate 2): the jittered start points land
+    on K = 0 or infinity; they are refused (SeedingWarning) instead of reaching PyMC."""
+    model, data, m = logistic_case
+    cov = np.array([[7.18e-3, -3.985e15], [-3.985e15, 2.279e33]])
+    bad = Estimate("Embedding", model, ["r", "K"], np.array([0.214, 7.0e8]), cov, "converged", sigma={"x": 3.74})
+    with pytest.warns(SeedingWarning, match="leaves the priors' support for \\['K'\\]"):
+        idata = _sample_small(m, bad)
+    assert idata.posterior.attrs["odeinfer_seeded_mass_matrix"] == 0
+    assert np.all(np.isfinite(idata.posterior["K"].values))
+
+
+def test_non_finite_estimates_do_not_seed(logistic_case):
+    model, data, m = logistic_case
+    nan_k = Estimate("Embedding", model, ["r", "K"], np.array([0.8, np.nan]), None, "converged")
+    from odeinfer.estimators._trajectory_check import unusable_reason
+
+    assert unusable_reason(nan_k) == "its values of ['K'] are not finite"
+    cov = np.array([[1e-3, np.nan], [np.nan, np.nan]])
+    nan_cov = Estimate("Embedding", model, ["r", "K"], np.array([0.8, 10.0]), cov, "converged")
+    assert "covariance is not finite for ['K']" in unusable_reason(nan_cov)
+    assert unusable_reason(nan_cov, covariance=False) is None
+    # without priors for every parameter, a refused estimate cannot centre them: a clear error
+    with pytest.warns(SeedingWarning, match="not finite"), pytest.raises(InputError, match="init= was not used"):
+        oi.bayes.sample(model, data, init=nan_k, x0=[1.0], draws=10, tune=10, chains=1)
+

@@ -228,7 +228,7 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
         at the fit (its Fisher information); :func:`odeinfer.diagnostics.check` reads them.
     """
     from odeinfer.bayes.sample import _sample_pymc
-    from odeinfer.bayes.seed import seed_from_estimate
+    from odeinfer.bayes.seed import checked_points, seed_from_estimate
 
     for name, value in (("draws", draws), ("chains", chains)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -240,14 +240,17 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
     seed = None
     if init is not None:
         seed = seed_from_estimate(pm_model, _proxy_estimate(problem, obj, init))
-    seeded = bool(seed is not None and seed.cov is not None)
-    tune = (500 if seeded else 1000) if tune is None else int(tune)
     cores = min(chains, 2) if cores is None else int(cores)
     seeds = [int(s) for s in gen.integers(0, 2**31 - 1, size=chains + 2)]
+    initvals = None if seed is None else checked_points(seed, chains, gen, jitter)
+    if initvals is None:
+        seed = None
+    seeded = bool(seed is not None and seed.cov is not None)
+    tune = (500 if seeded else 1000) if tune is None else int(tune)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*object mode.*")
-        idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter, target_accept,
+        idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, initvals, target_accept,
                              mass_matrix_weight, None, progressbar, None, log_likelihood=False)
     _idata.set_attrs(idata, odeinfer_sampler="pymc", odeinfer_seeded_mass_matrix=int(seeded), odeinfer_tune=int(tune),
                      odeinfer_wall_time=time.perf_counter() - start, odeinfer_failed_evaluations=int(op.cache.n_fail))

@@ -39,7 +39,13 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
         Start every chain at this estimate (jittered) and, with
         ``seed_mass_matrix``, set NUTS's dense mass matrix from its covariance
         mapped to the unconstrained space (see :mod:`odeinfer.bayes.seed`).
-        Default: the ``init`` given to ``build_model``.
+        Default: the ``init`` given to ``build_model``. An estimate that is not
+        usable (values or covariance not finite, a parameter that ran away:
+        :func:`~odeinfer.estimators._trajectory_check.unusable_reason`),
+        or whose jittered start points leave the priors' support, is not used (a
+        :class:`~odeinfer.bayes.SeedingWarning` says why; ``posterior.attrs
+        ["odeinfer_init_refused"]`` records it): the chains start from the priors,
+        which must then be given for every parameter.
     draws : int, default 1000
         Kept draws per chain.
     tune : int, optional
@@ -97,7 +103,8 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     SamplingInterruptedWarning
         Sampling was interrupted (KeyboardInterrupt): the result holds the draws taken so far.
     SeedingWarning
-        The estimate's covariance could not seed the mass matrix (diagonal fallback).
+        The estimate's covariance could not seed the mass matrix (diagonal fallback), or the
+        estimate could not start the chains at all (start from the priors).
 
     Examples
     --------
@@ -127,18 +134,29 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     if tune is not None and (isinstance(tune, bool) or not isinstance(tune, (int, np.integer)) or tune < 0):
         raise InputError(f"tune: expected a non-negative integer or None, got {tune!r}")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    refused = _refused(init)
+    if refused is not None:
+        init = None  # neither the start nor the centre of a prior
     pm_model = _pm_model(model)
     if pm_model is None:
         if data is None:
             raise InputError("data: required when model is an odeinfer Model (or pass a pymc.Model from build_model)")
-        pm_model = build_model(model, data, init=init, **build_kwargs)
+        try:
+            pm_model = build_model(model, data, init=init, **build_kwargs)
+        except InputError as exc:
+            if refused is None:
+                raise
+            raise InputError(f"{exc} (init= was not used: {refused})") from None
     elif build_kwargs or data is not None:
         raise InputError(f"model: a pymc.Model is already built; drop data= and {sorted(build_kwargs)} "
                          "(give them to build_model)")
     info = build_info(pm_model)
-    if init is None:
+    if init is None and refused is None:
         init = info.init
-    elif init is not info.init:
+        refused = _refused(init)
+        if refused is not None:
+            init = None
+    elif init is not None and init is not info.init:
         check_init(init, info.model)
     if callback is not None and sampler != "pymc":
         raise InputError("callback: only sampler='pymc' takes a callback")
@@ -153,14 +171,21 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
             for j, s in enumerate(d.states):
                 nobs[s] = nobs.get(s, 0) + int(np.asarray(d.mask)[:, j].sum())
         seed = seed_from_estimate(pm_model, init, nobs)
+    seeds = [int(s) for s in gen.integers(0, 2**31 - 1, size=chains + 2)]
+    initvals = None
+    if seed is not None and sampler == "pymc":
+        from odeinfer.bayes.seed import checked_points
+
+        initvals = checked_points(seed, chains, gen, jitter)
+        if initvals is None:
+            seed = None
     seeded = bool(seed is not None and seed.cov is not None and seed_mass_matrix and sampler == "pymc")
     if tune is None:
         tune = 500 if seeded else 1000
-    seeds = [int(s) for s in gen.integers(0, 2**31 - 1, size=chains + 2)]
 
     start = time.perf_counter()
     if sampler == "pymc":
-        idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter,
+        idata = _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, initvals,
                              target_accept, mass_matrix_weight, mode, progressbar, callback)
     else:
         idata = _sample_nutpie(pm_model, seed, draws, tune, chains, cores, seeds[0], target_accept, progressbar)
@@ -175,9 +200,29 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
                      odeinfer_wall_time=wall, odeinfer_interrupted=int(interrupted))
     if n_kept and posterior_predictive:
         _add_posterior_predictive(idata, pm_model, info, seeds[-1], n_trajectory_times)
+    if refused is not None:
+        _idata.set_attrs(idata, odeinfer_init_refused=refused)
     if init is not None:
         _add_estimate(idata, init)
     return idata
+
+
+def _refused(init):
+    """Why the estimate ``init`` must not seed the sampler
+    (:func:`odeinfer.estimators._trajectory_check.unusable_reason`),
+    warned as a SeedingWarning; None when it may (or is None, or not an Estimate: checked later)."""
+    from odeinfer.bayes.seed import SeedingWarning
+    from odeinfer.estimators._trajectory_check import unusable_reason
+    from odeinfer.results import Estimate
+
+    if not isinstance(init, Estimate):
+        return None
+    why = unusable_reason(init)
+    if why is not None:
+        warnings.warn(f"init: not seeding NUTS from the {init.estimator} estimate: {why}; the chains start from the "
+                      "priors (PyMC's default start and diagonal adaptation); fix the fit (see its warnings) or give "
+                      "priors that describe what is known", SeedingWarning, stacklevel=3)
+    return why
 
 
 def _pm_model(model):
@@ -186,8 +231,11 @@ def _pm_model(model):
     return model if isinstance(model, pm.Model) else None
 
 
-def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen, jitter, target_accept,
+def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, initvals, target_accept,
                  weight, mode, progressbar, callback, log_likelihood=True):
+    """``pm.sample`` with the seeded dense mass matrix (``seeded``) or PyMC's diagonal adaptation, from
+    ``initvals`` (the seed's checked start points, :func:`odeinfer.bayes.seed.checked_points`) or, without
+    a seed, PyMC's default start."""
     import pymc as pm
 
     kwargs = dict(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seeds[0],
@@ -195,7 +243,7 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, gen,
                   idata_kwargs={"log_likelihood": log_likelihood}, callback=callback)
     compile_kwargs = {"mode": mode} if mode is not None else {}
     if seed is not None:
-        kwargs["initvals"] = seed.points(chains, gen, jitter)
+        kwargs["initvals"] = initvals
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         if seeded:

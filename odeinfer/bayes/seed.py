@@ -15,6 +15,17 @@ unit variance otherwise.
 A covariance that is missing, not finite or not positive definite gives a
 :class:`SeedingWarning` and ``Seed.cov = None``: the sampler then falls back to
 PyMC's diagonal adaptation started at the estimate.
+
+Some estimates must not start the sampler at all
+(:func:`odeinfer.estimators._trajectory_check.unusable_reason`): values that are
+not finite, a covariance with entries that are not finite, or a parameter that ran away along a
+flat direction (``extras["runaway"]``, see :mod:`odeinfer.estimators._trajectory_check`). A fit
+whose trajectory misses the data (its BiasWarning) still seeds: its optimum is the mode of the same
+likelihood, misspecified or not. And the jittered start points must
+lie inside the priors' support (:func:`checked_points`): a covariance as wide as a runaway fit's
+(sd of log K ~ 1e8) sends them to K = 0 or infinity, and PyMC stops with "Bad initial energy".
+In both cases :func:`odeinfer.bayes.sample` warns (:class:`SeedingWarning`, with the reason) and
+starts from the priors (PyMC's default start and diagonal adaptation).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import numpy as np
 
 from odeinfer.errors import OdeinferWarning
 
-__all__ = ["SeedingWarning", "Seed", "seed_from_estimate"]
+__all__ = ["SeedingWarning", "Seed", "seed_from_estimate", "checked_points"]
 
 
 class SeedingWarning(OdeinferWarning):
@@ -61,6 +72,7 @@ class Seed:
     seeded: tuple
     shapes: tuple = ()
     _backward: object = None
+    _forward: object = None
 
     def points(self, n_points, rng, jitter=0.1):
         """``n_points`` initial values in the constrained space, keyed by random-variable name.
@@ -140,6 +152,9 @@ def seed_from_estimate(pm_model, est, nobs_per_state=None):
     def backward(*u_parts):
         return bwd_fn(*u_parts, *ip_values)
 
+    def forward(*x_parts):
+        return fwd(*x_parts, *ip_values)
+
     x_ip = bwd_fn(*ip_values, *ip_values)
     x_vals, seeded, problems = [], [], []
     for rv, v in zip(rvs, value_vars):
@@ -214,4 +229,21 @@ def seed_from_estimate(pm_model, est, nobs_per_state=None):
                       "adaptation (the chains still start at the estimate)", SeedingWarning, stacklevel=3)
         cov = None
     return Seed(tuple(v.name for v in value_vars), tuple(rv.name for rv in rvs), tuple(sizes), mean, cov,
-                tuple(seeded), tuple(np.shape(ip[v.name]) for v in value_vars), backward)
+                tuple(seeded), tuple(np.shape(ip[v.name]) for v in value_vars), backward, forward)
+
+
+def checked_points(seed, n_points, rng, jitter):
+    """``seed.points(n_points, rng, jitter)``, or None with a :class:`SeedingWarning` when a point leaves
+    the priors' support (its unconstrained value, mapped back and forth, is not finite)."""
+    pts = seed.points(n_points, rng, jitter)
+    for pt in pts:
+        back = seed._forward(*[np.asarray(pt[n], dtype=float) for n in seed.rv_names])
+        bad = [n for n, u in zip(seed.rv_names, back) if not np.all(np.isfinite(np.asarray(u, dtype=float)))]
+        if bad:
+            sd = np.sqrt(np.diag(seed.cov)) if seed.cov is not None else np.ones(seed.mean.size)
+            warnings.warn(f"seeding: a jittered start point leaves the priors' support for {bad} (the estimate's "
+                          f"covariance is too wide: largest unconstrained standard deviation {np.max(sd):.3g}); not "
+                          "seeding NUTS from the estimate: the chains start from the priors (PyMC's default start and "
+                          "diagonal adaptation)", SeedingWarning, stacklevel=3)
+            return None
+    return pts

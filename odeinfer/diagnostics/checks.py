@@ -168,10 +168,11 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     *identifiability* (only where the posterior records it: ``oi.bayes.sample(problem,
     init=fit)``): the rank of the Fisher information at the fit the chains started from. It fails
     when the data leave parameters undetermined that have no prior of their own (uniform in their
-    bounds): along that direction the posterior is the bounds', so their marginals report the
-    bounds rather than the data, and NUTS has to cross the whole range (the usual cause of draws at
-    the maximum tree depth, whose advice then points here). Unidentified parameters with a prior of
-    their own pass (the posterior along them is that prior's).
+    bounds): along that direction the posterior is the prior's up to the bounds, so the ends of
+    their intervals at the bounds report the bounds rather than the data, even when the chains mix
+    well. It is also the usual cause of poor mixing (NUTS has to cross that flat range): the advice
+    of failed R-hat, ESS and tree-depth checks then names these parameters. Unidentified parameters
+    with a prior of their own pass (the posterior along them is that prior's).
 
     Returns
     -------
@@ -222,6 +223,8 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     table["ok"] = ((table["r_hat"] <= rhat_max) & (table["ess_bulk"] >= ess_min)
                    & (table["ess_tail"] >= ess_min))
 
+    bare, identified = _identifiability(_idata.attrs(idata))
+    cause = _likely_cause(bare)
     checks = []
     worst_rhat = float(np.nanmax(table["r_hat"])) if np.isfinite(table["r_hat"]).any() else math.nan
     bad = list(table.index[~(table["r_hat"] <= rhat_max)])
@@ -230,9 +233,10 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
                             "non-finite draws); check the model for fixed or degenerate parameters."))
     elif bad:
         checks.append(Check("r_hat", False, worst_rhat, rhat_max,
-                            f"Chains disagree for {_list(bad)}: they have not mixed. Run longer chains or more "
-                            "tuning, start chains from the frequentist estimate, reparameterise (e.g. log scale) "
-                            "or look for multiple modes."))
+                            f"Chains disagree for {_list(bad)}: they have not mixed. " + (
+                                _then(cause, "run longer chains or more tuning, or reparameterise.") if cause else
+                                "Run longer chains or more tuning, start chains from the frequentist estimate, "
+                                "reparameterise (e.g. log scale) or look for multiple modes.")))
     else:
         checks.append(Check("r_hat", True, worst_rhat, rhat_max, "All chains agree."))
     for kind in ("bulk", "tail"):
@@ -242,9 +246,10 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
         what = "means and medians" if kind == "bulk" else "interval ends (5% and 95% quantiles)"
         if low:
             checks.append(Check(f"ess_{kind}", False, value, ess_min,
-                                f"Too few effective draws for {_list(low)} to estimate {what} reliably. Draw "
-                                "more samples, or improve mixing (seed the mass matrix from the estimate, "
-                                "reparameterise)."))
+                                f"Too few effective draws for {_list(low)} to estimate {what} reliably. "
+                                + (_then(cause, "draw more samples or reparameterise.") if cause else
+                                   "Draw more samples, or improve mixing (seed the mass matrix from the estimate, "
+                                   "reparameterise).")))
         else:
             checks.append(Check(f"ess_{kind}", True, value, ess_min, f"Enough effective draws for {what}."))
 
@@ -276,7 +281,6 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     else:
         checks.append(Check("bfmi", None, math.nan, bfmi_min, "Skipped: sample_stats has no 'energy' variable."))
 
-    identified = _identifiability(_idata.attrs(idata))
     _, reached = _stat(ss, _REACHED_KEYS)
     _, depth = _stat(ss, _DEPTH_KEYS)
     if reached is None and depth is not None:
@@ -295,12 +299,11 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     else:
         frac = float(np.mean(reached.astype(bool)))
         if frac > max_treedepth_fraction:
-            cause = ("Likely cause: parameters the data do not determine (see identifiability); fix them or give "
-                     "them priors. Otherwise: s" if identified is not None and not identified.passed else "S")
             checks.append(Check("tree_depth", False, frac, max_treedepth_fraction,
                                 f"{100 * frac:.1f}% of draws hit the maximum tree depth: sampling is inefficient "
-                                f"(not biased). {cause}eed the mass matrix from the estimate's covariance, "
-                                "reparameterise strongly correlated parameters, or raise max_treedepth."))
+                                "(not biased). " + _then(cause, "seed the mass matrix from the estimate's "
+                                                          "covariance, reparameterise strongly correlated "
+                                                          "parameters, or raise max_treedepth.")))
         else:
             checks.append(Check("tree_depth", True, frac, max_treedepth_fraction,
                                 "Trajectories end before the maximum tree depth."))
@@ -309,28 +312,44 @@ def check(idata, *, rhat_max=1.01, ess_min=400, bfmi_min=0.3, max_divergences=0,
     return DiagnosticsReport(tuple(checks), table, n_chains, n_draws)
 
 
+def _then(cause, advice):
+    """``advice`` (lower-case start) after ``cause``, or on its own as a sentence."""
+    return cause + advice if cause else advice[0].upper() + advice[1:]
+
+
+def _likely_cause(bare):
+    """The start of the mixing checks' advice when parameters without a prior of their own are
+    unidentified (their flat direction, not multiple modes, is then the likely cause), else ""."""
+    if not bare:
+        return ""
+    return (f"Likely cause: the data do not determine {_list(bare)} (see identifiability); fix them or give them "
+            "priors. Otherwise: ")
+
+
 def _identifiability(attrs):
-    """The identifiability check from the posterior's ``odeinfer_fisher_rank`` attributes
-    (:func:`odeinfer.bayes.sample_problem` with ``init``), or None where they are absent."""
+    """``(names, check)``: the unidentified parameters without a prior of their own and the
+    identifiability check, from the posterior's ``odeinfer_fisher_rank`` attributes
+    (:func:`odeinfer.bayes.sample_problem` with ``init``); ``([], None)`` where they are absent."""
     if "odeinfer_fisher_rank" not in attrs:
-        return None
+        return [], None
     rank, n = int(attrs["odeinfer_fisher_rank"]), int(attrs.get("odeinfer_n_estimated", 0))
     bare = [x for x in str(attrs.get("odeinfer_unidentified", "")).split(",") if x]
     held = [x for x in str(attrs.get("odeinfer_unidentified_with_prior", "")).split(",") if x]
     if bare:
-        return Check("identifiability", False, rank, n,
-                     f"The Fisher information at the fit has rank {rank} < {n}: the data do not determine "
-                     f"{_list(bare)}, which have no prior of their own. Along that direction the posterior is "
-                     "uniform within the bounds, so their marginals report the bounds, not the data, and NUTS must "
-                     "cross the whole range (draws at the maximum tree depth, slow mixing). Fix some of them, give "
-                     "them informative priors (priors=, or the PEtab table's objectivePriorType) or add data "
-                     "that inform them.")
+        return bare, Check(
+            "identifiability", False, rank, n,
+            f"The Fisher information at the fit has rank {rank} < {n}: the data do not determine {_list(bare)}, "
+            "which have no prior of their own. Along that direction the likelihood is flat at the fit, so the "
+            "posterior there is the uniform prior's up to the bounds: their interval ends at the bounds report the "
+            "bounds, not the data, even when the chains mix well. Where they do not (R-hat, ESS, draws at the "
+            "maximum tree depth), this is the likely cause: NUTS has to cross that flat range. Fix some of them, give "
+            "them informative priors (priors=, or the PEtab table's objectivePriorType) or add data that inform them.")
     if rank < n:
-        return Check("identifiability", True, rank, n,
-                     f"The Fisher information at the fit has rank {rank} < {n}, but {_list(held)} have priors of "
-                     "their own: the posterior along the unidentified direction is those priors'.")
-    return Check("identifiability", True, rank, n, "The Fisher information at the fit has full rank: the data "
-                 "inform every parameter.")
+        return [], Check("identifiability", True, rank, n,
+                         f"The Fisher information at the fit has rank {rank} < {n}, but {_list(held)} have priors of "
+                         "their own: the posterior along the unidentified direction is those priors'.")
+    return [], Check("identifiability", True, rank, n, "The Fisher information at the fit has full rank: the "
+                     "data inform every parameter.")
 
 
 def _list(names, k=6):

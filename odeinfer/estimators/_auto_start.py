@@ -1,9 +1,17 @@
 """Starting values of a trajectory fit called without ``start``.
 
 The matching estimators give the start when they apply: :class:`OrthogonalConditions` first,
-then :class:`GradientMatching` (both need every state observed and no delays). When neither
-applies, or their estimate fails or is not finite, the fit falls back to a multistart inside the
-bounds. What was tried and what was used goes into ``provenance["start"]``.
+then :class:`GradientMatching` (both need every state observed and no delays). A parameter
+entering the model nonlinearly needs a seed; the first round seeds it at the (geometric) midpoint
+of its bounds, else 1.0. An estimate whose own trajectory check misses the data (a quick
+integration at the estimate, :mod:`odeinfer.estimators._trajectory_check`) is not used while
+another round can do better: the second round seeds the unbounded nonlinear parameters at the
+data's scale (the largest observed magnitude; e.g. a carrying capacity seeded at 1.0 below data
+that saturate near 10 sends both matching estimators to K ~ -2.5e4, and the trajectory fit from
+there to the exponential-growth asymptote K ~ 1e9). When every round misses, the estimate with the
+smallest misfit is used and the miss is recorded. When no matching estimator applies, or their
+estimates fail or are not finite, the fit falls back to a multistart inside the bounds. What was
+tried and what was used goes into ``provenance["start"]``.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from odeinfer.errors import InputError, OdeinferError
+from odeinfer.estimators._trajectory_check import missed
 
 __all__ = ["FALLBACK_STARTS", "MATCHING", "has_param_start", "matching_start", "multistart_fallback", "start_info"]
 
@@ -36,9 +45,9 @@ def has_param_start(start) -> bool:
     return True if names is None else any(not str(n).startswith("x0[") for n in names)
 
 
-def _seeds(model, problem, bounds_of):
+def _seeds(model, problem, bounds_of, default=_SEED):
     """Seeds of the free parameters entering ``f`` nonlinearly: the (geometric) midpoint of finite
-    (positive) bounds, else 1.0."""
+    (positive) bounds, else ``default``."""
     from odeinfer.estimators._quadrature import node_model
 
     free, fixed = problem.free, problem.fixed
@@ -54,8 +63,26 @@ def _seeds(model, problem, bounds_of):
         elif math.isfinite(lo) and math.isfinite(hi):
             out[n] = 0.5 * (lo + hi)
         else:
-            out[n] = _SEED
+            out[n] = default
     return out
+
+
+def _data_scale(problem):
+    """The largest finite observed magnitude over all experiments (NaN when there is none)."""
+    tops = [float(np.max(np.abs(d.y[m]))) for d in problem.experiments
+            for m in [np.asarray(d.mask, bool) & np.isfinite(d.y)] if m.any()]
+    return max(tops) if tops else math.nan
+
+
+def _seed_rounds(model, problem, bounds_of):
+    """The seed sets to try, in order: the default seeds, then (when some seed is the unbounded
+    default and the data's scale differs from it) those seeds at the data's scale."""
+    first = _seeds(model, problem, bounds_of)
+    scale = _data_scale(problem)
+    if not (math.isfinite(scale) and scale > 0) or math.isclose(scale, _SEED, rel_tol=0.5):
+        return [first]
+    second = _seeds(model, problem, bounds_of, default=scale)
+    return [first] if second == first else [first, second]
 
 
 def _unusable(fit, free, log_mask):
@@ -85,7 +112,8 @@ def _inside(v, lo, hi):
 
 
 def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
-    """The first usable matching estimate, as a start.
+    """The first usable matching estimate whose trajectory does not miss the data, over the seed rounds
+    (:func:`_seed_rounds`); when every usable one misses, the one with the smallest misfit; as a start.
 
     Parameters
     ----------
@@ -111,28 +139,50 @@ def matching_start(model, data, problem, *, bounds_of, log_mask, x0=None):
     import odeinfer as oi
 
     free = problem.free
-    tried, seeds = [], {}
+    tried, best = [], None
     if not isinstance(x0, Mapping) or any(isinstance(v, Mapping) for v in x0.values()):
         x0 = None  # per-experiment or positional initial states: the matching estimators do without
-    for name in MATCHING:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                seeds = _seeds(model, problem, bounds_of)
-                fit = getattr(oi, name)().fit(model, data, start=seeds or None, fixed=problem.fixed or None, x0=x0)
-            except (OdeinferError, ArithmeticError, np.linalg.LinAlgError) as exc:
-                tried.append({"estimator": name, "outcome": f"{type(exc).__name__}: {exc}"})
+    try:
+        rounds = _seed_rounds(model, problem, bounds_of)
+    except (OdeinferError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        return None, {"source": None, "tried": [{"estimator": name, "outcome": f"{type(exc).__name__}: {exc}"}
+                                                for name in MATCHING]}
+    for seeds in rounds:
+        for name in MATCHING:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    fit = getattr(oi, name)().fit(model, data, start=seeds or None, fixed=problem.fixed or None,
+                                                  x0=x0)
+                except (OdeinferError, ArithmeticError, np.linalg.LinAlgError) as exc:
+                    tried.append({"estimator": name, "outcome": f"{type(exc).__name__}: {exc}"})
+                    continue
+            why = _unusable(fit, free, log_mask)
+            if why is not None:
+                tried.append({"estimator": name, "outcome": why})
                 continue
-        why = _unusable(fit, free, log_mask)
-        if why is not None:
-            tried.append({"estimator": name, "outcome": why})
-            continue
-        tried.append({"estimator": name, "outcome": "used"})
-        vals = dict(zip(fit.names, fit.values.tolist()))
-        start = {n: _inside(vals[n], *bounds_of(n)) for n in free}
-        return start, {"source": name, "values": start, "status": fit.status, "seeds": seeds, "tried": tried,
-                       "warnings": [str(w.message) for w in caught]}
+            found = (fit, seeds, [str(w.message) for w in caught])
+            miss = missed(fit)
+            if miss is None:
+                tried.append({"estimator": name, "outcome": "used"})
+                return _used(found, name, free, bounds_of, tried)
+            tried.append({"estimator": name, "outcome": f"its trajectory misses the data (RMS misfit {miss[0]:.3g} "
+                          f"noise standard deviations, threshold {miss[1]:.3g}) from the seeds {seeds}"})
+            if best is None or miss[0] < best[0]:
+                best = (miss[0], name, found)
+    if best is not None:
+        tried.append({"estimator": best[1], "outcome": "used (the smallest trajectory misfit; every estimate missed)"})
+        return _used(best[2], best[1], free, bounds_of, tried)
     return None, {"source": None, "tried": tried}
+
+
+def _used(found, name, free, bounds_of, tried):
+    """The start and provenance record of the matching estimate ``found = (fit, seeds, warnings)``."""
+    fit, seeds, caught = found
+    vals = dict(zip(fit.names, fit.values.tolist()))
+    start = {n: _inside(vals[n], *bounds_of(n)) for n in free}
+    return start, {"source": name, "values": start, "status": fit.status, "seeds": seeds, "tried": tried,
+                   "warnings": caught}
 
 
 def multistart_fallback(names, lo, hi, tried):

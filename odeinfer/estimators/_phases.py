@@ -233,7 +233,7 @@ def _multistart(est, S, model, data, start, fixed, x0):
             table[f"start_{n}"].append(float(v0[k]))
     n_failed = sum(1 for r in res if r.get("status") == "failed")
     best = min(ok, key=lambda r: r["cost"]) if ok else None
-    return (None if best is None else best["u"]), table, n_failed
+    return (None if best is None else best["u"]), (None if best is None else U[best["index"]]), table, n_failed
 
 
 def _start_chunk_local(est, S, i, u0):
@@ -313,7 +313,7 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
     sp.set_sigma(S.sigma_known if S.sigma_known is not None else np.ones(sp.n))
     extras = {"sigma_mode": est.sigma if isinstance(est.sigma, str) else "known", "boundary": est.boundary}
     if est.starts > 1:
-        u0, table, n_failed = _multistart(est, S, model, data, start, fixed, x0)
+        u0, u_start, table, n_failed = _multistart(est, S, model, data, start, fixed, x0)
         extras.update(starts=table, n_failed_starts=n_failed)
         if u0 is None:
             return _failed(est, S, t_start, f"all {est.starts} starts failed", extras, [], start_info)
@@ -322,7 +322,7 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
         if missing:
             raise InputError(f"start: no starting value for {missing}; pass start={{name: value}}, or use starts > 1 "
                              "with finite bounds")
-        u0 = S.u0
+        u0 = u_start = S.u0
     fit = core_fit(est, S, u0)
     hists, lm, u = fit["hist"], fit["lm"], fit["u"]
     extras.update(fit["extras"])
@@ -372,6 +372,7 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
                     (f"; the last: {sp.failure}" if sp.failure else ""))
     if lm.status == "max_iter":
         warn.append(lm.message)
+    _fit_checks(est, S, J, raw, vals, _natural(S, u_start), extras, warn)
     observed_states = [sp.model.states[s] for s in np.unique(sp.row_state)]
     rss = {s: float(np.sum(raw[sp.row_state == sp.model.states.index(s)] ** 2)) for s in observed_states}
     sigma = {s: float(sp.sigma_state[sp.model.states.index(s)]) for s in observed_states}
@@ -392,6 +393,30 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
     _attach_profiler(est, S, estimate, u, r, cov_u, model, data, start, fixed, x0)
     _attach_bootstrap(est, S, estimate, model, data, fixed, x0)
     return estimate
+
+
+def _fit_checks(est, S, J, raw, vals, start, extras, warn):
+    """The fit's own quick checks (:mod:`odeinfer.estimators._trajectory_check`): the misfit against the
+    data's noise (``extras["fit_check"]``, a BiasWarning on a miss) and the parameters that ran away along a
+    flat direction (``extras["runaway"]``, an IdentifiabilityWarning)."""
+    from odeinfer.errors import BiasWarning
+    from odeinfer.estimators._trajectory_check import fit_check, runaway_check
+
+    sp = S.sp
+    N, nf, name = sp.n_obs, sp.n_free, type(est).__name__
+    info, msg, row_sd = fit_check(sp.model, S.problem.experiments, raw, sp.row_exp[:N], sp.row_state[:N], name)
+    extras["fit_check"] = info
+    if msg:
+        warnings.warn(msg, BiasWarning, stacklevel=4)
+        warn.append(msg)
+    # p dx/dp per row: unweighted; the columns of log parameters are d/dlog p already
+    rel = J[:N, :nf] * sp.sigma_state[sp.row_state[:N]][:, None]
+    rel = rel * np.where(S.log_mask, 1.0, vals[:nf])
+    runaway, msg = runaway_check(sp.public_names[:nf], start[:nf], vals[:nf], rel, row_sd, name)
+    if msg:
+        extras["runaway"] = runaway
+        warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
+        warn.append(msg)
 
 
 def _attach_bootstrap(est, S, estimate, model, data, fixed, x0):

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,15 +131,89 @@ class _StartFailed(Exception):
     pass
 
 
+class _Diagonal:
+    """The diagonal scaling matrices of fides' iterations (``scipy.sparse.csc_matrix(np.diag(v))``),
+    with the operations fides applies to them, bit for bit as scipy.sparse computes them and without
+    its construction cost (about a third of fides' own time per iteration on a 9-parameter problem):
+    ``S.dot(x)`` and ``S * A`` add each product to a zero (``0.0 + d_i x_i``: a negative zero becomes
+    a positive one), ``A * S`` likewise, ``A + S`` adds the non-zero diagonal entries to a
+    Fortran-ordered copy of ``A`` (the order scipy returns, which the BLAS calls after it see)."""
+
+    __slots__ = ("d",)
+    __array_ufunc__ = None  # ndarray * _Diagonal and ndarray + _Diagonal come here, as with scipy.sparse
+
+    def __init__(self, dense):
+        self.d = np.diagonal(dense).copy()
+
+    def copy(self):
+        return self
+
+    def diagonal(self):
+        return self.d.copy()
+
+    def dot(self, x):
+        x = np.asarray(x)
+        return (self.d * x if x.ndim == 1 else self.d[:, None] * x) + 0.0
+
+    __mul__ = dot
+
+    def __rmul__(self, a):
+        return np.asarray(a) * self.d + 0.0
+
+    def __radd__(self, a):
+        out = np.array(a, dtype=float, order="F", copy=True)
+        i = np.flatnonzero(self.d)
+        out[i, i] += self.d[i]
+        return out
+
+
+_PATCH_LOCK = threading.Lock()
+_patched = [0]
+
+
+@contextmanager
+def _diagonal_scaling():
+    """fides with :class:`_Diagonal` for its scaling matrices while the block runs (a fides whose
+    modules do not build them with ``csc_matrix`` runs unchanged)."""
+    import fides.minimize
+    import fides.trust_region
+    from scipy.sparse import csc_matrix
+
+    mods = [m for m in (fides.minimize, fides.trust_region) if getattr(m, "csc_matrix", None) in (csc_matrix, _Diagonal)]
+    with _PATCH_LOCK:
+        _patched[0] += 1
+        for m in mods:
+            m.csc_matrix = _Diagonal
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            _patched[0] -= 1
+            if not _patched[0]:
+                for m in mods:
+                    m.csc_matrix = csc_matrix
+
+
 def _optimizer_class():
     import fides
 
     class _Optimizer(fides.Optimizer):
-        """fides' optimiser, recording ``f`` after each iteration."""
+        """fides' optimiser, recording ``f`` after each iteration; its progress table, which it
+        formats every iteration whatever the logger's level, is never printed here (see
+        ``_SILENT``), so it is not formatted either."""
 
         def check_continue(self):
             self.f_trace.append(float(self.fval))
             return super().check_continue()
+
+        def log_step(self, accepted, step, funout):
+            pass
+
+        def log_step_initial(self):
+            pass
+
+        def log_header(self):
+            pass
 
     return _Optimizer
 
@@ -273,7 +349,8 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
     opt.f_trace = []
     x_start = _nudge_inward(x, lo, hi)
     try:
-        opt.minimize(x_start)
+        with _diagonal_scaling():
+            opt.minimize(x_start)
     except _StartFailed as e:
         return TrustResult(x_start, math.inf, None, None, "failed",
                            f"the objective could not be computed at the start: {e}", 0, obj.n_eval, obj.n_fail,

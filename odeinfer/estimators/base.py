@@ -30,7 +30,9 @@ __all__ = ["Estimator", "Problem", "prepare", "make_estimate", "IdentifiabilityW
 
 class IdentifiabilityWarning(OdeinferWarning):
     """The Jacobian of the estimating equations is (nearly) rank deficient: some parameters are
-    not identifiable from these data; their standard errors are reported as NaN."""
+    not identifiable from these data; their standard errors are reported as NaN. Also: a trajectory
+    fit's parameter ran away along a flat direction (its magnitude grew by 1e3 or more from its start
+    and the data cannot tell it from twice its value; ``extras["runaway"]``)."""
 
 
 class OverflowWarning(OdeinferWarning):

@@ -258,7 +258,9 @@ class Embedding(Estimator):
             finite bounds). Without a start of any parameter (and ``starts == 1``), the
             matching estimators give it when they apply: :class:`OrthogonalConditions`, else
             :class:`GradientMatching` (every state observed; a parameter entering nonlinearly
-            is seeded at the geometric midpoint of its bounds, or 1.0), moved inside the
+            is seeded at the geometric midpoint of its bounds, or 1.0; when the estimate's
+            trajectory misses the data, a second round seeds the unbounded ones at the data's
+            largest magnitude and the estimate with the smallest misfit is used), moved inside the
             bounds; when neither applies or their estimate fails or is not finite, a multistart
             of 16 points inside the (then required, finite) bounds. ``provenance["start"]``
             records the source (``"user"``, ``"OrthogonalConditions"``, ``"GradientMatching"``
@@ -292,7 +294,15 @@ class Embedding(Estimator):
             shooting, 1 multiple shooting, 2 optimal boundary, 3 sigma reweighting).
             ``extras``: ``starts`` (table of all starts as a dict of columns), ``rss`` per
             state, ``condition_number``, ``rank``, ``n_solver_failures``, ``segments`` /
-            ``continuity_max``, ``boundary_B1`` / ``boundary_B2``.
+            ``continuity_max``, ``boundary_B1`` / ``boundary_B2``; the fit's own quick checks
+            (:mod:`odeinfer.estimators._trajectory_check`, no extra solve): ``fit_check`` (the RMS
+            misfit against the noise measured from the data; above its threshold a BiasWarning) and,
+            when a parameter ran away along a flat direction toward a limit of the model (magnitude
+            grown 1e3-fold from its start, doubling it changes the chi-square by less than 3.84),
+            ``runaway`` (per parameter: start, value, growth, chi-square of doubling) with an
+            IdentifiabilityWarning naming it and the fix (a start near the data's scale, bounds,
+            priors). Such an estimate is "converged" but not usable: ``oi.analyze`` and
+            ``oi.bayes.sample`` do not start from it.
         """
         from odeinfer.estimators import _phases
 

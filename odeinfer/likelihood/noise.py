@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
-__all__ = ["DIST_CODES", "SCALE_CODES", "transform_data", "nll_terms"]
+__all__ = ["DIST_CODES", "SCALE_CODES", "transform_data", "nll_terms", "terms"]
 
 DIST_CODES = {"normal": 0, "laplace": 1}
 SCALE_CODES = {"lin": 0, "log": 1, "log10": 2}
@@ -43,29 +44,48 @@ def nll_terms(zy, jac, h, sigma, dist, scale):
 
     Returns
     -------
-    nll, dnll_dh, dnll_dsigma, fisher_h, fisher_sigma : ndarray (n,)
+    nll, dnll_dh, dnll_ds, fisher_h, fisher_sigma : ndarray (n,)
         The expected information of one measurement is ``fisher_h * dh dh^T + fisher_sigma *
         dsigma dsigma^T`` (``dh``, ``dsigma``: gradients of ``h`` and ``sigma``).
     """
+    h = np.asarray(h, float)
+    n = h.size
+    zy, jac = np.asarray(zy, float), np.asarray(jac, float)
+    sigma = np.broadcast_to(np.asarray(sigma, float), (n,))
+    out = np.empty((5, n))
+    _terms_into(zy, jac, h, sigma, int(dist), int(scale), out)
+    return out[0], out[1], out[2], out[3], out[4]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def terms(zy, jac, h, sigma, dist, scale):
+    """One measurement: ``(nll, dnll_dh, dnll_dsigma, fisher_h, fisher_sigma)`` (see :func:`nll_terms`)."""
     if scale == 0:
-        zh, dz = h, np.ones_like(h)
+        zh, dz = h, 1.0
     elif scale == 1:
-        zh, dz = np.log(h), 1.0 / h
+        zh, dz = math.log(h), 1.0 / h
     else:
-        zh, dz = np.log10(h), 1.0 / (h * _LN10)
+        zh, dz = math.log10(h), 1.0 / (h * _LN10)
     d = zy - zh
     inv = 1.0 / sigma
     if dist == 0:
         e = d * inv
-        nll = _HALF_LOG_2PI + np.log(sigma) + 0.5 * e * e + jac
+        nll = _HALF_LOG_2PI + math.log(sigma) + 0.5 * e * e + jac
         dnll_dh = -e * inv * dz
         dnll_ds = inv * (1.0 - e * e)
         fs = 2.0 * inv * inv
     else:
-        a = np.abs(d)
-        nll = np.log(2.0 * sigma) + a * inv + jac
-        dnll_dh = -np.sign(d) * inv * dz
+        a = abs(d)
+        sign = 1.0 if d > 0 else (-1.0 if d < 0 else (0.0 if d == 0 else d))
+        nll = math.log(2.0 * sigma) + a * inv + jac
+        dnll_dh = -sign * inv * dz
         dnll_ds = inv * (1.0 - a * inv)
         fs = inv * inv
     fh = (inv * dz) ** 2
     return nll, dnll_dh, dnll_ds, fh, fs
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _terms_into(zy, jac, h, sigma, dist, scale, out):
+    for r in range(h.shape[0]):
+        out[0, r], out[1, r], out[2, r], out[3, r], out[4, r] = terms(zy[r], jac[r], h[r], sigma[r], dist, scale)

@@ -9,7 +9,9 @@ parameters and the segment's initial state, chained to the problem's parameters 
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
 dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
 jump condition of a bolus at a fixed time). Observables and noise models (exact derivatives)
-give the NLL terms (:mod:`odeinfer.likelihood.noise`).
+give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
+and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
+gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, nll_terms, transform_data
+from odeinfer.likelihood.assemble import OK, assemble
+from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
@@ -42,7 +45,7 @@ class Evaluation:
 
 
 class _Segment:
-    __slots__ = ("start", "solver", "out", "end_extra", "jumps", "p_inputs")
+    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "p_inputs")
 
 
 class _Run:
@@ -75,6 +78,7 @@ class _Run:
         # observable-only ones, nor anything per fixed parameter or initial state
         traj_rows = list(range(self.n_p)) + list(range(self.n_p + self.n_q, jac.rows))
         self.traj_cols = np.array([j for j in range(jac.cols) if any(jac[i, j] != 0 for i in traj_rows)], np.int64)
+        self.col_sel = _as_slice(self.traj_cols)  # the same columns, as a slice where they are contiguous
         gradient = Forward(exclude=tuple(m.params[k] for k in excluded), directions=max(self.traj_cols.size, 1))
         self.preeq = obj.steady if plan.preequilibrate else None
         self.keep_x0 = plan.keep_x0
@@ -102,7 +106,7 @@ class _Run:
             if extra:
                 tt = np.append(tt, b)
             seg = _Segment()
-            seg.start, seg.out, seg.end_extra = a, out, extra
+            seg.start, seg.out, seg.rows, seg.end_extra = a, out, _as_slice(out), extra
             seg.solver = bind(Problem(prob.solve_model, tt, t0=a), solver=solver, gradient=gradient)
             seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
             seg.p_inputs = [_input_at(k, inp, a, prob.rates.get(k)) for k, inp in plan.inputs.items()]
@@ -122,6 +126,16 @@ class _Run:
             self.groups.append((k, rows, plan.t_rows[rows], self.row_out[rows], zy, jac_term,
                                 DIST_CODES[o.noise.distribution], scale))
         self.n_rows = plan.t_rows.size
+        # the groups' rows one after the other: the layout of the assembly kernel's buffers
+        sizes = [grp[1].size for grp in self.groups]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.slices = [slice(int(a), int(b)) for a, b in zip(self.starts[:-1], self.starts[1:])]
+        cat = (lambda parts, dtype=float: np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype))
+        self.idx = cat([grp[3] for grp in self.groups], np.int64)
+        self.zy = cat([grp[4] for grp in self.groups])
+        self.jac_terms = cat([grp[5] for grp in self.groups])
+        self.dist = np.array([grp[6] for grp in self.groups], np.int64)
+        self.scale = np.array([grp[7] for grp in self.groups], np.int64)
 
     def mapping(self, theta):
         v = np.asarray(self._v(theta), float).ravel()
@@ -150,12 +164,12 @@ class _Run:
             dx[i] += Jv[od + a]
         X = np.empty((self.times.size, n_s))
         dX = np.zeros((self.times.size, n_s, ne))
-        n_ps, cols = self.n_ps, self.traj_cols
+        n_ps, cols, sel = self.n_ps, self.traj_cols, self.col_sel
         k_dir = max(cols.size, 1)
         s0 = np.zeros((n_s, k_dir))
         for seg in self.segments:
             pdir = np.zeros((n_ps, k_dir))
-            pdir[:n_p, :cols.size] = dp[:, cols]
+            pdir[:n_p, :cols.size] = dp[:, sel]
             pj = p
             if seg.p_inputs or n_ps > n_p:
                 pj = np.zeros(n_ps)
@@ -165,22 +179,32 @@ class _Run:
                     pdir[k] = 0.0
                     if r is not None:
                         pj[r] = rate
-            s0[:, :cols.size] = dx[:, cols]
+            s0[:, :cols.size] = dx[:, sel]
             y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
             if st != 0:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
                                                                       max_steps=seg.solver.max_steps)
             n_out = seg.out.size
-            X[seg.out] = y[:n_out]
-            dX[np.ix_(seg.out, self.all_states, cols)] = S[:n_out, :, :cols.size]
+            X[seg.rows] = y[:n_out]
+            if isinstance(seg.rows, slice) and isinstance(sel, slice):
+                dX[seg.rows, :, sel] = S[:n_out, :, :cols.size]
+            else:
+                dX[np.ix_(seg.out, self.all_states, cols)] = S[:n_out, :, :cols.size]
             x = y[-1].copy()
             dx = np.zeros((n_s, ne))
-            dx[:, cols] = S[-1, :, :cols.size]
+            dx[:, sel] = S[-1, :, :cols.size]
             for i, a in seg.jumps:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
         return X, dX
+
+
+def _as_slice(index):
+    """``index`` (sorted int array) as a slice if it is a contiguous range, else unchanged."""
+    if index.size and index[-1] - index[0] == index.size - 1:
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return index
 
 
 def _chain(hx, dX, hp, dp, hq, dq):
@@ -276,7 +300,7 @@ class Objective:
             return Evaluation(failure="a parameter is not finite on the natural scale")
         ne = self.n
         nll, g, F = 0.0, np.zeros(ne), np.zeros((ne, ne))
-        m = self.problem.model
+        out = np.empty(1)
         solved = {}
         for run in self.runs:
             v, Jv = run.mapping(theta)
@@ -289,31 +313,42 @@ class Objective:
             X, dX = res
             p, dp = v[:run.n_p], Jv[:run.n_p]
             q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
-            for k, rows, t, idx, zy, jac_term, dist, scale in run.groups:
-                Xr, dXr = X[idx], dX[idx]
-                h, hx, hp, hq = self.obsf.h(k, t, Xr, p, q)
-                if scale and np.any(h <= 0):
-                    o = m.observables[k]
-                    return Evaluation(failure=f"experiment {run.name!r}: observable {o.name!r} is <= 0 at "
-                                              f"t={t[h <= 0][:3].tolist()} but its noise is on the {o.noise.scale} scale")
-                s, sp_, sq, sh = self.obsf.sigma(k, p, q, h)
-                if np.any(~(s > 0)):
-                    o = m.observables[k]
-                    return Evaluation(failure=f"experiment {run.name!r}: the noise sd of {o.name!r} is not positive "
-                                              f"({s[~(s > 0)][0]!r})")
-                terms, dh, ds, fh, fs = nll_terms(zy, jac_term, h, s, dist, scale)
-                nll += float(terms.sum())
-                if grad:
-                    Dh = _chain(hx, dXr, hp, dp, hq, dq)
-                    Ds = sp_ @ dp + sq @ dq + sh[:, None] * Dh
-                    g += dh @ Dh + ds @ Ds
-                    F += (Dh * fh[:, None]).T @ Dh + (Ds * fs[:, None]).T @ Ds
+            n = run.idx.size
+            H, S, SH = np.empty(n), np.empty(n), np.zeros((n, 1))
+            HX, HP, HQ = np.zeros((n, run.n_s)), np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
+            SP, SQ = np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
+            for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
+                sl = run.slices[j]
+                h = self.obsf.h_into(k, sl, t, X[idx], p, q, H, HX, HP, HQ)
+                if scale and np.any(h <= 0):  # an earlier group's bad sd is reported first, as the checks run in order
+                    return self._bad_sigma(run, S, j) or self._bad_h(run, j, h)
+                self.obsf.sigma_into(k, sl, p, q, h, S, SP, SQ, SH)
+            if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, run.zy, run.jac_terms,
+                        run.dist, run.scale, grad, g, F, out) != OK:
+                return self._bad_sigma(run, S, len(run.groups))
+            nll += float(out[0])
         if not np.isfinite(nll):
             return Evaluation(failure="the negative log-likelihood is not finite")
         if not grad:
             return Evaluation(nll)
         d = dnatural_dscaled(theta[self.est_index], self.scales)
         return Evaluation(nll, g * d, F * np.outer(d, d))
+
+    def _bad_h(self, run, j, h):
+        o = self.problem.model.observables[run.groups[j][0]]
+        t = run.groups[j][2]
+        return Evaluation(failure=f"experiment {run.name!r}: observable {o.name!r} is <= 0 at "
+                                  f"t={t[h <= 0][:3].tolist()} but its noise is on the {o.noise.scale} scale")
+
+    def _bad_sigma(self, run, S, n_groups):
+        """The failure of the first of the first ``n_groups`` groups of ``run`` whose sd is not positive, or None."""
+        for j in range(n_groups):
+            s = S[run.slices[j]]
+            if np.any(~(s > 0)):
+                o = self.problem.model.observables[run.groups[j][0]]
+                return Evaluation(failure=f"experiment {run.name!r}: the noise sd of {o.name!r} is not positive "
+                                          f"({s[~(s > 0)][0]!r})")
+        return None
 
     def predictions(self, u):
         """The observables at the measurements: ``{experiment: (t, observable names, h)}``, one row per

@@ -36,6 +36,16 @@ class _Vector:
             mats[g][:, c] = v
         return out[0], mats
 
+    def into(self, sl, value, mats, *args):
+        """Write the values into ``value[sl]`` and the non-zero partial derivatives into their columns
+        of ``mats[g][sl]`` (the other columns are left as they are: zero in a fresh buffer);
+        returns ``value[sl]``."""
+        vals = self.fn(*args)
+        value[sl] = vals[0]
+        for (g, c), v in zip(self.parts, vals[1:]):
+            mats[g][sl, c] = v
+        return value[sl]
+
 
 class ObservableFunctions:
     """For each observable of ``model``: ``h(t, X, p, q)`` with ``dh/dx``, ``dh/dp``, ``dh/dq``,
@@ -72,3 +82,13 @@ class ObservableFunctions:
         n = h.size
         s, (dp, dq, dh) = self._s[k](n, *p, *q, h)
         return s, dp, dq, dh[:, 0]
+
+    def h_into(self, k, sl, t, X, p, q, H, HX, HP, HQ):
+        """:meth:`h` written into rows ``sl`` of ``H``, ``HX``, ``HP``, ``HQ`` (zero buffers);
+        returns ``H[sl]``."""
+        return self._h[k].into(sl, H, (HX, HP, HQ), t, *X.T, *p, *q)
+
+    def sigma_into(self, k, sl, p, q, h, S, SP, SQ, SH):
+        """:meth:`sigma` written into rows ``sl`` of ``S``, ``SP``, ``SQ``, ``SH`` (n, 1) (zero
+        buffers); returns ``S[sl]``."""
+        return self._s[k].into(sl, S, (SP, SQ, SH), *p, *q, h)

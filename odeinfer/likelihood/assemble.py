@@ -1,0 +1,77 @@
+"""The likelihood's assembly over the measurements of one experiment, in one numba kernel: the noise
+models' terms (:func:`odeinfer.likelihood.noise.terms`), the chain rule from the observables'
+partial derivatives to the estimated parameters, and the sums into the gradient and the Fisher
+information (see :class:`odeinfer.likelihood.Objective`).
+
+Per measurement ``r`` (state rows ``idx[r]`` of the trajectory), with ``e`` the estimated
+parameters: ``Dh = dh/dx dX/de + dh/dp dp/de + dh/dq dq/de``, ``Ds = ds/dp dp/de + ds/dq dq/de +
+ds/dh Dh``; the gradient adds ``dnll/dh Dh + dnll/ds Ds`` and the Fisher information
+``fisher_h Dh Dh^T + fisher_sigma Ds Ds^T``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from odeinfer.likelihood.noise import terms
+
+__all__ = ["assemble", "OK", "BAD_SIGMA"]
+
+#: status codes of :func:`assemble`
+OK, BAD_SIGMA = 0, 1
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, zy, jac, dist, scale, grad, g, F, out):
+    """Add one experiment's measurements to ``g`` (n_est,) and ``F`` (n_est, n_est) (with ``grad``).
+
+    ``starts`` (n_groups + 1,): the rows of each group of measurements (one observable, one noise
+    model: codes ``dist[j]``, ``scale[j]``); ``H``, ``S`` (n,): predictions and noise sds; ``HX``
+    (n, n_states), ``HP`` (n, n_p), ``HQ`` (n, n_q): partial derivatives of ``h``; ``SP``, ``SQ``,
+    ``SH`` (n, 1): those of the sd; ``dX`` (n_times, n_states, n_est): the states' sensitivities;
+    ``dp``, ``dq``: the parameters' Jacobians. Returns a status: :data:`OK` (``out[0]`` the sum of
+    the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group, in order, whose
+    sd is not positive somewhere; nothing added).
+    """
+    n_groups = starts.shape[0] - 1
+    for j in range(n_groups):
+        for r in range(starts[j], starts[j + 1]):
+            if not S[r] > 0:
+                out[0] = j
+                return BAD_SIGMA
+    ne = g.shape[0]
+    n_s, n_p, n_q = HX.shape[1], HP.shape[1], HQ.shape[1]
+    Dh = np.empty(ne)
+    Ds = np.empty(ne)
+    nll = 0.0
+    for j in range(n_groups):
+        for r in range(starts[j], starts[j + 1]):
+            t_nll, dh, ds, fh, fs = terms(zy[r], jac[r], H[r], S[r], dist[j], scale[j])
+            nll += t_nll
+            if not grad:
+                continue
+            i = idx[r]
+            for e in range(ne):
+                acc = 0.0
+                for s in range(n_s):
+                    acc += HX[r, s] * dX[i, s, e]
+                for k in range(n_p):
+                    acc += HP[r, k] * dp[k, e]
+                for k in range(n_q):
+                    acc += HQ[r, k] * dq[k, e]
+                Dh[e] = acc
+                acc = 0.0
+                for k in range(n_p):
+                    acc += SP[r, k] * dp[k, e]
+                for k in range(n_q):
+                    acc += SQ[r, k] * dq[k, e]
+                Ds[e] = acc + SH[r, 0] * Dh[e]
+            for a in range(ne):
+                g[a] += dh * Dh[a] + ds * Ds[a]
+                wh = Dh[a] * fh
+                ws = Ds[a] * fs
+                for b in range(ne):
+                    F[a, b] += wh * Dh[b] + ws * Ds[b]
+    out[0] = nll
+    return OK
