@@ -52,6 +52,31 @@ def test_stan_lynx_hare_logp_matches_scipy(stan):
     np.testing.assert_allclose(_logp_at(m, p), lp, rtol=1e-9)
 
 
+def test_observed_columns_in_model_order_are_a_basic_slice(stan):
+    """All states observed in the model's order: the likelihood takes y_hat's columns as a basic slice,
+    so the gradient graph has no advanced indexing (slow to compile in NUMBA mode); the same data with
+    its columns in another order keeps the indexing and gives the same log density."""
+    import pytensor
+    from pytensor.graph.traversal import applys_between
+    from pytensor.tensor.subtensor import (AdvancedIncSubtensor, AdvancedIncSubtensor1, AdvancedSubtensor,
+                                           AdvancedSubtensor1)
+
+    lv, data, m = stan
+    advanced = (AdvancedSubtensor, AdvancedSubtensor1, AdvancedIncSubtensor, AdvancedIncSubtensor1)
+
+    def n_advanced(model):
+        logp = model.logp()
+        outs = [logp, *pytensor.grad(logp, model.value_vars)]
+        return sum(isinstance(a.op, advanced) for a in applys_between(model.value_vars, outs))
+
+    swapped = oi.Data(data.t, np.asarray(data.y)[:, ::-1], states=list(data.states)[::-1], t0=data.t0)
+    _, _, priors = lynx_hare_stan()
+    m2 = oi.bayes.build_model(lv, swapped, priors=priors, likelihood="lognormal",
+                              solver=oi.Dopri5(rtol=1e-10, atol=1e-12, max_steps=20_000))
+    assert n_advanced(m) == 0 and n_advanced(m2) > 0
+    np.testing.assert_allclose(_logp_at(m2, POINT), _logp_at(m, POINT), rtol=1e-13)
+
+
 def test_stan_graph_names_transforms_and_dims(stan):
     lv, data, m = stan
     assert [v.name for v in m.free_RVs] == ["alpha", "beta", "gamma", "delta", "x0[hare]", "x0[lynx]",

@@ -1,6 +1,7 @@
 """sample(): seeding (initial points, mass matrix mapped through PyMC's transforms), the
 InferenceData groups, the diagonal fallback, interruption, and nutpie when installed."""
 
+import contextlib
 import re
 
 import numpy as np
@@ -163,6 +164,34 @@ def test_an_estimate_on_its_priors_bound_seeds_without_warning(lv):
                       "converged", sigma=est.sigma)
     with pytest.warns(SeedingWarning, match="outside the support"):
         seed_from_estimate(m, beyond)
+
+
+def test_side_functions_without_c_give_the_c_path_values(lv):
+    """sample() evaluates PyMC's side functions (trace, pointwise log-likelihood, posterior
+    predictive) with Python thunks (``side_mode``, nothing compiled): the log-likelihood equals the
+    normal log density of the data around the recorded trajectory (scipy, an independent formula)
+    and PyTensor's C path on the same draws; the posterior predictive draws are the C path's."""
+    from scipy.stats import norm
+
+    from odeinfer.bayes.sample import side_mode
+
+    model, data, est = lv
+    m = oi.bayes.build_model(model, data, init=est)
+    idata = oi.bayes.sample(m, init=est, draws=10, tune=10, chains=1, cores=1, rng=3, n_trajectory_times=5)
+    post = idata.posterior
+    y_hat = np.asarray(post["y_hat"])[..., [model.states.index(s) for s in data.states]]
+    sigma = np.stack([np.asarray(post[f"sigma[{s}]"]) for s in data.states], axis=-1)[:, :, None, :]
+    loglik = np.asarray(idata.log_likelihood["y_obs"])
+    np.testing.assert_allclose(loglik, norm.logpdf(np.asarray(data.y), y_hat, sigma), rtol=1e-10, atol=0)
+    c_path = pm.compute_log_likelihood(idata, model=m, progressbar=False, extend_inferencedata=False)
+    np.testing.assert_allclose(loglik, np.asarray(c_path["y_obs"]), rtol=1e-10, atol=0)
+    draws = {}
+    for name, context in (("c", contextlib.nullcontext()), ("python", side_mode())):
+        with context:
+            pp = pm.sample_posterior_predictive(idata, model=m, var_names=["y_obs"], random_seed=11,
+                                                progressbar=False, extend_inferencedata=False)
+        draws[name] = np.asarray(pp.posterior_predictive["y_obs"])
+    np.testing.assert_allclose(draws["python"], draws["c"], rtol=1e-10, atol=0)
 
 
 # ---- estimates that must not seed NUTS (issue 16, "no silent nonsense") ------------------------------

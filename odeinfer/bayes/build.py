@@ -282,7 +282,7 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
             cols = [model.states.index(s) for s in d.states]
             mask = np.asarray(d.mask)
             if mask.all():
-                mu = y_hat[:, cols]
+                mu = _columns(y_hat, cols)
                 observed, dims = np.asarray(d.y, dtype=float), (tdim, odim)
                 scale = pt.stack([sig[s] for s in d.states]) if sig and None not in sig.values() else None
             else:
@@ -523,6 +523,15 @@ def _default_priors(exps, likelihood, init, model, free_sigma, free_other):
     if "nu" in free_other:
         out["nu"] = pm.Gamma.dist(alpha=2.0, beta=0.1)
     return out
+
+
+def _columns(y_hat, cols):
+    """``y_hat[:, cols]``, as a basic slice when ``cols`` are consecutive (all states observed, in the
+    model's order, in the common case): the same values, but the log density's gradient graph then has no
+    advanced-indexing update, whose numba code costs about 2 s to compile on an empty cache."""
+    if cols == list(range(cols[0], cols[0] + len(cols))):
+        return y_hat[:, cols[0]:cols[0] + len(cols)]
+    return y_hat[:, cols]
 
 
 def _likelihood_rv(name, likelihood, mu, scale, nu, observed, dims):

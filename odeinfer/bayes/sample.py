@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -71,8 +72,11 @@ def sample(model, data=None, *, init=None, draws=1000, tune=None, chains=4, core
     target_accept : float, default 0.8
     mass_matrix_weight : float, default 100
         How many draws the seeded covariance counts as when adaptation updates it.
-    mode : str, default "NUMBA"
+    mode : str or None, default "NUMBA"
         PyTensor compile mode of the PyMC sampler's log density (``"FAST_RUN"`` for the C backend).
+        PyMC's side functions (the trace's point function, the pointwise log-likelihood, the posterior
+        predictive) run on Python thunks, with nothing compiled (:func:`side_mode`); with None, the
+        log density, the trace and the log-likelihood take PyTensor's default mode.
     posterior_predictive : bool, default True
         Add the ``posterior_predictive`` group: simulated observations
         (``y_obs``) per draw, and noise-free trajectories ``trajectory`` on
@@ -259,7 +263,31 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, init
             kwargs["init"] = "jitter+adapt_diag" if seed is None else "adapt_diag"
             kwargs["target_accept"] = target_accept
             kwargs["compile_kwargs"] = compile_kwargs
-        return pm.sample(**kwargs)
+        if mode is None:  # PyTensor's default mode for everything, as asked
+            return pm.sample(**kwargs)
+        with side_mode():  # the trace's point function and the pointwise log-likelihood
+            return pm.sample(**kwargs)
+
+
+@contextlib.contextmanager
+def side_mode():
+    """Within the block, PyTensor functions compiled in the default mode (PyMC's side functions: the
+    trace's point function, the pointwise log-likelihood, the posterior predictive's forward function)
+    run PyTensor's ``fast_run`` rewrites, elemwise fusion left out, on Python thunks instead of C ones.
+    The same graphs give the same values (NumPy's arithmetic in place of the C code's; equal to 1e-10
+    in the tests); what changes is that nothing is compiled: on an empty PyTensor cache, compiling each
+    operation of these small graphs with the C compiler cost about 5 s of the lynx-hare demo, more than
+    evaluating them in Python over all the draws. Functions compiled with an explicit mode (the
+    sampler's log density, ``mode="NUMBA"``) are not affected."""
+    import pytensor
+    from pytensor.compile.mode import Mode
+    from pytensor.link.vm import VMLinker
+
+    # cxx="": the rewrites' constant folding would compile C thunks too
+    # without elemwise fusion: a fused op's Python thunk runs element by element, NumPy's ufuncs do not
+    mode = Mode(VMLinker(use_cloop=False, c_thunks=False), "fast_run").excluding("fusion")
+    with pytensor.config.change_flags(mode=mode, cxx=""):
+        yield
 
 
 def _compile_before_fork(step, q):
@@ -305,7 +333,8 @@ def _sample_nutpie(pm_model, seed, draws, tune, chains, cores, rng_seed, target_
     _idata.set_attrs(idata, sampling_time=time.perf_counter() - start)
     # nutpie returns posterior and sample_stats; add the groups PyMC's sampler would
     _add_model_groups(idata, pm_model)
-    pm.compute_log_likelihood(idata, model=pm_model, progressbar=False, extend_inferencedata=True)
+    with side_mode():
+        pm.compute_log_likelihood(idata, model=pm_model, progressbar=False, extend_inferencedata=True)
     return idata
 
 
@@ -338,7 +367,7 @@ def _add_posterior_predictive(idata, pm_model, info, rng_seed, n_fine):
     import xarray as xr
 
     obs_names = [rv.name for rv in pm_model.observed_RVs]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), side_mode():
         warnings.filterwarnings("ignore", category=UserWarning)
         pm.sample_posterior_predictive(idata, model=pm_model, var_names=obs_names, random_seed=rng_seed,
                                        progressbar=False, extend_inferencedata=True)

@@ -277,6 +277,10 @@ def dde_adjoint_gradient_call(kernel, t0, t_end, hkind, hb, hc, tb, tc, wl, pape
 
 
 # ---- adapters for numba callers (the PyTensor Ops' NUMBA mode) -------------------------------------
+# The adapters are inlined into their caller (numba's inline="always"): each numba function that calls
+# another links the callee's LLVM module into its own and optimises and compiles it again, kernel
+# included, so an adapter as a function of its own cost about a second more per graph on an empty cache
+# (PyTensor's NUMBA mode compiles the log density with the Op's function around these adapters).
 # Closure values reach numba as literals and read-only arrays; the kernels are passed the plain
 # types the Python adapters above pass (int64, bool, writable arrays), so the machine code that
 # numba cached for those signatures is reused instead of compiled again.
@@ -310,11 +314,11 @@ def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_
     t0, rtol, atol = float(t0), float(rtol), float(atol)
     err = 1 if sens_err else 0
     if sensitivities:
-        @njit(error_model="numpy")
+        @njit(error_model="numpy", inline="always")
         def run(p, y0, z_out, work, info):
             return kernel(t0, t_eval, y0, p, err != 0, rtol, atol, 0.0, np.int64(max_steps), z_out, work, info)
     else:
-        @njit(error_model="numpy")
+        @njit(error_model="numpy", inline="always")
         def run(p, y0, z_out, work, info):
             return kernel(t0, t_eval, y0, p, rtol, atol, 0.0, np.int64(max_steps), z_out, work, info)
     return run
@@ -330,7 +334,7 @@ def njit_adjoint_vjp(compiled, t0, t_eval, rtol, atol, nsub):
     kernel = _njit_kernel(compiled, "dopri5_adjoint_vjp", (f8, ro1, c1, c1, c2, f8, f8, i8, i8, c2, c2, c1, c1, c1))
     t0, rtol, atol = float(t0), float(rtol), float(atol)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, y0, g, max_steps, z_out, rec, grad, work, info):
         return kernel(t0, t_eval, y0, p, g, rtol, atol, np.int64(max_steps), np.int64(nsub), z_out, rec, grad, work,
                       info)
@@ -351,7 +355,7 @@ def njit_dde_solve(compiled, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol,
                                                   c2, c1, c2, c1))
     t0, rtol, atol = float(t0), float(rtol), float(atol)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, phi, z_out, work, buf, info):
         return kernel(t0, t_eval, p, np.int64(hkind), phi, hb.copy(), hc.copy(), np.int64(k), err != 0, rtol, atol,
                       0.0, np.int64(max_steps), z_out, work, buf, info)
@@ -370,7 +374,7 @@ def njit_dde_adjoint_vjp(compiled, t0, t_obs, hkind, hb, hc, nsub):
                                                         c1))
     t0 = float(t0)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, phi, g, buf, nbuf, grad):
         return kernel(t0, t_obs, g, p, np.int64(hkind), phi, hb.copy(), hc.copy(), buf, np.int64(nbuf),
                       np.int64(nsub), grad)
