@@ -298,6 +298,9 @@ def _njit_kernel(compiled, name, sig):
     return jit_kernel(compiled, name, sig)
 
 
+# The numba adapters below are inlined (numba IR, ``inline="always"``) into the one function that calls
+# them: numba links a callee's whole module into each caller and optimises it again there, so every
+# wrapper level between a PyTensor graph and a kernel compiled the kernel's code once more.
 def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_steps, sens_err):
     """An ``@njit`` ``run(p, y0, z_out, work, info) -> status`` calling ``compiled``'s
     ``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve`` (Hairer's first step): the
@@ -310,11 +313,11 @@ def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_
     t0, rtol, atol = float(t0), float(rtol), float(atol)
     err = 1 if sens_err else 0
     if sensitivities:
-        @njit(error_model="numpy")
+        @njit(error_model="numpy", inline="always")
         def run(p, y0, z_out, work, info):
             return kernel(t0, t_eval, y0, p, err != 0, rtol, atol, 0.0, np.int64(max_steps), z_out, work, info)
     else:
-        @njit(error_model="numpy")
+        @njit(error_model="numpy", inline="always")
         def run(p, y0, z_out, work, info):
             return kernel(t0, t_eval, y0, p, rtol, atol, 0.0, np.int64(max_steps), z_out, work, info)
     return run
@@ -330,7 +333,7 @@ def njit_adjoint_vjp(compiled, t0, t_eval, rtol, atol, nsub):
     kernel = _njit_kernel(compiled, "dopri5_adjoint_vjp", (f8, ro1, c1, c1, c2, f8, f8, i8, i8, c2, c2, c1, c1, c1))
     t0, rtol, atol = float(t0), float(rtol), float(atol)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, y0, g, max_steps, z_out, rec, grad, work, info):
         return kernel(t0, t_eval, y0, p, g, rtol, atol, np.int64(max_steps), np.int64(nsub), z_out, rec, grad, work,
                       info)
@@ -351,7 +354,7 @@ def njit_dde_solve(compiled, t0, t_eval, hkind, hb, hc, k, sens_err, rtol, atol,
                                                   c2, c1, c2, c1))
     t0, rtol, atol = float(t0), float(rtol), float(atol)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, phi, z_out, work, buf, info):
         return kernel(t0, t_eval, p, np.int64(hkind), phi, hb.copy(), hc.copy(), np.int64(k), err != 0, rtol, atol,
                       0.0, np.int64(max_steps), z_out, work, buf, info)
@@ -370,7 +373,7 @@ def njit_dde_adjoint_vjp(compiled, t0, t_obs, hkind, hb, hc, nsub):
                                                         c1))
     t0 = float(t0)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def run(p, phi, g, buf, nbuf, grad):
         return kernel(t0, t_obs, g, p, np.int64(hkind), phi, hb.copy(), hc.copy(), buf, np.int64(nbuf),
                       np.int64(nsub), grad)
