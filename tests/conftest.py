@@ -23,8 +23,9 @@ os.environ.setdefault("ODEINFER_TIERED", "shared")
 # its current file is nearly done (greedy list scheduling), so the long files start first and the
 # short ones fill in at the end: no worker is left with a long file while the other idles. Order by the
 # summed durations of each file's tests among the 60 slowest of a full run on empty caches (2 workers,
-# loaded machine): test_tiered 495 s, test_shared_tier 353 s, test_notebooks 347 s, test_solve_api 182 s, test_bayes_op 145 s,
-# test_bayes_sbc 133 s, test_bayes_dde 77 s, ... The other files keep their collection order after these.
+# loaded machine): test_tiered 495 s, test_shared_tier 353 s, test_notebooks 347 s, test_solve_api
+# 182 s, test_bayes_op 145 s, test_bayes_sbc 133 s, test_bayes_dde 77 s, ... The other files keep their
+# collection order after these.
 LONGEST_FIRST = ("test_tiered.py", "test_shared_tier.py", "test_notebooks.py", "test_solve_api.py", "test_bayes_op.py",
                  "test_bayes_sbc.py", "test_bayes_dde.py", "test_solve_dopri.py", "test_dde_vjp.py",
                  "test_bayes_problem.py", "test_bayes_many.py", "test_oc_studies.py", "test_newton_family.py",
