@@ -17,13 +17,19 @@ os.environ.setdefault("ODEINFER_CACHE_DIR", os.path.join(tempfile.gettempdir(), 
 # checks the two kernels against each other and tests the default mode.
 os.environ.setdefault("ODEINFER_TIERED", "shared")
 
-# The files that take longest on an empty cache (model kernels compiled per test, notebooks, NUTS),
-# longest first: they start first, so that with ``--dist loadfile --no-loadscope-reorder``
-# (pyproject.toml) no worker is left with one of them at the end while the others idle. The other
-# files keep their collection order after these.
-LONGEST_FIRST = ("test_notebooks.py", "test_tiered.py", "test_shared_tier.py", "test_bayes_many.py",
-                 "test_bayes_problem.py", "test_oc_studies.py", "test_gradient_matching.py", "test_newton_family.py",
-                 "test_dde_vjp.py", "test_bayes_op.py")
+# The files that take longest on an empty cache (model kernels compiled per test, numba wrappers of the
+# shared kernels per PyTensor graph, notebooks, NUTS), longest first. With ``--dist loadfile
+# --no-loadscope-reorder`` (pyproject.toml) xdist hands a worker the next file of this order whenever
+# its current file is nearly done (greedy list scheduling), so the long files start first and the
+# short ones fill in at the end: no worker is left with a long file while the other idles. Order by the
+# summed durations of each file's tests among the 60 slowest of a full run on empty caches (2 workers,
+# loaded machine): test_tiered 495 s, test_shared_tier 353 s, test_notebooks 347 s, test_solve_api
+# 182 s, test_bayes_op 145 s, test_bayes_sbc 133 s, test_bayes_dde 77 s, ... The other files keep their
+# collection order after these.
+LONGEST_FIRST = ("test_tiered.py", "test_shared_tier.py", "test_notebooks.py", "test_solve_api.py", "test_bayes_op.py",
+                 "test_bayes_sbc.py", "test_bayes_dde.py", "test_solve_dopri.py", "test_dde_vjp.py",
+                 "test_bayes_problem.py", "test_bayes_many.py", "test_oc_studies.py", "test_newton_family.py",
+                 "test_problem.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -19,6 +19,7 @@ from odeinfer.bayes.dde_problem import DDEProblem
 from odeinfer.errors import InputError
 from odeinfer.model import History
 from odeinfer.solve.dde_adjoint import dde_vjp
+from representative import split
 
 SMALL = ["delay_exponential_decay", "logistic_delay"]
 
@@ -218,7 +219,14 @@ def test_problem_vjp_with_a_data_driven_history():
     assert status == 6
 
 
-@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA"])
+# The NUMBA case compiles three numba wrappers of the shared delay kernels for this problem (forward
+# with and without sensitivities, the VJP: about 50 s of CPU on an empty cache): -m slow. Its path stays
+# in the default suite through: FAST_COMPILE here (VJPOp's gradient equals the sensitivity gradient);
+# tests/test_bayes_dde.py::test_numba_mode_of_a_new_delay_model_runs_the_shared_kernel[vjp] (the numba
+# VJP that VJPOp's NUMBA dispatch calls, DDEProblem.numba_vjp, gives the Python VJP's bits) and [solve];
+# tests/test_bayes_op.py::test_a_graph_on_the_shared_kernel_is_cached_and_loads_in_another_process[dde]
+# (a NUMBA-mode graph with ODEOp and VJPOp on a delay model compiles, runs and is cached).
+@pytest.mark.parametrize("mode", split([("FAST_COMPILE",), ("NUMBA",)], default=[("FAST_COMPILE",)]))
 def test_dde_op_adjoint_gradient_equals_sensitivity_gradient(mode):
     """The Op on a delay model (delay exponential decay, affine history: theta incl. tau, phi):
     gradient through VJPOp (DDE-Find adjoint, corrected delay term) vs through the forward

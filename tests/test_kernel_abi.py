@@ -156,3 +156,30 @@ def test_the_keyword_adapter_orders_the_estimators_kernel_arguments_by_the_table
     with pytest.raises(TypeError, match=r"gm_residuals: expected the arguments \['t', 'X', 'D', 'p', 'E'\], got "
                                         r"\['D', 'X', 'p', 't'\]"):
         abi.call(lambda *a: a, "gm_residuals", t=0, X=1, D=2, p=3)
+
+
+def test_the_numba_adapters_are_inlined_into_their_callers(monkeypatch):
+    """Numba links a callee's whole machine-code module into each function that calls it and optimises
+    it again there: every wrapper level between a PyTensor graph and a kernel compiles the kernel's code
+    once more (a new delay problem's forward wrapper: 15 s of CPU with two more levels, 7.5 s without).
+    The adapters and the delay problem's forward step are therefore inlined (numba IR) into the one
+    function that calls them: the problem's ``numba_solve`` / ``numba_vjp`` function, which a graph calls
+    and which stays a function of its own. (The bits are unchanged: tests/test_bayes_op.py and
+    tests/test_bayes_dde.py compare those functions with the Python path bit for bit.)"""
+    from odeinfer.bayes.dde_problem import DDEProblem
+    from odeinfer.model import History
+
+    monkeypatch.setattr(abi, "_njit_kernel", lambda compiled, name, sig: None)  # nothing is called here
+    t = np.array([0.0, 0.5])
+    hb, hc = np.zeros(1), np.zeros((1, 1, 1))
+    adapters = [abi.njit_ode_solve(None, "dopri5", True, 0.0, t, 1e-3, 1e-4, 7, True),
+                abi.njit_ode_solve(None, "dopri5", False, 0.0, t, 1e-3, 1e-4, 7, True),
+                abi.njit_adjoint_vjp(None, 0.0, t, 1e-3, 1e-4, 1),
+                abi.njit_dde_solve(None, 0.0, t, 0, hb, hc, 0, True, 1e-3, 1e-4, 7),
+                abi.njit_dde_adjoint_vjp(None, 0.0, t, 0, hb, hc, 1)]
+    assert [a.targetoptions.get("inline") for a in adapters] == ["always"] * 5
+    z = zoo.get("delay_exponential_decay")
+    problem = DDEProblem(z.model, z.t, History.constant([1.0]), 0.0)
+    assert problem._numba_forward(0).targetoptions.get("inline") == "always"
+    for outer in (problem.numba_solve(), problem.numba_vjp()):  # what a graph calls: compiled on its own
+        assert outer.targetoptions.get("inline", "never") == "never"

@@ -61,3 +61,26 @@ def test_known_x0_is_the_start(pinene_400):
     z, data = pinene_400
     est = oi.OrthogonalConditions().fit(z.model, data, x0=z.x0)
     assert est.extras["trajectory_check"]["start"] == "the known x0"
+
+
+def test_the_smoothed_start_is_computed_once_per_data(pinene_400, monkeypatch):
+    """The GCV smoothing spline of the start (about 0.3 s per state at n = 400) is a function of the
+    data alone: a second check of the same data (a refit, a profile, a multistart) reuses it, and
+    gives the same bits as a fresh computation; other data compute their own."""
+    import scipy.interpolate
+
+    from odeinfer.estimators import _trajectory_check as tc
+
+    z, data = pinene_400
+    prob = prepare(z.model, data)
+    tc._smoothed_at.cache_clear()
+    fresh, _ = trajectory_check(prob, z.params_array(), "Test")
+    calls = []
+    real = scipy.interpolate.make_smoothing_spline
+    monkeypatch.setattr(scipy.interpolate, "make_smoothing_spline", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again, _ = trajectory_check(prob, z.params_array() * 1.01, "Test")
+    assert calls == []  # every state's start came from the first check
+    assert trajectory_check(prob, z.params_array(), "Test")[0] == fresh
+    shifted = oi.Data(data.t, data.y + 0.5, data.states, t0=data.t0)
+    trajectory_check(prepare(z.model, shifted), z.params_array(), "Test")
+    assert len(calls) == z.model.n_states  # new data: each state's spline is computed

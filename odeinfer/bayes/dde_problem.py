@@ -195,7 +195,7 @@ class DDEProblem(ForwardProblem):
         cols = abi.dde_buffer_cols(n, k)
         rows0 = min(512, max_steps)
 
-        @njit(error_model="numpy")
+        @njit(error_model="numpy", inline="always")
         def forward(p, ph):
             z = np.empty((n_out, width))
             info = np.zeros(_INFO_SIZE)
