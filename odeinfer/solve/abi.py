@@ -302,9 +302,6 @@ def _njit_kernel(compiled, name, sig):
     return jit_kernel(compiled, name, sig)
 
 
-# The numba adapters below are inlined (numba IR, ``inline="always"``) into the one function that calls
-# them: numba links a callee's whole module into each caller and optimises it again there, so every
-# wrapper level between a PyTensor graph and a kernel compiled the kernel's code once more.
 def njit_ode_solve(compiled, method, sensitivities, t0, t_eval, rtol, atol, max_steps, sens_err):
     """An ``@njit`` ``run(p, y0, z_out, work, info) -> status`` calling ``compiled``'s
     ``<method>_solve_sens`` with ``sensitivities``, else ``<method>_solve`` (Hairer's first step): the
