@@ -265,12 +265,14 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, init
             kwargs["compile_kwargs"] = compile_kwargs
         if mode is None:  # PyTensor's default mode for everything, as asked
             return pm.sample(**kwargs)
-        with side_mode():  # the trace's point function and the pointwise log-likelihood
+        # the trace's point function and the pointwise log-likelihood; without a seeded step, PyMC
+        # compiles the log density inside pm.sample, in the mode asked for (the C compiler kept)
+        with side_mode(compiler=not seeded):
             return pm.sample(**kwargs)
 
 
 @contextlib.contextmanager
-def side_mode():
+def side_mode(compiler=False):
     """Within the block, PyTensor functions compiled in the default mode (PyMC's side functions: the
     trace's point function, the pointwise log-likelihood, the posterior predictive's forward function)
     run PyTensor's ``fast_run`` rewrites, elemwise fusion left out, on Python thunks instead of C ones.
@@ -278,7 +280,10 @@ def side_mode():
     in the tests); what changes is that nothing is compiled: on an empty PyTensor cache, compiling each
     operation of these small graphs with the C compiler cost about 5 s of the lynx-hare demo, more than
     evaluating them in Python over all the draws. Functions compiled with an explicit mode (the
-    sampler's log density, ``mode="NUMBA"``) are not affected."""
+    sampler's log density, ``mode="NUMBA"``) are not affected, but with ``compiler=False`` (no C
+    compiler inside the block) a C-backend mode compiled in the block (``mode="FAST_RUN"``) would not
+    get C thunks (and PyTensor resolves ``"FAST_RUN"`` to no mode at all): pass ``compiler=True`` when
+    the sampler's own functions are compiled inside the block (PyMC's default initialisation)."""
     import pytensor
     from pytensor.compile.mode import Mode
     from pytensor.link.vm import VMLinker
@@ -286,7 +291,8 @@ def side_mode():
     # cxx="": the rewrites' constant folding would compile C thunks too
     # without elemwise fusion: a fused op's Python thunk runs element by element, NumPy's ufuncs do not
     mode = Mode(VMLinker(use_cloop=False, c_thunks=False), "fast_run").excluding("fusion")
-    with pytensor.config.change_flags(mode=mode, cxx=""):
+    flags = {"mode": mode} if compiler else {"mode": mode, "cxx": ""}
+    with pytensor.config.change_flags(**flags):
         yield
 
 
