@@ -29,12 +29,10 @@ class _Vector:
         self.fn = sp.lambdify(args, [e.xreplace(rename) for e in exprs], modules="numpy", cse=True)
 
     def __call__(self, n, *args):
-        vals = self.fn(*args)
-        out = [np.broadcast_to(np.asarray(vals[0], float), (n,))]
+        value = np.empty(n)
         mats = [np.zeros((n, k)) for k in self.sizes]
-        for (g, c), v in zip(self.parts, vals[1:]):
-            mats[g][:, c] = v
-        return out[0], mats
+        self.into(slice(None), value, mats, *args)
+        return value, mats
 
     def into(self, sl, value, mats, *args):
         """Write the values into ``value[sl]`` and the non-zero partial derivatives into their columns
