@@ -358,7 +358,7 @@ def _fitter(kind, problem):
 
         est = oi.Embedding()
         obj = make_objective(problem, likelihood_solver(est))
-        return lambda i, u0: _one(obj, i, u0, est.max_iter)
+        return lambda i, u0: _one(obj, i, u0, est.iterations("likelihood"))
     sp_ = ScipyProblem(problem)
 
     def fit(i, u0):

@@ -279,6 +279,8 @@ def test_experiment_without_observations():
     (dict(bounds={"alpha": (1.0, 0.5)}), r"bounds\['alpha'\]: expected lower < upper"),
     (dict(continuity_weight=0), r"continuity_weight: expected a positive number"),
     (dict(solver="rodas"), r"solver: expected a solver value such as oi.Rodas\(\), got the string 'rodas'"),
+    (dict(max_iter=0), r"max_iter: expected an int >= 1 or None \(the defaults of MAX_ITER\), got 0"),
+    (dict(max_iter=True), r"max_iter: expected an int >= 1 or None .*, got True"),
 ])
 def test_config_validation(kwargs, match):
     with pytest.raises(InputError, match=match):

@@ -248,6 +248,22 @@ def test_report_of_a_likelihood_fit_shows_its_observables(tmp_path):
     assert "class='unavailable'" not in html and "data and fitted trajectories" not in html
 
 
+def test_iteration_budgets_default_per_kind_of_fit(monkeypatch):
+    """max_iter=None: 1000 trust-region iterations per likelihood fit (fides' default; 200 left most
+    Fujita_SciSignal2010 starts short of their optimum), 200 LM iterations per trajectory phase; a
+    number applies to both."""
+    import odeinfer.estimators._likelihood_fit as lf
+
+    assert oi.Embedding().iterations("likelihood") == 1000 and oi.Embedding().iterations("lm") == 200
+    assert oi.Embedding(max_iter=7).iterations("likelihood") == 7 == oi.Embedding(max_iter=7).iterations("lm")
+    prob = problem(two_conditions(np.random.default_rng(5)))
+    seen, local = [], lf._local
+    monkeypatch.setattr(lf, "_local", lambda obj, u0, max_iter: (seen.append(max_iter), local(obj, u0, 5))[1])
+    oi.Embedding().fit(prob, start=np.array([1.0, 2.0, 0.1, 0.3, 0.5]))
+    oi.Embedding(max_iter=3).fit(prob, start=np.array([1.0, 2.0, 0.1, 0.3, 0.5]))
+    assert seen == [1000, 3]
+
+
 def test_a_start_matrix_gives_one_local_fit_per_row(monkeypatch):
     import odeinfer.estimators._likelihood_fit as lf
 

@@ -244,7 +244,7 @@ def _one(obj, i, u0, max_iter):
 
 def fit_likelihood(est, problem, start, t_start, priors=None):
     """Fit ``problem`` with the settings of Embedding ``est`` (solver, starts, rng, sampler,
-    n_jobs, max_iter); ``priors`` (``{name: Prior}``, from :func:`resolve_priors`) makes it a MAP
+    n_jobs, iteration budget); ``priors`` (``{name: Prior}``, from :func:`resolve_priors`) makes it a MAP
     fit. Returns an :class:`~odeinfer.results.Estimate`."""
     from odeinfer.inference.multistart import run_starts, sample_starts
 
@@ -274,9 +274,9 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
         pts = np.zeros((0, obj.n))
     U = np.vstack([U_user[:n_user], pts])
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
-        runs = [_one(obj, i, u0, est.max_iter) for i, u0 in enumerate(U)]
+        runs = [_one(obj, i, u0, est.iterations("likelihood")) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, solver, est.max_iter, priors, shooting), U, n_jobs=est.n_jobs,
+        runs = run_starts(_chunk, (problem, solver, est.iterations("likelihood"), priors, shooting), U, n_jobs=est.n_jobs,
                           executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
@@ -371,7 +371,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
                    obj.n_data, fixed, {}, None, {}, extras, tuple(warns), prov)
     object.__setattr__(out, "_objective", obj)
     if best is not None and cov_u is not None and math.isfinite(f):
-        _attach_profiler(obj, out, np.asarray(u, float), f, cov_u, est.max_iter, priors)
+        _attach_profiler(obj, out, np.asarray(u, float), f, cov_u, est.iterations("likelihood"), priors)
     if best is not None and math.isfinite(f):
         from odeinfer.inference.bootstrap import ParametricBootstrap, likelihood_builder
 

@@ -20,7 +20,7 @@ _MS_STAGES = 4  # continuity weights w, 10 w, 100 w, 1000 w
 
 
 def _lm(est, evaluate, u0, lo, hi, active=None, record=True, max_iter=None, why=None):
-    return levenberg_marquardt(evaluate, u0, lo, hi, active, max_iter=max_iter or est.max_iter, xtol=est.xtol,
+    return levenberg_marquardt(evaluate, u0, lo, hi, active, max_iter=max_iter or est.iterations("lm"), xtol=est.xtol,
                                ftol=est.ftol, gtol=est.gtol, record=record, why=why)
 
 

@@ -27,6 +27,12 @@ from odeinfer.solve.config import as_solver
 
 __all__ = ["Embedding"]
 
+#: Iteration budgets per local fit when ``max_iter`` is None: Levenberg-Marquardt iterations per
+#: phase of a trajectory fit, and trust-region iterations of a likelihood fit (fides' own default;
+#: on Fujita_SciSignal2010, 200 left most starts short of their optimum, see
+#: tests/reference/petab_benchmarks.md).
+MAX_ITER = {"lm": 200, "likelihood": 1000}
+
 
 @dataclass(frozen=True)
 class Embedding(Estimator):
@@ -102,8 +108,10 @@ class Embedding(Estimator):
         Problems with observables (a ``FitProblem``, PEtab) are fitted by their likelihood with the
         ``likelihood`` role's ``oi.Auto(rtol=1e-6, atol=1e-8)`` unless a solver is given here (see
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).
-    max_iter : int, default 200
-        LM iterations per phase; when reached the status is ``"max_iter"`` with the best point.
+    max_iter : int or None, default None
+        Iterations per local fit; when reached the status is ``"max_iter"`` with the best point.
+        None: 200 Levenberg-Marquardt iterations per phase of a trajectory fit, 1000 trust-region
+        iterations for a likelihood fit (:data:`MAX_ITER`).
     xtol, ftol, gtol : float, default 1e-10, 1e-12, 1e-10
         LM stopping rules (see :func:`odeinfer.estimators._lm.levenberg_marquardt`).
     rcond : float, default 1e-8
@@ -154,7 +162,7 @@ class Embedding(Estimator):
     n_jobs: int = 1
     rng: int | None = 0
     solver: Any = None
-    max_iter: int = 200
+    max_iter: int | None = None
     xtol: float = 1e-10
     ftol: float = 1e-12
     gtol: float = 1e-10
@@ -198,8 +206,9 @@ class Embedding(Estimator):
             raise InputError(f"n_jobs: n_jobs={self.n_jobs!r} and executor= exclude each other (the executor's "
                              "workers run the starts); drop n_jobs")
         set_(self, "solver", as_solver(self.solver, delays=False, role="fit"))
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise InputError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
+        if self.max_iter is not None and (isinstance(self.max_iter, bool) or not isinstance(
+                self.max_iter, (int, np.integer)) or self.max_iter < 1):
+            raise InputError(f"max_iter: expected an int >= 1 or None (the defaults of MAX_ITER), got {self.max_iter!r}")
         for name in ("xtol", "ftol", "gtol", "rcond"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0):
@@ -212,6 +221,11 @@ class Embedding(Estimator):
     def config(self) -> dict:
         """The configuration as a dict (the executor itself, not a copy)."""
         return {**asdict(replace(self, executor=None)), "executor": self.executor}
+
+    def iterations(self, kind):
+        """The iteration budget of one local fit of ``kind`` (``"lm"`` or ``"likelihood"``):
+        ``max_iter``, or its default for that kind (:data:`MAX_ITER`)."""
+        return MAX_ITER[kind] if self.max_iter is None else int(self.max_iter)
 
     def _likelihood_problem(self, model, data, fixed, x0):
         """The FitProblem of a likelihood fit, or None for a trajectory least-squares fit."""

@@ -541,9 +541,9 @@ class Estimate:
                 raise ResultFileError(f"{where}: the stored problem estimates {list(objective.problem.estimated)[:8]}, "
                                       f"but the estimate holds {list(out.names)[:8]}; write the estimate again with "
                                       "Estimate.to_json")
-            from odeinfer.estimators.embedding import Embedding
+            from odeinfer.estimators.embedding import MAX_ITER
 
-            attach(out, objective, Embedding.max_iter)
+            attach(out, objective, MAX_ITER["likelihood"])
         return out
 
 
