@@ -150,7 +150,7 @@ class Rodas(_Adaptive):
 @dataclass(frozen=True)
 class Auto(_Adaptive):
     """Stiffness switching for ODE models: :class:`Dopri5` until a solve finds the problem stiff,
-    then :class:`Rodas` (same options) for good.
+    then :class:`Rodas` (same options) for good (in an estimator: for the rest of the local fit).
 
     The solver that :func:`odeinfer.bind` returns for it (an
     :class:`~odeinfer.solve.api.AutoSolver`) starts with Dormand-Prince. When a solve ends with
