@@ -65,6 +65,58 @@ def test_seed_maps_covariance_through_log_transform(lv):
     assert len(pts) == 3 and all(abs(p["alpha"] / est.values[0] - 1) < 0.05 for p in pts)
 
 
+def test_cap_covariance_keeps_correlations_and_definiteness():
+    from odeinfer.bayes.seed import cap_covariance
+
+    cov = np.array([[400.0, 12.0, -3.0], [12.0, 1.0, 0.2], [-3.0, 0.2, 2.0]])
+    out, capped = cap_covariance(cov, np.array([np.pi ** 2 / 3, np.nan, 4.0]))
+    assert capped.tolist() == [True, False, False]
+    np.testing.assert_allclose(np.diag(out), [np.pi ** 2 / 3, 1.0, 2.0], rtol=1e-14)
+    corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
+    np.testing.assert_allclose(corr(out), corr(cov), rtol=1e-13)
+    assert np.all(np.linalg.eigvalsh(out) > 0)
+
+
+def test_seed_variance_is_capped_at_the_priors_on_the_unconstrained_scale(lv):
+    """An estimate whose covariance is far wider than the prior (alpha's variance 30 times the prior's
+    on the unconstrained scale, the others' unchanged): the seed's
+    variance of alpha's log-odds is the uniform prior's, pi^2 / 3 (the logit of a uniform variable is
+    standard logistic); the correlations stay the estimate's. References: pi^2 / 3, and pi^2 / 8 for
+    Var(log |Z|) (half-normal priors, log transform); the prior variances are estimated from 4000 draws,
+    so within 10% (their standard error about 4%)."""
+    import warnings
+
+    from odeinfer.bayes.seed import checked_points
+
+    model, data, est = lv
+    priors = {"alpha": pm.Uniform.dist(0.3, 1.0), "beta": pm.HalfNormal.dist(1.0), "gamma": pm.HalfNormal.dist(1.0),
+              "delta": pm.HalfNormal.dist(1.0)}
+    m = oi.bayes.build_model(model, data, init=est, priors=priors)
+    # the estimate's own covariance within the prior: nothing capped, the seed is J C J^T as before
+    plain = seed_from_estimate(m, est)
+    assert plain.capped == () and np.array_equal(plain.cov, plain.cov_estimate)
+    scale = np.ones(len(est.names))
+    scale[0] = np.sqrt(30 * (np.pi ** 2 / 3) / plain.cov[0, 0])
+    wide = Estimate(est.estimator, model, est.names, est.values, np.asarray(est.cov) * np.outer(scale, scale),
+                    "converged", sigma=est.sigma)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeedingWarning)
+        seed = seed_from_estimate(m, wide)
+    np.testing.assert_allclose(seed.prior_var[:4], np.pi ** 2 / np.array([3, 8, 8, 8]), rtol=0.1)
+    assert seed.capped == ("alpha",)
+    a, b, x = 0.3, 1.0, est.values[0]
+    j = (b - a) / ((x - a) * (b - x))  # d logit((x - a) / (b - a)) / dx
+    assert seed.cov_estimate[0, 0] == pytest.approx(j ** 2 * scale[0] ** 2 * est.cov[0, 0], rel=1e-10)
+    assert seed.cov[0, 0] == pytest.approx(seed.prior_var[0], rel=1e-14)
+    np.testing.assert_array_equal(seed.cov[1:, 1:], seed.cov_estimate[1:, 1:])
+    corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
+    np.testing.assert_allclose(corr(seed.cov), corr(seed.cov_estimate), rtol=1e-12)
+    np.linalg.cholesky(seed.cov)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeedingWarning)
+        assert len(checked_points(seed, 4, np.random.default_rng(0), 0.1)) == 4
+
+
 def test_non_pd_covariance_warns_and_falls_back(lv):
     model, data, est = lv
     cov = np.array(est.cov)

@@ -232,3 +232,113 @@ def test_lm_start_failure_without_a_reason_keeps_the_old_message():
     assert res.status == "failed" and res.message == "the residual could not be computed at the start (solver failure)"
     res = levenberg_marquardt(lambda u: None, np.zeros(1), -np.ones(1), np.ones(1), why=lambda: "because")
     assert res.message == "the residual could not be computed at the start: because"
+
+
+# --- one local fit, one switch: a fit's path does not depend on the fits run before it -------------------------
+# Each local fit (a start of a multistart, a profile re-optimisation, the final phase of a fit) runs in its own
+# auto_scope(): every oi.Auto solver starts it on Dormand-Prince and, once it switched, stays on Rodas until the
+# scope ends. Reference: the same fit run alone, from fresh solvers (bitwise).
+
+K1_SOFT = 1.0  # fast_slow with k1 = 1: not stiff, so a start near it stays on Dormand-Prince when run alone
+T_SOFT = np.linspace(0.5, 20.0, 25)
+Y_SOFT = fast_slow_b(T_SOFT, K2, K1_SOFT) + np.random.default_rng(0).normal(0.0, 0.01, T_SOFT.size)
+U_STIFF, U_SOFT = np.log10([1e4, 0.5]), np.log10([2.0, 0.5])  # (k1, k2) on the log10 scale
+
+
+def soft_problem():
+    m = fast_slow.observe({"bo": "b"}, noise=oi.Normal(0.01))
+    params = {"k1": oi.Param(1.0, 1e-2, 1e5, "log10"), "k2": oi.Param(0.3, 1e-3, 10, "log10")}
+    return oi.FitProblem(m, oi.Data(T_SOFT, Y_SOFT, "bo", t0=0.0), params, x0={"a": 1.0, "b": 1.0})
+
+
+def _segment_solvers(obj):
+    return [s.solver for r in obj.runs for s in r.segments]
+
+
+def test_auto_scope_gives_each_scope_its_own_switch():
+    from odeinfer.solve import auto_scope
+
+    t = np.linspace(0.0, 20.0, 5)
+    b = oi.bind(oi.Problem(fast_slow, t), solver=oi.Auto())
+    ref = oi.bind(oi.Problem(fast_slow, t), solver=oi.Dopri5())
+    x0, stiff, soft = np.ones(2), np.array([K1, K2]), np.array([K1_SOFT, K2])
+    y_ref = ref(soft, x0.copy())[0].copy()
+    with auto_scope():
+        assert b(stiff, x0.copy())[2] == 0 and b.stiff and b.method_used == "rodas"
+        assert b(soft, x0.copy())[2] == 0 and b.method_used == "rodas"  # within the scope: Rodas for good
+    with auto_scope():  # a new scope starts on Dormand-Prince: Dopri5's result, bit for bit
+        y, _, st = b(soft, x0.copy())
+        assert st == 0 and not b.stiff and b.method_used == "dopri5" and b.switch_reason is None
+        assert np.array_equal(y, y_ref)
+        b(stiff, x0.copy())
+        assert b.stiff
+    # outside any scope a switch made inside one is forgotten too; one made outside lasts (the documented default)
+    assert np.array_equal(b(soft, x0.copy())[0], y_ref) and not b.stiff
+    b(stiff, x0.copy())
+    with auto_scope():
+        pass  # an inner scope that does not call the solver leaves the outer switch alone
+    assert b(soft, x0.copy())[2] == 0 and b.stiff and b.method_used == "rodas"
+    b.reset()
+    assert not b.stiff and b.method_used == "dopri5" and b.switch_reason is None
+    assert np.array_equal(b(soft, x0.copy())[0], y_ref)
+
+
+def test_likelihood_start_after_a_switching_start_is_the_start_alone():
+    from odeinfer.estimators._likelihood_fit import _one, likelihood_solver, make_objective
+
+    solver = likelihood_solver(oi.Embedding())
+    keys = ("u", "nll", "status", "n_iter", "n_eval")
+    alone = make_objective(soft_problem(), solver)
+    ref = _one(alone, 0, U_SOFT, 200)
+    assert ref["status"] == "converged" and {s.method_used for s in _segment_solvers(alone)} == {"dopri5"}
+    obj = make_objective(soft_problem(), solver)
+    first = _one(obj, 0, U_STIFF, 200)
+    assert first["status"] != "failed" and all(s.stiff for s in _segment_solvers(obj))  # start A switched
+    after = _one(obj, 1, U_SOFT, 200)
+    for k in keys:
+        assert np.array_equal(after[k], ref[k]), k
+
+
+def test_likelihood_multistart_does_not_depend_on_the_other_starts_or_processes():
+    prob = soft_problem()
+    single = oi.Embedding().fit(prob, start=10.0 ** U_SOFT)
+    both = oi.Embedding(starts=2).fit(prob, start=10.0 ** np.array([U_STIFF, U_SOFT]))
+    assert both.extras["starts"]["start"] == [0, 1]
+    row = {k: v[1] for k, v in both.extras["starts"].items()}
+    assert row["nll"] == single.extras["starts"]["nll"][0] and row["n_iter"] == single.extras["starts"]["n_iter"][0]
+    assert [row[n] for n in single.names] == single.values.tolist()
+    if both.nll == row["nll"]:  # the soft start is the best: the estimate is the soft start's, bit for bit
+        assert both.values.tolist() == single.values.tolist() and both.nll == single.nll
+        assert np.array_equal(both.cov, single.cov)
+    two = oi.Embedding(starts=2, n_jobs=2).fit(prob, start=10.0 ** np.array([U_STIFF, U_SOFT]))
+    for k in ("nll", "n_iter", "status", *both.names):
+        assert two.extras["starts"][k] == both.extras["starts"][k], k
+    assert two.values.tolist() == both.values.tolist() and two.nll == both.nll and np.array_equal(two.cov, both.cov)
+
+
+def test_profile_does_not_depend_on_earlier_solves_of_the_objective():
+    fresh = oi.Embedding().fit(soft_problem(), start=10.0 ** U_SOFT)
+    used = oi.Embedding().fit(soft_problem(), start=10.0 ** U_SOFT)
+    used._objective(U_STIFF)  # switches every solver of the estimate's objective
+    assert all(s.stiff for s in _segment_solvers(used._objective))
+    a, b = fresh.conf_int(method="profile"), used.conf_int(method="profile")
+    assert np.array_equal(a.to_numpy(), b.to_numpy())
+
+
+def test_trajectory_start_after_a_switching_start_is_the_start_alone():
+    from odeinfer.estimators._embedding_setup import build_setup
+    from odeinfer.estimators._phases import _start_chunk_local
+
+    model, data = fast_slow.with_observation(observed=["b"]), oi.Data(T_SOFT, Y_SOFT, "b", t0=0.0, name="a")
+    est = oi.Embedding(estimate_x0=False, log_params=True, bounds={"k1": (1e-2, 1e5), "k2": (1e-3, 10.0)})
+    args = (model, data, {"k1": 2.0, "k2": 0.5}, None, {"a": 1.0, "b": 1.0})
+    u_stiff, u_soft = np.log([1e4, 0.5]), np.log([2.0, 0.5])
+    S = build_setup(est, *args)
+    ref = _start_chunk_local(est, S, 0, u_soft)[0]
+    assert ref["status"] != "failed" and {g.solver.method_used for g in S.sp.segs} == {"dopri5"}
+    S = build_setup(est, *args)
+    first = _start_chunk_local(est, S, 0, u_stiff)[0]
+    assert first["status"] != "failed" and all(g.solver.stiff for g in S.sp.segs)
+    after = _start_chunk_local(est, S, 1, u_soft)[0]
+    for k in ("u", "cost", "status", "n_iter"):
+        assert np.array_equal(after[k], ref[k]), k

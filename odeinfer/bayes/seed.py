@@ -12,6 +12,19 @@ transform's graph). Quantities the estimate lacks (e.g. the noise scales) get
 (the asymptotic variance of a log standard deviation from ``n`` residuals), and
 unit variance otherwise.
 
+**The prior caps the seed.** Where the data barely constrain a parameter (a weakly identified one,
+or an estimate next to a bound, where the transform's derivative is large) ``J C J^T`` can be far
+wider than the prior itself: e.g. an estimate 1% inside the bounds of a uniform prior gets an
+unconstrained sd near 29 where the whole prior has ``pi / sqrt(3) = 1.81`` (the logit of a uniform
+variable is standard logistic), and NUTS then tunes with tiny steps until the adaptation replaces
+the matrix. So each coordinate's seed variance is capped at its prior's variance on the
+unconstrained scale: ``C_u <- D C_u D`` with ``D = diag(min(1, sqrt(v_prior / C_u,ii)))``, which keeps
+the correlations and positive definiteness. ``v_prior`` is computed for the prior actually in the
+model: the sample variance of 4000 draws of the variable (``pymc.draw``, fixed seed 0, so the same
+every time; about 4% relative error for a uniform prior) mapped through its transform, e.g.
+``pi^2 / 3`` for a uniform prior (interval transform), ``sigma^2`` for a normal or log-normal one
+(``Seed.prior_var``). Coordinates whose prior variance is not finite get no cap.
+
 A covariance that is missing, not finite or not positive definite gives a
 :class:`SeedingWarning` and ``Seed.cov = None``: the sampler then falls back to
 PyMC's diagonal adaptation started at the estimate.
@@ -23,7 +36,10 @@ flat direction (``extras["runaway"]``, see :mod:`odeinfer.estimators._trajectory
 whose trajectory misses the data (its BiasWarning) still seeds: its optimum is the mode of the same
 likelihood, misspecified or not. And the jittered start points must
 lie inside the priors' support (:func:`checked_points`): a covariance as wide as a runaway fit's
-(sd of log K ~ 1e8) sends them to K = 0 or infinity, and PyMC stops with "Bad initial energy".
+(sd of log K ~ 1e8) sends them to K = 0 or infinity, and PyMC stops with "Bad initial energy". The
+cap would hide such a covariance, so that check uses the estimate's own covariance
+(``Seed.cov_estimate``, before the cap): the seed is refused when ``mean +- 3 jitter sd`` leaves the
+support in some coordinate.
 In both cases :func:`odeinfer.bayes.sample` warns (:class:`SeedingWarning`, with the reason) and
 starts from the priors (PyMC's default start and diagonal adaptation).
 """
@@ -37,7 +53,7 @@ import numpy as np
 
 from odeinfer.errors import OdeinferWarning
 
-__all__ = ["SeedingWarning", "Seed", "seed_from_estimate", "checked_points"]
+__all__ = ["SeedingWarning", "Seed", "seed_from_estimate", "checked_points", "cap_covariance"]
 
 
 class SeedingWarning(OdeinferWarning):
@@ -59,9 +75,17 @@ class Seed:
     mean : ndarray (n,)
         The estimate mapped to the unconstrained space (initial point of other variables where the estimate has none).
     cov : ndarray (n, n) or None
-        ``J C J^T`` (plus defaults); None when not usable (see the warnings).
+        ``J C J^T`` (plus defaults), each coordinate's variance capped at its prior's (see the
+        module docstring); None when not usable (see the warnings).
     seeded : tuple of str
         Random variables the estimate gave a value for.
+    prior_var : ndarray (n,) or None
+        Each coordinate's prior variance on the unconstrained scale (NaN where not finite or not
+        computable): the cap.
+    cov_estimate : ndarray (n, n) or None
+        ``cov`` before the cap (what the estimate itself says).
+    capped : tuple of str
+        Random variables whose seed variance the prior capped.
     """
 
     value_names: tuple
@@ -73,6 +97,9 @@ class Seed:
     shapes: tuple = ()
     _backward: object = None
     _forward: object = None
+    prior_var: np.ndarray | None = None
+    cov_estimate: np.ndarray | None = None
+    capped: tuple = ()
 
     def points(self, n_points, rng, jitter=0.1):
         """``n_points`` initial values in the constrained space, keyed by random-variable name.
@@ -224,26 +251,100 @@ def seed_from_estimate(pm_model, est, nobs_per_state=None):
             except np.linalg.LinAlgError:
                 w = np.linalg.eigvalsh(cov)
                 reason = f"its covariance is not positive definite (smallest eigenvalue {w[0]:.3g})"
+    prior_var, cov_estimate, capped = _prior_variances(pm_model, rvs, value_vars, ip_values, sizes), None, ()
     if reason is not None:
         warnings.warn(f"seeding the mass matrix: {reason}; falling back to PyMC's diagonal mass-matrix "
                       "adaptation (the chains still start at the estimate)", SeedingWarning, stacklevel=3)
         cov = None
+    else:
+        cov_estimate = cov
+        cov, hit = cap_covariance(cov, prior_var)
+        capped = tuple(dict.fromkeys(names_flat[i] for i in np.flatnonzero(hit)))
     return Seed(tuple(v.name for v in value_vars), tuple(rv.name for rv in rvs), tuple(sizes), mean, cov,
-                tuple(seeded), tuple(np.shape(ip[v.name]) for v in value_vars), backward, forward)
+                tuple(seeded), tuple(np.shape(ip[v.name]) for v in value_vars), backward, forward, prior_var,
+                cov_estimate, capped)
+
+
+def cap_covariance(cov, var_max):
+    """``(D cov D, capped)`` with ``D = diag(min(1, sqrt(var_max / diag(cov))))``: each variance at most
+    ``var_max`` (no cap where ``var_max`` is NaN or infinite), the correlations unchanged and a
+    positive definite ``cov`` kept positive definite (a congruence by a positive diagonal);
+    ``capped`` marks the coordinates scaled down."""
+    d = np.diag(cov)
+    limit = np.where(np.isfinite(var_max) & (var_max > 0), var_max, np.inf)
+    capped = d > limit
+    scale = np.where(capped, np.sqrt(limit / np.where(capped, d, 1.0)), 1.0)
+    out = scale[:, None] * cov * scale[None, :]
+    return 0.5 * (out + out.T), capped
+
+
+#: Prior draws behind each coordinate's prior variance (the cap of the seed's variance), and their seed.
+PRIOR_DRAWS, PRIOR_DRAW_SEED = 4000, 0
+
+
+def _prior_variances(pm_model, rvs, value_vars, ip_values, sizes):
+    """Each unconstrained coordinate's variance under its prior: the sample variance of
+    :data:`PRIOR_DRAWS` draws of the variable (``pymc.draw``, seed :data:`PRIOR_DRAW_SEED`) mapped
+    through its transform (a prior whose parameters depend on other variables: its transform at the
+    model's initial point). NaN where not finite or not computable (no cap there)."""
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+
+    n = PRIOR_DRAWS
+    out = np.full(int(sum(sizes)), np.nan)
+    try:
+        xs, us = [], []
+        for rv, v in zip(rvs, value_vars):
+            x = pt.tensor(dtype="float64", shape=(None, *v.type.shape), name=f"{rv.name}_draws")
+            tr = pm_model.rvs_to_transforms.get(rv)
+            xs.append(x)
+            us.append(x if tr is None else tr.forward(x, *rv.owner.inputs))
+        fn = pytensor.function(xs + list(value_vars), pm_model.replace_rvs_by_values(us), on_unused_input="ignore",
+                               mode="FAST_COMPILE")
+        draws = pm.draw(list(rvs), draws=n, random_seed=PRIOR_DRAW_SEED)
+        us = fn(*[np.asarray(d, dtype=float).reshape((n, *np.shape(ip))) for d, ip in zip(draws, ip_values)],
+                *ip_values)
+    except Exception:  # an exotic prior: no cap (the estimate's covariance as it is)
+        return out
+    k = 0
+    for u, size in zip(us, sizes):
+        u = np.asarray(u, dtype=float).reshape(n, size)
+        for col in u.T:
+            ok = col[np.isfinite(col)]
+            out[k] = np.var(ok) if ok.size > n // 2 else np.nan
+            k += 1
+    out[~np.isfinite(out) | (out <= 0)] = np.nan
+    return out
 
 
 def checked_points(seed, n_points, rng, jitter):
     """``seed.points(n_points, rng, jitter)``, or None with a :class:`SeedingWarning` when a point leaves
     the priors' support (its unconstrained value, mapped back and forth, is not finite)."""
+    own = seed.cov_estimate if seed.cov_estimate is not None else seed.cov
+    sd = np.sqrt(np.diag(own)) if own is not None else np.ones(seed.mean.size)
+    # the estimate's own width (before the prior's cap): mean +- 3 jitter sd must stay inside the support
+    probes = [seed.mean + 3.0 * jitter * sd, seed.mean - 3.0 * jitter * sd]
     pts = seed.points(n_points, rng, jitter)
-    for pt in pts:
+    for what, pt in [("a start point jittered with the estimate's covariance (mean +- 3 jitter sd)", p)
+                     for p in _constrained(seed, probes)] + [("a jittered start point", p) for p in pts]:
         back = seed._forward(*[np.asarray(pt[n], dtype=float) for n in seed.rv_names])
         bad = [n for n, u in zip(seed.rv_names, back) if not np.all(np.isfinite(np.asarray(u, dtype=float)))]
         if bad:
-            sd = np.sqrt(np.diag(seed.cov)) if seed.cov is not None else np.ones(seed.mean.size)
-            warnings.warn(f"seeding: a jittered start point leaves the priors' support for {bad} (the estimate's "
+            warnings.warn(f"seeding: {what} leaves the priors' support for {bad} (the estimate's "
                           f"covariance is too wide: largest unconstrained standard deviation {np.max(sd):.3g}); not "
                           "seeding NUTS from the estimate: the chains start from the priors (PyMC's default start and "
                           "diagonal adaptation)", SeedingWarning, stacklevel=3)
             return None
     return pts
+
+
+def _constrained(seed, us):
+    """The unconstrained vectors ``us`` mapped back to the constrained space, keyed by random variable."""
+    out = []
+    for u in us:
+        with np.errstate(all="ignore"):
+            parts = np.split(np.asarray(u, dtype=float), np.cumsum(seed.sizes)[:-1])
+            xs = seed._backward(*[p.reshape(s) for p, s in zip(parts, seed.shapes)])
+        out.append({name: np.asarray(x) for name, x in zip(seed.rv_names, xs)})
+    return out

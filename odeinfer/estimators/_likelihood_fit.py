@@ -230,10 +230,15 @@ def _chunk(payload, chunk):
 
 def _one(obj, i, u0, max_iter):
     """One local fit: its result and wall ``time`` and CPU ``cpu_time`` (this process's: on a shared
-    machine the work, not the queueing)."""
+    machine the work, not the queueing). It runs in its own :func:`~odeinfer.solve.api.auto_scope`: the
+    objective's oi.Auto solvers start it on Dormand-Prince whatever the fits before it did with them,
+    so its result depends on ``u0`` only (not on the order of the starts nor on the processes)."""
+    from odeinfer.solve import auto_scope
+
     t, c = time.perf_counter(), time.process_time()
     try:
-        r = _local(obj, np.asarray(u0, float), max_iter)
+        with auto_scope():
+            r = _local(obj, np.asarray(u0, float), max_iter)
     except Exception as exc:  # counted, never fatal
         return {"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
                 "time": time.perf_counter() - t, "cpu_time": time.process_time() - c}
@@ -286,12 +291,14 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
                          len(runs), priors)
     best = min(ok, key=lambda r: r["nll"])
     res = best.get("result")
-    if res is None:  # from a worker process: evaluate the optimum here
-        ev = obj(best["u"])
+    from odeinfer.solve import auto_scope
+
+    with auto_scope():  # a fresh evaluation at the optimum: the same whichever process ran which start
+        ev = obj(best["u"] if res is None else res.x)
+    if res is None:  # from a worker process
         message = best["message"]
         status = best["status"] if ev.ok else "failed"
     else:
-        ev = obj(res.x)
         status, message = res.status, res.message
     return _estimate(est, problem, obj, (best["u"], ev, best["n_iter"]), status, message, table, t_start,
                      len(runs), priors)

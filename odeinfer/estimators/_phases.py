@@ -181,13 +181,7 @@ def _start_chunk(payload, chunk):
     except Exception as exc:
         return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
     for i, u0 in chunk:
-        try:
-            fit = core_fit(est, S, np.asarray(u0, float))
-            lm = fit["lm"]
-            out.append({"index": i, "u": fit["u"], "cost": float(lm.cost), "status": lm.status,
-                        "n_iter": int(lm.n_iter), "error": None})
-        except Exception as exc:  # counted, never fatal
-            out.append({"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        out.extend(_start_chunk_local(est, S, i, u0))
     return out
 
 
@@ -237,8 +231,13 @@ def _multistart(est, S, model, data, start, fixed, x0):
 
 
 def _start_chunk_local(est, S, i, u0):
+    """One start of a multistart: its own local fit, so an oi.Auto solver starts it on
+    Dormand-Prince whatever the starts before it did (:func:`~odeinfer.solve.api.auto_scope`)."""
+    from odeinfer.solve import auto_scope
+
     try:
-        fit = core_fit(est, S, np.asarray(u0, float))
+        with auto_scope():
+            fit = core_fit(est, S, np.asarray(u0, float))
         lm = fit["lm"]
         return [{"index": i, "u": fit["u"], "cost": float(lm.cost), "status": lm.status, "n_iter": int(lm.n_iter),
                  "error": None}]
@@ -308,8 +307,7 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
     from odeinfer.errors import InputError
 
     sp = S.sp
-    names = sp.public_names
-    nf, k, N = sp.n_free, sp.n_public, sp.n_obs
+    names, nf = sp.public_names, sp.n_free
     sp.set_sigma(S.sigma_known if S.sigma_known is not None else np.ones(sp.n))
     extras = {"sigma_mode": est.sigma if isinstance(est.sigma, str) else "known", "boundary": est.boundary}
     if est.starts > 1:
@@ -323,6 +321,18 @@ def run(est, S, model, data, start, fixed, x0, t_start, start_info=None):
             raise InputError(f"start: no starting value for {missing}; pass start={{name: value}}, or use starts > 1 "
                              "with finite bounds")
         u0 = u_start = S.u0
+    from odeinfer.solve import auto_scope
+
+    with auto_scope():  # the final fit is a local fit of its own: Auto starts it on Dormand-Prince
+        return _final(est, S, model, data, start, fixed, x0, t_start, start_info, extras, u0, u_start)
+
+
+def _final(est, S, model, data, start, fixed, x0, t_start, start_info, extras, u0, u_start):
+    """The fit from ``u0`` (the start, or the best end point of the multistart), its noise sds,
+    covariance and Estimate."""
+    sp = S.sp
+    names = sp.public_names
+    nf, k, N = sp.n_free, sp.n_public, sp.n_obs
     fit = core_fit(est, S, u0)
     hists, lm, u = fit["hist"], fit["lm"], fit["u"]
     extras.update(fit["extras"])

@@ -104,7 +104,9 @@ class Embedding(Estimator):
     solver : Dopri5, Rodas or Auto, optional
         The IVP solver (its tolerances also control the sensitivities); default
         ``oi.Auto(rtol=1e-8, atol=1e-10)`` (the ``fit`` role's: Dopri5, and Rodas for an experiment
-        whose solve turns out stiff; ``provenance["solver"]["methods_used"]`` says which answered).
+        whose solve turns out stiff, for the rest of that local fit: every start of a multistart and
+        the final fit begin on Dopri5, so a start's result depends on its start only;
+        ``provenance["solver"]["methods_used"]`` says which answered in the final fit).
         Problems with observables (a ``FitProblem``, PEtab) are fitted by their likelihood with the
         ``likelihood`` role's ``oi.Auto(rtol=1e-6, atol=1e-8)`` unless a solver is given here (see
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).

@@ -299,7 +299,10 @@ def likelihood_builder(objective, u_hat):
     conditions, times and observables.
     """
     def build():
-        rows = [(h, sd, dist, scale) for h, sd, dist, scale in objective.noise_model_at(u_hat)]
+        from odeinfer.solve import auto_scope
+
+        with auto_scope():  # a fresh solve at the estimate (oi.Auto starts on Dormand-Prince), whatever ran before
+            rows = [(h, sd, dist, scale) for h, sd, dist, scale in objective.noise_model_at(u_hat)]
         return simulate_measurements, (objective.problem, rows), {}
 
     return build

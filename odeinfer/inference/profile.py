@@ -29,6 +29,17 @@ from odeinfer.errors import OdeinferWarning
 __all__ = ["ProfileLikelihood", "ProfileWarning"]
 
 
+def _scoped(reoptimise):
+    """``reoptimise`` with each call in its own :func:`~odeinfer.solve.api.auto_scope`."""
+    from odeinfer.solve import auto_scope
+
+    def run(u_start, i):
+        with auto_scope():
+            return reoptimise(u_start, i)
+
+    return run
+
+
 class ProfileWarning(OdeinferWarning):
     """A profile-likelihood interval is strongly asymmetric (the Wald interval is misleading)
     or a re-optimisation failed along the profile."""
@@ -52,7 +63,10 @@ class ProfileLikelihood:
     reoptimise : callable
         ``reoptimise(u_start, i) -> (cost, u)`` or None: minimise the weighted cost over all
         unknowns except ``i`` (an index, or a tuple of indices for :meth:`region`; held at
-        their values in ``u_start``), starting from ``u_start``.
+        their values in ``u_start``), starting from ``u_start``. Each call is one local fit, run
+        in its own :func:`~odeinfer.solve.api.auto_scope` (an oi.Auto solver starts it on
+        Dormand-Prince), so a profile point depends on its warm start only, not on the solves
+        made before it in this process.
     to_natural : callable
         ``to_natural(i, v) -> float``: the reported value of unknown ``i`` at internal value
         ``v`` (monotone increasing, e.g. ``exp`` for log-parametrised parameters).
@@ -74,7 +88,7 @@ class ProfileLikelihood:
         self.cost_hat = float(cost_hat)
         self.se = np.array(se, float)
         self.lo, self.hi = np.array(lo, float), np.array(hi, float)
-        self._reopt = reoptimise
+        self._reopt = _scoped(reoptimise)
         self._nat = to_natural
         self.max_range = float(max_range)
         self.max_evals = int(max_evals)

@@ -16,14 +16,14 @@ import types as _types
 
 from odeinfer.solve.abi import Status, status_message
 from odeinfer.solve.adjoint import VJP
-from odeinfer.solve.api import AutoSolver, Solver
+from odeinfer.solve.api import AutoSolver, Solver, auto_scope
 from odeinfer.solve.config import DEFAULT_SOLVERS, Adjoint, Auto, Dopri5, Forward, MethodOfSteps, Rodas
 from odeinfer.solve.dde import DDESolver
 from odeinfer.solve.problem import Problem, bind, solve
 from odeinfer.solve.solution import Solution
 
 __all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
-           "DEFAULT_SOLVERS", "Solver", "AutoSolver", "DDESolver", "VJP", "Status", "status_message"]
+           "DEFAULT_SOLVERS", "Solver", "AutoSolver", "auto_scope", "DDESolver", "VJP", "Status", "status_message"]
 
 
 class _CallableModule(_types.ModuleType):

@@ -10,6 +10,9 @@ Options are validated by the solver and gradient values (:mod:`odeinfer.solve.co
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from odeinfer.errors import SolverError, StiffnessError
@@ -18,7 +21,36 @@ from odeinfer.solve import shared as _shared
 from odeinfer.solve.abi import INFO_SIZE, Info, Status, status_message
 from odeinfer.solve.config import Dopri5
 
-__all__ = ["Solver", "AutoSolver"]
+__all__ = ["Solver", "AutoSolver", "auto_scope"]
+
+
+class _Scope(threading.local):
+    token = None  # the innermost auto_scope() of this thread (None: none)
+
+
+_SCOPE = _Scope()
+
+
+@contextlib.contextmanager
+def auto_scope():
+    """A scope of :class:`AutoSolver`'s switch: inside it, every AutoSolver starts on Dormand-Prince
+    (at its first call in the scope) and, once a solve finds the problem stiff, stays on Rodas until
+    the scope ends.
+
+    Each local fit runs in its own scope (a start of a multistart, a profile re-optimisation, the
+    final phase of a fit; see :mod:`odeinfer.estimators._likelihood_fit`,
+    :mod:`odeinfer.estimators._phases` and :class:`~odeinfer.inference.profile.ProfileLikelihood`), so
+    a fit's path depends on its start only, not on which fits ran before it with the same bound
+    solvers, nor on how the starts were spread over processes. Scopes nest (the outer one is restored
+    on exit) and are per thread. Outside any scope a switch lasts for good, except that a switch made
+    inside a scope ends with it.
+    """
+    outer = _SCOPE.token
+    _SCOPE.token = object()
+    try:
+        yield
+    finally:
+        _SCOPE.token = outer
 
 
 def _finite_time_derivative(cm, t_reached, y, y0, p):
@@ -164,7 +196,8 @@ class Solver:
 
 class AutoSolver:
     """A :class:`Solver` for :class:`~odeinfer.Auto`: Dormand-Prince until a solve finds the
-    problem stiff, then Rosenbrock (Rodas) for good.
+    problem stiff, then Rosenbrock (Rodas) for good, or until the :func:`auto_scope` of the switch
+    ends.
 
     Made by :func:`odeinfer.bind`; called like :class:`Solver`: ``y, sens, status =
     solver(params, x0)`` or, with ``Forward(directions=k)``, ``solver(params, x0, pdir, s0)``
@@ -172,8 +205,13 @@ class AutoSolver:
     When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` while its last
     step was stability-limited (:meth:`stability_limited`), the same call is redone with Rodas
     and :attr:`stiff` becomes True: every later call goes straight to Rodas (the flag survives
-    pickling). Until then the results are Dopri5's, bit for bit, and the call costs one integer
-    test more than :class:`Solver`'s.
+    pickling). Until then the results are Dopri5's, bit for bit, and the call costs two attribute
+    tests more than :class:`Solver`'s.
+
+    A switch made inside an :func:`auto_scope` lasts until that scope ends: the first call outside
+    it (or in another scope) goes back to Dopri5 first (:meth:`reset`). Each local fit of the
+    estimators runs in its own scope, so a fit's path does not depend on the fits run before it
+    with the same bound solver.
 
     Attributes
     ----------
@@ -183,7 +221,8 @@ class AutoSolver:
     implicit : Solver or None
         The Rodas solver, built at the switch.
     stiff : bool
-        Whether this bound solver has switched to Rodas.
+        Whether this bound solver has switched to Rodas (in the current :func:`auto_scope`, or
+        outside any, once it is called).
     switch_reason : str or None
         The Dopri5 failure that caused the switch, e.g. ``"dopri5: the problem became stiff at
         t=20.55 (Hairer's test in dopri5 fired 15 times)"``.
@@ -198,7 +237,7 @@ class AutoSolver:
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "first_step", "fixed_step",
                  "sensitivities", "sens_error_control", "directions", "sens_exclude", "explicit", "implicit", "stiff",
-                 "switch_reason", "_exclude", "_active", "_run", "_y", "_sens")
+                 "switch_reason", "_exclude", "_active", "_run", "_y", "_sens", "_scope")
 
     def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=()):
         ex = Solver(compiled, t, t0, solver.explicit(), gradient, sens_exclude)
@@ -208,6 +247,7 @@ class AutoSolver:
         self.sensitivities, self.sens_error_control, self.directions, self.sens_exclude = (
             ex.sensitivities, ex.sens_error_control, ex.directions, ex.sens_exclude)
         self.explicit, self.implicit, self.stiff, self.switch_reason = ex, None, False, None
+        self._scope = None  # the auto_scope() token of the switch
         self._exclude = tuple(int(i) for i in sens_exclude)
         self._use(ex)
 
@@ -217,6 +257,8 @@ class AutoSolver:
     def __call__(self, params, x0, *directions):
         """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
         and ``s0``, as :class:`Solver`); returns ``(y, sens, status)``."""
+        if self.stiff and self._scope is not _SCOPE.token:  # switched in another scope: start again
+            self.reset()
         status = self._run(params, x0, *directions)
         if status and not self.stiff and self._switches(status, params, x0):
             status = self._run(params, x0, *directions)
@@ -245,11 +287,18 @@ class AutoSolver:
         return bool(h * float(np.max(np.abs(np.linalg.eigvals(J)))) >= 2.0)
 
     def go_stiff(self, reason="requested"):
-        """Switch to Rodas for this and every later call (``reason``: kept in :attr:`switch_reason`)."""
+        """Switch to Rodas for this and every later call in the current :func:`auto_scope` (outside
+        any: for good) (``reason``: kept in :attr:`switch_reason`)."""
         if self.implicit is None:
             self.implicit = Solver(self.compiled, self.t, self.t0, self.solver.stiff(), self.gradient, self._exclude)
-        self.stiff, self.switch_reason = True, reason
+        self.stiff, self.switch_reason, self._scope = True, reason, _SCOPE.token
         self._use(self.implicit)
+
+    def reset(self):
+        """Back to Dormand-Prince, as bound: the next call starts with Dopri5 (the Rodas solver, if
+        built, is kept for a later switch)."""
+        self.stiff, self.switch_reason, self._scope = False, None, None
+        self._use(self.explicit)
 
     @property
     def method_used(self) -> str:
@@ -279,7 +328,7 @@ class AutoSolver:
 
     def __reduce__(self):
         return (rebuild, (AutoSolver, self.compiled.model, np.array(self.t), self.t0, self.solver, self.gradient,
-                          self._exclude), (self.stiff, self.switch_reason))
+                          self._exclude), (self.stiff and self._scope is _SCOPE.token, self.switch_reason))
 
     def __setstate__(self, state):
         stiff, reason = state

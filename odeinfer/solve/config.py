@@ -150,7 +150,7 @@ class Rodas(_Adaptive):
 @dataclass(frozen=True)
 class Auto(_Adaptive):
     """Stiffness switching for ODE models: :class:`Dopri5` until a solve finds the problem stiff,
-    then :class:`Rodas` (same options) for good.
+    then :class:`Rodas` (same options) for good (in an estimator: for the rest of the local fit).
 
     The solver that :func:`odeinfer.bind` returns for it (an
     :class:`~odeinfer.solve.api.AutoSolver`) starts with Dormand-Prince. When a solve ends with
@@ -160,6 +160,11 @@ class Auto(_Adaptive):
     solver stays on Rodas from then on (its ``stiff`` flag; ``method_used`` says which method
     answered the last call). Non-stiff problems never leave Dormand-Prince: the results are
     Dopri5's, bit for bit. Options as :class:`Dopri5` (no ``fixed_step``); ODE models only.
+
+    In the estimators "from then on" means within one local fit: each start of a multistart, each
+    profile re-optimisation and the final phase of a fit begins on Dormand-Prince again (an
+    :func:`~odeinfer.solve.api.auto_scope` each), so a start's result does not depend on the starts
+    run before it in the same process, nor on the number of processes.
     """
 
     method = "auto"
