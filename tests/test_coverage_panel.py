@@ -99,6 +99,87 @@ def test_bad_cell_is_refused_before_any_work():
         cv.run_cell("lv_n21", "Embedding", "x", 25)
 
 
+# -- the block's writer: merging a block whose cache is gone (fake summaries, no fits) -------------------
+def _cell(cov, R=25, n_boot=None):
+    return {"R": R, "failed": 0, "no_interval": 0, "n_boot": n_boot,
+            "params": {"a": {"coverage": cov, "se": 0.01, "width": 1.0, "median_width": 1.0, "infinite": 0}},
+            "joint": {"coverage": cov, "se": 0.01, "undefined": 0}}
+
+
+def _rows(block):
+    return {tuple(line[2:-2].split(" | ")[:3]): line for line in block.splitlines()
+            if line.startswith("| ") and not line.startswith("| setting")}
+
+
+def _not_run(block, est, m):
+    line = next((x for x in block.splitlines() if x.startswith(f"* {est}, {m}: ")), "")
+    return line
+
+
+def test_merge_keeps_the_previous_rows_and_names_each_rows_code_version():
+    """A single-version block (version vA: two Embedding Wald cells, one met, one not) merged with a cache of
+    version vB holding a NewtonRaphson cell and a rerun of one of the old cells: the old row of the cell not
+    rerun is kept verbatim (code A), the rerun replaces the old row (code B), the count is over both and
+    the cells run leave the "not run" lists."""
+    lv, p50, p200 = (cv.SETTINGS[k].label for k in ("lv_n21", "pinene_n50_s3", "pinene_n200_s3"))
+    old = cv.render({"pinene_n50_s3|Embedding|wald": _cell(0.95, 500), "lv_n21|Embedding|wald": _cell(0.80, 500)},
+                    "vA")
+    assert old.startswith("Code version: vA.") and "2 cells run: 1 met, 1 not met." in old
+    new = cv.render({"pinene_n50_s3|NewtonRaphson|wald": _cell(0.94), "lv_n21|Embedding|wald": _cell(0.96, 100),
+                     "pinene_n50_s3|Embedding|bootstrap-percentile": _cell(0.5, 50, n_boot=100)}, "vB", previous=old)
+    before, after = _rows(old), _rows(new)
+    assert new.startswith("Code versions (the last column of each row names the one that produced it):\n\n"
+                          "* A: vA.\n* B: vB.\n")
+    assert after[(p50, "Embedding", "wald")] == before[(p50, "Embedding", "wald")] + " A |"
+    assert after[(lv, "Embedding", "wald")].startswith(f"| {lv} | Embedding | wald | 100 | 0 |")
+    assert after[(lv, "Embedding", "wald")].endswith("| met | B |")
+    assert after[(p50, "NewtonRaphson", "wald")].endswith("| met | B |")
+    assert after[(p50, "Embedding", "bootstrap-percentile")].startswith(f"| {p50} | Embedding | bootstrap-percentile"
+                                                                         f" | 50, B = 100 |")
+    assert after[(p50, "Embedding", "bootstrap-percentile")].endswith("| not met | B |")
+    assert "| verdict | code |\n|---|---|---|---|---|---|---|---|---|---|\n" in new
+    assert "4 cells run: 3 met, 1 not met." in new
+    assert p50 in _not_run(old, "NewtonRaphson", "wald") and p50 not in _not_run(new, "NewtonRaphson", "wald")
+    assert p200 in _not_run(new, "NewtonRaphson", "wald")
+    assert p50 not in _not_run(new, "Embedding", "bootstrap-percentile")
+    assert lv not in _not_run(new, "Embedding", "wald")
+    # merging again with nothing new (same version B) changes nothing; a version no row uses is dropped
+    assert cv.render({}, "vB", previous=new) == new
+    assert cv.render({}, "vC", previous=new) == new
+    alone = cv.render({"pinene_n50_s3|Embedding|wald": _cell(0.9), "lv_n21|Embedding|wald": _cell(0.9)}, "vC",
+                      previous=old)
+    assert "* A: vA." not in alone and "* B: vC." in alone and "2 cells run" in alone
+
+
+def test_merge_refuses_a_previous_block_it_cannot_read():
+    old = cv.render({"lv_n21|Embedding|wald": _cell(0.95)}, "vA", previous="")
+    assert old.splitlines()[2] == "* A: vA."
+    with pytest.raises(StudyError, match=r"names code version 'Z', which the block's version list \['A'\] lacks"):
+        cv.render({}, "vB", previous=old.replace("| met | A |", "| met | Z |"))
+    with pytest.raises(StudyError, match=r"are not cells of the grid .* the grid changed since it was written"):
+        cv.render({}, "vB", previous=old.replace("| Embedding | wald |", "| Embedding | jackknife |"))
+    with pytest.raises(StudyError, match=r"has 8 columns ending in 'met'; expected the 9 columns render\(\) writes"):
+        cv.render({}, "vB", previous=old.replace("| met | A |", "| met |").replace("| 0.950 (0.010) | met", "| met"))
+
+
+def test_cli_merge_needs_a_file_to_write(capsys):
+    from odeinfer.studies.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["coverage", "--report-only", "--merge"])
+    assert "--merge needs --write" in capsys.readouterr().err
+
+
+def test_the_recorded_block_survives_a_merge_unchanged():
+    """The block of tests/reference/coverage.md merged with an empty cache: the same rows (each with its
+    code version), the same count, the same "not run" lists."""
+    old = cv.read_block(REFERENCE)
+    again = cv.render({}, "no such version", previous=old)
+    assert cv.parse_block(again)[1] == cv.parse_block(old)[1]
+    tail = lambda b: b[b.index("cells run:") - 4:]  # noqa: E731
+    assert tail(again) == tail(old)
+
+
 def test_cli_refuses_an_unknown_setting(capsys):
     from odeinfer.studies.__main__ import main
 

@@ -50,7 +50,11 @@ def main(argv=None):
     c.add_argument("--cache-dir", default=None, help="study cache (default $ODEINFER_CACHE_DIR/studies)")
     c.add_argument("--write", default=None, help="markdown file whose panel block is rewritten")
     c.add_argument("--report-only", action="store_true", help="write the report from the cache, run nothing")
-    c.add_argument("--commit", default=None, help="with --resummarise: the commit the frames were computed at")
+    c.add_argument("--merge", action="store_true",
+                   help="with --write: keep the rows of the file's block for the cells this cache has not run "
+                        "(each row then names its code version); without it the block is rewritten from the cache")
+    c.add_argument("--commit", default=None,
+                   help="the commit the cells were computed at (default: the checkout's HEAD)")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("--resummarise", default=None, metavar="CODE",
                    help="with --report-only: rebuild the summaries of the cells finished under source hash CODE "
@@ -93,13 +97,18 @@ def main(argv=None):
                 pool.shutdown()
             if client is not None:
                 client.close()
+    previous = None
+    if a.merge:
+        if not a.write:
+            ap.error("--merge needs --write (the file whose block is merged)")
+        previous = cv.read_block(a.write)
     if a.resummarise:
         if not a.report_only:
             ap.error("--resummarise needs --report-only")
         cv.resummarise(cache, a.resummarise)
-        text = cv.report(cache, a.resummarise, a.commit or _commit(), summarised_by=code)
+        text = cv.report(cache, a.resummarise, a.commit or _commit(), summarised_by=code, previous=previous)
     else:
-        text = cv.report(cache, code, _commit())
+        text = cv.report(cache, code, a.commit or _commit(), previous=previous)
     if a.write:
         cv.write_report(text, a.write)
     print(text)

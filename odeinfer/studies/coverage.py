@@ -25,6 +25,9 @@ numbers). Each block's frame is cached on disk keyed on the code version
 larger ``R`` reuses the blocks already run. Blocks run on local processes (``n_jobs``) or any
 ``concurrent.futures`` executor (a Dask client's included), with a progress bar.
 
+The report (:func:`render`) is one markdown block of the whole grid. With a block written before (``--merge``),
+the rows of the cells this cache has not run are kept verbatim and every row names its code version.
+
 Run it with ``python -m odeinfer.studies coverage --help``.
 """
 
@@ -34,6 +37,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +48,7 @@ import numpy as np
 from ..errors import StudyError
 
 __all__ = ["SETTINGS", "ESTIMATORS", "GROUPS", "BLOCK", "Setting", "applies", "run_cell", "summarise",
-           "verdict", "CellSimulate", "CellFit"]
+           "verdict", "CellSimulate", "CellFit", "report", "render", "parse_block", "read_block"]
 
 #: replicates per cached block (``R`` is rounded up to a multiple)
 BLOCK = 25
@@ -482,24 +486,85 @@ def _fmt(c):
     return f"{c['coverage']:.3f} ({c['se']:.3f})"
 
 
-def report(cache_dir, code, commit="", summarised_by=None):
-    """The markdown block of the whole grid: every (setting, estimator, method), run or not.
-    ``summarised_by``: the code key of :func:`resummarise`, when it is not ``code``."""
+def version_text(code, commit="", summarised_by=None):
+    """How the block names a code version: odeinfer version, source hash, commit; with
+    ``summarised_by``, the hash whose :func:`summarise` rebuilt the summaries (:func:`resummarise`)."""
     from odeinfer import __version__
 
+    text = f"odeinfer {__version__}, source hash `{code}`" + (f", commit {commit}" if commit else "")
+    if summarised_by:
+        text += (f" (simulations and fits); the frames were summarised again by source hash `{summarised_by}` "
+                 f"(:func:`resummarise`)")
+    return text
+
+
+def report(cache_dir, code, commit="", summarised_by=None, previous=None):
+    """The markdown block of the whole grid: every (setting, estimator, method), run or not, from the cells
+    recorded under ``code`` in ``cache_dir``. ``summarised_by``: the code key of :func:`resummarise`, when
+    it is not ``code``. ``previous``: the text of a block written before (see :func:`render`), whose rows
+    are kept for the cells this cache has not run."""
     path = cell_path(cache_dir, code)
     data = json.loads(path.read_text()) if path.is_file() else {}
-    head = f"Code version: odeinfer {__version__}, source hash `{code}`" + (f", commit {commit}" if commit else "")
-    if summarised_by:
-        head += (f" (simulations and fits); the frames were summarised again by source hash `{summarised_by}` "
-                 f"(:func:`resummarise`)")
-    lines = [head + ".", "",
-             "Rows: the cells run (R replicates; B bootstrap refits each). Coverage (binomial SE); width: mean "
-             "(median) over the finite intervals, infinite ones counted.", "",
-             "| setting | estimator | method | R | failed fits | per-parameter coverage (SE) | width: mean (median) | "
-             "joint coverage (SE) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    return render(data, version_text(code, commit, summarised_by), previous)
+
+
+_TAGS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def parse_block(text):
+    """The code versions and rows of a block :func:`render` wrote: ``(versions, rows)``, ``versions`` a
+    dict tag -> version text, ``rows`` a dict ``(setting label, estimator, method)`` -> ``(row text
+    without its code column, verdict, tag)``. A single-version block (``Code version: ...``) has one
+    version, tag ``A``, for every row."""
+    versions, rows, table = {}, {}, False
+    for line in text.splitlines():
+        if not table:
+            m = re.match(r"^Code version: (.*)\.$", line) or re.match(r"^\* ([A-Z]): (.*)\.$", line)
+            if m and line.startswith("Code version: "):
+                versions["A"] = m.group(1)
+            elif m:
+                versions[m.group(1)] = m.group(2)
+        if line.startswith("| setting |"):
+            table = True
+            continue
+        if not table or not line.startswith("| ") or line.startswith("|---"):
+            continue
+        cols = line.strip()[2:-2].split(" | ")
+        if len(cols) not in (9, 10) or cols[8] not in ("met", "not met"):
+            raise StudyError(f"previous block: row {line[:80]!r}... has {len(cols)} columns ending in {cols[-1]!r}; "
+                             f"expected the 9 columns render() writes (10 with the code column). Pass a block "
+                             f"written by render().")
+        tag = cols[9] if len(cols) == 10 else "A"
+        if tag not in versions:
+            raise StudyError(f"previous block: row of {cols[:3]} names code version {tag!r}, which the block's "
+                             f"version list {sorted(versions)} lacks; pass a block written by render().")
+        rows[tuple(cols[:3])] = ("| " + " | ".join(cols[:9]) + " |", cols[8], tag)
+    return versions, rows
+
+
+def render(data, version, previous=None):
+    """The markdown block of the grid from ``data`` (cell key ``"setting|estimator|method"`` -> summary, as
+    :func:`record` stores it) produced by the code named ``version`` (:func:`version_text`).
+
+    Without ``previous`` every row is of that one code version (the block's first line). With
+    ``previous`` (a block written before, e.g. by other code whose cache is gone) the block is merged: a
+    cell of ``data`` is written from ``data``; a cell not in ``data`` keeps its previous row verbatim;
+    every row then ends with a column naming its code version (the list at the top; versions no row uses
+    are dropped). The count of cells run and the "not run" lists are over the rows of both.
+    """
+    old_versions, old_rows = parse_block(previous) if previous is not None else ({}, {})
+    known = {(s.label, est, m) for s in SETTINGS.values() for est in ESTIMATORS for m in METHODS}
+    stray = [k for k in old_rows if k not in known]
+    if stray:
+        raise StudyError(f"previous block: rows {stray[:3]} are not cells of the grid (SETTINGS x ESTIMATORS x "
+                         f"METHODS); the grid changed since it was written: rerun those cells or drop the rows.")
+    merge = previous is not None
+    rows, used = [], set()
     n_run = n_met = 0
     refused, not_run, undefined = {}, {}, {}
+    new_tag = next((t for t, v in old_versions.items() if v == version), None)
+    if new_tag is None:
+        new_tag = _TAGS[len(old_versions)]
     for key, s in SETTINGS.items():
         for est in ESTIMATORS:
             why = applies(s, est)
@@ -508,7 +573,14 @@ def report(cache_dir, code, commit="", summarised_by=None):
                 continue
             for m in METHODS:
                 cell = data.get(f"{key}|{est}|{m}")
+                old = old_rows.get((s.label, est, m))
                 static = (m == "profile" and est in NO_PROFILE) or (m.startswith("bootstrap") and est in NO_BOOTSTRAP)
+                if cell is None and old is not None:
+                    n_run += 1
+                    n_met += old[1] == "met"
+                    rows.append(f"{old[0]} {old[2]} |")
+                    used.add(old[2])
+                    continue
                 if (cell is None and static) or (cell is not None and cell.get("unavailable")):
                     undefined.setdefault((est, m), []).append(s.label)
                     continue
@@ -524,8 +596,23 @@ def report(cache_dir, code, commit="", summarised_by=None):
                 joint = _fmt(cell["joint"]) if cell["joint"] else "not defined"
                 extra = f", B = {cell['n_boot']}" if cell.get("n_boot") else ""
                 noint = f"; {cell['no_interval']} without interval" if cell.get("no_interval") else ""
-                lines.append(f"| {s.label} | {est} | {m} | {cell['R']}{extra} | {cell['failed']}{noint} | {pcs} | "
-                             f"{wid} | {joint} | {ok} |")
+                rows.append(f"| {s.label} | {est} | {m} | {cell['R']}{extra} | {cell['failed']}{noint} | {pcs} | "
+                            f"{wid} | {joint} | {ok} |" + (f" {new_tag} |" if merge else ""))
+                used.add(new_tag)
+    header = ("| setting | estimator | method | R | failed fits | per-parameter coverage (SE) | width: mean (median) | "
+              "joint coverage (SE) | verdict |")
+    if merge:
+        versions = {**old_versions, new_tag: version}
+        lines = ["Code versions (the last column of each row names the one that produced it):", ""]
+        lines += [f"* {t}: {v}." for t, v in sorted(versions.items()) if t in used] or ["* none"]
+        lines += [""]
+        header += " code |"
+    else:
+        lines = [f"Code version: {version}.", ""]
+    lines += ["Rows: the cells run (R replicates; B bootstrap refits each). Coverage (binomial SE); width: mean "
+              "(median) over the finite intervals, infinite ones counted.", "",
+              header, "|---" * (header.count("|") - 1) + "|"]
+    lines += rows
     lines += ["", f"{n_run} cells run: {n_met} met, {n_run - n_met} not met.", "",
               "**Not run** (in the grid, not reached by this recording):", ""]
     lines += [f"* {est}, {m}: {', '.join(labels)}" for (est, m), labels in not_run.items()] or ["* none"]
@@ -534,6 +621,16 @@ def report(cache_dir, code, commit="", summarised_by=None):
     lines += ["", "Not applicable (the estimator refuses the setting before any work):", ""]
     lines += [f"* {est}: {why}: {', '.join(labels)}" for (est, why), labels in refused.items()]
     return "\n".join(lines)
+
+
+def read_block(path):
+    """The text between the panel markers of ``path`` (None when the file or the block is missing)."""
+    path = Path(path)
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    begin, end = "<!-- panel:begin -->", "<!-- panel:end -->"
+    if begin not in old:
+        return None
+    return old[old.index(begin) + len(begin):old.index(end)].strip("\n")
 
 
 def write_report(text, path):
