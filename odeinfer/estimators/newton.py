@@ -58,6 +58,7 @@ import numpy as np
 
 from odeinfer.errors import BiasWarning, DataError, InputError
 from odeinfer.estimators import _newton_core as core
+from odeinfer.estimators._coverage import CoverageWarning, newton_coverage_note
 from odeinfer.estimators.base import (EstimationError, Estimator, IdentifiabilityWarning, Problem, _values_by_name,
                                       make_estimate, prepare)
 from odeinfer.estimators._noise_cov import ObservationMeat, quotient_noise
@@ -104,7 +105,8 @@ def _stochastic_checks(cfg):
         _pos_int("n_equations", cfg.n_equations, "state equations per step, r in the paper; None for all")
     if cfg.batch_size is not None:
         _pos_int("batch_size", cfg.batch_size, "time rows per minibatch; None for all rows")
-    _pos_int("max_epochs", cfg.max_epochs, "passes over the data")
+    if cfg.max_epochs is not None:
+        _pos_int("max_epochs", cfg.max_epochs, "passes over the data; None for the default")
     d = cfg.step_decay
     if not (d in ("auto", "none") or (isinstance(d, (int, float)) and not isinstance(d, bool) and d > 0)):
         raise InputError(f"step_decay: expected 'auto', 'none' or a positive number of steps, got {d!r}")
@@ -291,11 +293,16 @@ def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t
         elif decay == "none":
             decay = None
         one_shot = not source.reiterable
-        if one_shot and est.max_epochs > 1:
-            raise InputError(f"max_epochs: a one-shot iterator allows one pass, got max_epochs={est.max_epochs}; "
-                             "use max_epochs=1 or pass a callable that returns a new iterator per pass")
+        epochs = est.max_epochs
+        if epochs is None:
+            steps_per_epoch = per_epoch if b is None and algorithm == "sgd" else None
+            epochs = 1 if one_shot else (100 if steps_per_epoch is None else
+                                         math.ceil(GradientDescent.max_iter / steps_per_epoch))
+        if one_shot and epochs > 1:
+            raise InputError(f"max_epochs: a one-shot iterator allows one pass, got max_epochs={epochs}; "
+                             "use max_epochs=1 (or None) or pass a callable that returns a new iterator per pass")
         out = core.stochastic(acc, batches, (lambda th: None) if one_shot else full, theta0,
-                              method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r, max_epochs=est.max_epochs,
+                              method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r, max_epochs=epochs,
                               max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol, decay=decay, rng=gen,
                               rcond=est.rcond)
         extras = {"n_equations": r, "batch_size": b, "step_decay": decay,
@@ -332,6 +339,9 @@ def _finish(est, problem, source, scheme, acc, out, extras, *, in_memory, t_star
                    "from these equations; their standard errors are NaN. Fix them (fixed=...) or add data")
             warnings.warn(msg, IdentifiabilityWarning, stacklevel=4)
             warns.append(msg)
+        note = newton_coverage_note(type(est).__name__, scheme.name)
+        warnings.warn(note, CoverageWarning, stacklevel=4)
+        warns.append(note)
     status = out.status
     if not np.all(np.isfinite(theta)):
         status = "failed"
@@ -463,7 +473,10 @@ _FIT_DOC = """
         Estimate
             ``values`` (free parameters), ``cov`` (delta method through the observations, or HC0 for
             splines: see the module notes and ``extras["cov_type"]``; the noise variances per
-            experiment and state in ``extras["noise_variance"]``), ``status``, ``n_iter``, ``cost``
+            experiment and state in ``extras["noise_variance"]``; it treats the derivative proxy as exact,
+            so every estimate with a covariance carries a :class:`~odeinfer.CoverageWarning` quoting the
+            coverage panel's figures, ``tests/reference/coverage.md``, and naming oi.Embedding for
+            intervals that cover), ``status``, ``n_iter``, ``cost``
             (``0.5 ||E||^2``), ``nobs`` (equations used), ``residuals`` (rows x states, NaN where
             skipped; their times in ``extras["t_rows"]``), ``history`` (``cost``, ``step``, ``grad``
             per iteration, or per epoch for the stochastic estimators), ``extras`` (with
@@ -626,8 +639,12 @@ _STOCH = """
         ``r``: state equations drawn (uniformly, without replacement) per step; None: all.
     batch_size : int or None, default None
         Time rows per minibatch; None: all rows every step (the paper's scheme).
-    max_epochs : int, default 100
-        Passes over the data; convergence is checked after each on the full data.
+    max_epochs : int or None, default None
+        Passes over the data; convergence is checked after each on the full data. None: 100, except
+        1 for a one-shot iterator, and for :class:`StochasticGradient` without minibatches (one
+        Cauchy step per equation subset per epoch) as many epochs as :class:`GradientDescent`'s
+        20,000 steps: 100 such steps left every alpha-pinene replicate of the coverage panel
+        unconverged (about 2,400 were needed).
     max_iter : int, default 100000
         Total steps.
     step_decay : "auto", "none" or float, default "auto"
@@ -653,7 +670,7 @@ class _Stochastic(Estimator):
     evaluate_at: str | None = None
     n_equations: int | None = None
     batch_size: int | None = None
-    max_epochs: int = 100
+    max_epochs: int | None = None
     max_iter: int = 100_000
     step_decay: object = "auto"
     xtol: float = 1e-8
