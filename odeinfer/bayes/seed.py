@@ -20,10 +20,12 @@ variable is standard logistic), and NUTS then tunes with tiny steps until the ad
 the matrix. So each coordinate's seed variance is capped at its prior's variance on the
 unconstrained scale: ``C_u <- D C_u D`` with ``D = diag(min(1, sqrt(v_prior / C_u,ii)))``, which keeps
 the correlations and positive definiteness. ``v_prior`` is computed for the prior actually in the
-model: the sample variance of 4000 draws of the variable (``pymc.draw``, fixed seed 0, so the same
-every time; about 4% relative error for a uniform prior) mapped through its transform, e.g.
-``pi^2 / 3`` for a uniform prior (interval transform), ``sigma^2`` for a normal or log-normal one
-(``Seed.prior_var``). Coordinates whose prior variance is not finite get no cap.
+model (``Seed.prior_var``): in closed form for the common priors with constant parameters with
+their default transforms (``pi^2 / 3`` for a uniform prior, ``sigma^2`` for a normal or log-normal
+one, ``pi^2 / 8`` for a half-normal one, ...: :data:`_CLOSED_FORM`), else the sample variance of 4000
+draws of the variable (``pymc.draw``, fixed seed 0, so the same every time; about 4% relative error
+for a uniform prior) mapped through its transform. Coordinates whose prior variance is not finite
+get no cap.
 
 A covariance that is missing, not finite or not positive definite gives a
 :class:`SeedingWarning` and ``Seed.cov = None``: the sampler then falls back to
@@ -46,10 +48,12 @@ starts from the priors (PyMC's default start and diagonal adaptation).
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import polygamma
 
 from odeinfer.errors import OdeinferWarning
 
@@ -278,21 +282,99 @@ def cap_covariance(cov, var_max):
     return 0.5 * (out + out.T), capped
 
 
-#: Prior draws behind each coordinate's prior variance (the cap of the seed's variance), and their seed.
+#: Prior draws behind the prior variance of a coordinate with no closed form, and their seed.
 PRIOR_DRAWS, PRIOR_DRAW_SEED = 4000, 0
+
+_PI2 = math.pi ** 2
+
+#: (PyMC random variable, default transform) -> (indices of the distribution parameters the variance
+#: needs, variance of the unconstrained coordinate from their values). References: Var(logit U) =
+#: pi^2 / 3 (standard logistic); Var(log |Z|) = pi^2 / 8; Var(log E) = pi^2 / 6 (E exponential);
+#: Var(log |C|) = pi^2 / 4 (C Cauchy); Var(log G) = psi'(a) (G gamma of shape a); Var(logit B) =
+#: psi'(a) + psi'(b) (B beta); Var(log X) = sigma^2 (X log-normal). A half-normal prior with a nonzero
+#: location has none of these forms (None: draws).
+_CLOSED_FORM = {
+    ("NormalRV", None): ((1,), lambda sigma: sigma ** 2),
+    ("LogNormalRV", "LogTransform"): ((1,), lambda sigma: sigma ** 2),
+    ("UniformRV", "Interval"): ((), lambda: _PI2 / 3),
+    ("HalfNormalRV", "LogTransform"): ((0,), lambda loc: _PI2 / 8 if np.all(loc == 0) else None),
+    ("ExponentialRV", "LogTransform"): ((), lambda: _PI2 / 6),
+    ("HalfCauchyRV", "LogTransform"): ((), lambda: _PI2 / 4),
+    ("GammaRV", "LogTransform"): ((0,), lambda shape: polygamma(1, shape)),
+    ("BetaRV", "LogOddsTransform"): ((0, 1), lambda a, b: polygamma(1, a) + polygamma(1, b)),
+}
+
+
+def _constant_value(q):
+    """The value of a distribution parameter computed from constants alone, else None."""
+    from pytensor.graph.basic import Constant
+    from pytensor.tensor.basic import NotScalarConstantError, get_underlying_scalar_constant_value
+
+    if isinstance(q, Constant):
+        return np.asarray(q.data, dtype=float)
+    try:
+        return np.asarray(get_underlying_scalar_constant_value(q), dtype=float)
+    except NotScalarConstantError:
+        return None
+
+
+def _closed_form_variance(pm_model, rv, size):
+    """The variance of ``rv``'s unconstrained coordinates (``size`` of them) under its prior when
+    :data:`_CLOSED_FORM` has it and the prior's parameters are constants; else None."""
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import ancestors
+
+    tr = pm_model.rvs_to_transforms.get(rv)
+    form = _CLOSED_FORM.get((type(rv.owner.op).__name__, None if tr is None else type(tr).__name__))
+    if form is None:
+        return None
+    needed, fn = form
+    params = rv.owner.op.dist_params(rv.owner)
+    if not all(isinstance(a, Constant) for a in ancestors(params) if a.owner is None):
+        return None  # a hierarchical prior: draws at the initial point
+    values = [_constant_value(params[i]) for i in needed]
+    if any(v is None for v in values):
+        return None
+    var = fn(*values)
+    if var is None or np.size(var) not in (1, size):
+        return None
+    return np.broadcast_to(np.asarray(var, float).ravel(), (size,)).copy()
 
 
 def _prior_variances(pm_model, rvs, value_vars, ip_values, sizes):
-    """Each unconstrained coordinate's variance under its prior: the sample variance of
-    :data:`PRIOR_DRAWS` draws of the variable (``pymc.draw``, seed :data:`PRIOR_DRAW_SEED`) mapped
+    """Each unconstrained coordinate's variance under its prior: the closed form of
+    :data:`_CLOSED_FORM` for the common priors with constant parameters, else the sample variance
+    of :data:`PRIOR_DRAWS` draws of the variable (``pymc.draw``, seed :data:`PRIOR_DRAW_SEED`) mapped
     through its transform (a prior whose parameters depend on other variables: its transform at the
     model's initial point). NaN where not finite or not computable (no cap there)."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    out = np.full(int(offsets[-1]), np.nan)
+    drawn = []
+    for i, (rv, size) in enumerate(zip(rvs, sizes)):
+        var = _closed_form_variance(pm_model, rv, size)
+        if var is None:
+            drawn.append(i)
+        else:
+            out[offsets[i]:offsets[i + 1]] = var
+    if drawn:
+        for i, var in zip(drawn, _drawn_variances(pm_model, [rvs[i] for i in drawn],
+                                                  [value_vars[i] for i in drawn], value_vars, ip_values,
+                                                  [sizes[i] for i in drawn])):
+            out[offsets[i]:offsets[i + 1]] = var
+    out[~np.isfinite(out) | (out <= 0)] = np.nan
+    return out
+
+
+def _drawn_variances(pm_model, rvs, value_vars, all_value_vars, ip_values, sizes):
+    """Per variable of ``rvs``: the sample variances of its unconstrained coordinates over
+    :data:`PRIOR_DRAWS` prior draws (NaN where not computable)."""
     import pymc as pm
     import pytensor
     import pytensor.tensor as pt
 
     n = PRIOR_DRAWS
-    out = np.full(int(sum(sizes)), np.nan)
+    nan = [np.full(size, np.nan) for size in sizes]
+    shapes = {v.name: np.shape(ip) for v, ip in zip(all_value_vars, ip_values)}
     try:
         xs, us = [], []
         for rv, v in zip(rvs, value_vars):
@@ -300,21 +382,18 @@ def _prior_variances(pm_model, rvs, value_vars, ip_values, sizes):
             tr = pm_model.rvs_to_transforms.get(rv)
             xs.append(x)
             us.append(x if tr is None else tr.forward(x, *rv.owner.inputs))
-        fn = pytensor.function(xs + list(value_vars), pm_model.replace_rvs_by_values(us), on_unused_input="ignore",
-                               mode="FAST_COMPILE")
+        fn = pytensor.function(xs + list(all_value_vars), pm_model.replace_rvs_by_values(us),
+                               on_unused_input="ignore", mode="FAST_COMPILE")
         draws = pm.draw(list(rvs), draws=n, random_seed=PRIOR_DRAW_SEED)
-        us = fn(*[np.asarray(d, dtype=float).reshape((n, *np.shape(ip))) for d, ip in zip(draws, ip_values)],
+        us = fn(*[np.asarray(d, dtype=float).reshape((n, *shapes[v.name])) for d, v in zip(draws, value_vars)],
                 *ip_values)
     except Exception:  # an exotic prior: no cap (the estimate's covariance as it is)
-        return out
-    k = 0
+        return nan
+    out = []
     for u, size in zip(us, sizes):
         u = np.asarray(u, dtype=float).reshape(n, size)
-        for col in u.T:
-            ok = col[np.isfinite(col)]
-            out[k] = np.var(ok) if ok.size > n // 2 else np.nan
-            k += 1
-    out[~np.isfinite(out) | (out <= 0)] = np.nan
+        out.append(np.array([np.var(c[np.isfinite(c)]) if np.isfinite(c).sum() > n // 2 else np.nan
+                             for c in u.T]))
     return out
 
 
