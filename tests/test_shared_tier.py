@@ -30,12 +30,12 @@ def _both(cm, name, *args, full=False):
     return out
 
 
-# Default suite: Lotka-Volterra states-only and with sensitivities (the two kernels) and alpha-pinene
-# with sensitivities (five states, a linear stiff system: the largest LU). The other cases run the
-# same kernel code: -m slow.
+# Default suite: Lotka-Volterra states-only and with sensitivities (the two kernels). The other cases
+# (alpha-pinene: five states, a linear stiff system, the largest LU) run the same kernel code and cost
+# a model-kernel compilation each (about 90 s on an empty cache): -m slow.
 @pytest.mark.parametrize("sens, name", split(
     [(sens, name) for name in ZOO for sens in (False, True)],
-    default=[(False, "lotka_volterra"), (True, "lotka_volterra"), (True, "alpha_pinene")]))
+    default=[(False, "lotka_volterra"), (True, "lotka_volterra")]))
 def test_shared_rodas_is_bitwise_equal_to_the_model_kernel(name, sens):
     entry = oi.zoo.get(name)
     cm = _inputs.compiled_model(entry.model)
@@ -125,25 +125,32 @@ def test_shared_newton_kernels_are_bitwise_equal_to_the_model_kernels():
 
 
 DDE_ZOO = ["logistic_delay", "delay_exponential_decay", "cheyne_stokes", "hiv"]
-# Default suite: logistic_delay (periodic history), delay_exponential_decay (affine history) and hiv
-# (three states, tau also outside the lag); cheyne_stokes (affine, one state) repeats those paths: -m slow.
-DDE_CASES = split([(name,) for name in DDE_ZOO], default=[("logistic_delay",), ("delay_exponential_decay",), ("hiv",)])
+# Default suite: logistic_delay with its periodic history and with an affine one (its model kernel is
+# compiled once for both: each further model costs 50-130 s on an empty cache) and hiv (three states, tau
+# also outside the lag); delay_exponential_decay and cheyne_stokes (affine histories of their own)
+# repeat those paths: -m slow.
+DDE_CASES = split([(name, "own") for name in DDE_ZOO] + [("logistic_delay", "affine")],
+                  default=[("logistic_delay", "own"), ("logistic_delay", "affine"), ("hiv", "own")])
+OTHER_HISTORY = {"own": None, "affine": oi.History.affine([1.5], [4.0])}
 
 
-def _dde_forward(entry):
-    """A states-only forward delay solve of ``entry`` (its dense output feeds the adjoints)."""
-    s = oi.bind(oi.Problem(entry.model, entry.t, history=entry.history, t0=entry.t0),
+def _dde_forward(entry, history="own"):
+    """A states-only forward delay solve of ``entry`` (its dense output feeds the adjoints), with its own
+    history or another one of ``OTHER_HISTORY``."""
+    hist = OTHER_HISTORY[history] or entry.history
+    s = oi.bind(oi.Problem(entry.model, entry.t, history=hist, t0=entry.t0),
                 solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)))
-    phi = entry.history_params_array() if entry.history_param_names else np.array(s.history.values)
+    own = history == "own" and entry.history_param_names
+    phi = entry.history_params_array() if own else np.array(s.history.values)
     _, _, status = s(entry.params_array(), phi)
     assert status == Status.SUCCESS
     return s, phi
 
 
-@pytest.mark.parametrize("name", DDE_CASES)
-def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name):
+@pytest.mark.parametrize("name, history", DDE_CASES)
+def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name, history):
     entry = oi.zoo.get(name)
-    s, phi = _dde_forward(entry)
+    s, phi = _dde_forward(entry, history)
     cm = s.compiled
     g = np.random.default_rng(4).standard_normal((s.t.size, cm.n_states))
     args = (s.t0, s.t, g, entry.params_array(), s._hkind, phi, s._hb, s._hc, s.buf, int(s.info[Info.N_STORED]), 2,
@@ -153,10 +160,10 @@ def test_shared_dde_adjoint_vjp_is_bitwise_equal_to_the_model_kernel(name):
     assert np.all(np.isfinite(a1[-1])) and np.array_equal(a1[-1], a2[-1])  # the gradient, bit for bit
 
 
-@pytest.mark.parametrize("name", DDE_CASES)
-def test_shared_dde_adjoint_gradient_is_bitwise_equal_to_the_model_kernel(name):
+@pytest.mark.parametrize("name, history", DDE_CASES)
+def test_shared_dde_adjoint_gradient_is_bitwise_equal_to_the_model_kernel(name, history):
     entry = oi.zoo.get(name)
-    s, phi = _dde_forward(entry)
+    s, phi = _dde_forward(entry, history)
     cm = s.compiled
     n, m, q = cm.n_states, cm.n_params, phi.size
     p = entry.params_array()
