@@ -627,7 +627,7 @@ def test_default_fit_warns_that_its_intervals_undercover(cls, pinene_400):
     for its configuration and the method that covers. StochasticGradient's default budget now converges
     on alpha-pinene (100 Cauchy steps left every panel replicate unconverged)."""
     z, data = pinene_400
-    lo, hi, _, reps = _panel_range(cls.__name__, converged_only=True)
+    lo, hi, _, reps = _panel_range(cls.__name__)
     with pytest.warns(oi.CoverageWarning, match=rf"{cls.__name__}: the 95% Wald intervals under-cover.*"
                                                 rf"this configuration, derivative='spline' \(the default\) covered "
                                                 rf"{lo:.2f}-{hi:.2f} per parameter.*oi\.Embedding\(\)\.fit"):
