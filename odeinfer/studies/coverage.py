@@ -623,25 +623,27 @@ def render(data, version, previous=None):
     return "\n".join(lines)
 
 
+#: the markers around the panel block in a markdown file
+BEGIN, END = "<!-- panel:begin -->", "<!-- panel:end -->"
+
+
 def read_block(path):
     """The text between the panel markers of ``path`` (None when the file or the block is missing)."""
     path = Path(path)
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    begin, end = "<!-- panel:begin -->", "<!-- panel:end -->"
-    if begin not in old:
+    if BEGIN not in old:
         return None
-    return old[old.index(begin) + len(begin):old.index(end)].strip("\n")
+    return old[old.index(BEGIN) + len(BEGIN):old.index(END)].strip("\n")
 
 
 def write_report(text, path):
     from odeinfer._io import write_atomic
 
     path = Path(path)
-    begin, end = "<!-- panel:begin -->", "<!-- panel:end -->"
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    block = f"{begin}\n{text}\n{end}"
-    if begin in old:
-        i, j = old.index(begin), old.index(end) + len(end)
+    block = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in old:
+        i, j = old.index(BEGIN), old.index(END) + len(END)
         new = old[:i] + block + old[j:]
     else:
         new = old + "\n" + block + "\n"
