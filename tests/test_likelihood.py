@@ -176,6 +176,31 @@ def test_preequilibration_with_a_conservation_law_keeps_the_total():
     np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
 
 
+def test_preequilibration_of_a_model_whose_step_time_the_conditions_fix():
+    # x' = a - x + k [t <= t_end]: t_end moves a jump of the right-hand side, but every condition
+    # fixes it (as PEtab's Brannmark_JBC2010 fixes its insulin step times), so neither the
+    # pre-equilibration nor the main solve needs its sensitivity. Pre-equilibrated with t_end = 0:
+    # x_ss = a; then x = a + k (1 - exp(-t)) up to t_end = 1.5, and decays back to a after it.
+    @oi.model(states=["x"], params=["a", "k", "t_end"])
+    def pulse(t, y, p):
+        return {"x": p.a - y.x + oi.math.where(t <= p.t_end, p.k, 0.0)}
+
+    assert pulse.switching_params == ("t_end",)
+    m = pulse.observe({"obs": "x"}, noise=oi.Normal(sigma=0.1))
+    cond = oi.Condition(params={"t_end": 1.5}, preequilibrate=oi.Condition(params={"t_end": 0.0}))
+    exps = oi.Experiments([oi.Data(T, Y, "obs", name="e")], conditions={"e": cond})
+    prob = oi.FitProblem(m, exps, {"a": oi.Param(1.2), "k": oi.Param(0.8)}, x0={"x": 0.0})
+    obj = oi.Objective(prob, solver=oi.Rodas(rtol=1e-10, atol=1e-12))
+    u = np.array([1.2, 0.8])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    dh_dk = (1.0 - np.exp(-np.minimum(T, 1.5))) * np.where(T <= 1.5, 1.0, np.exp(-(T - 1.5)))
+    h = 1.2 + 0.8 * dh_dk  # and dh/da = 1
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(Y, h, 0.1)), rel=1e-7)
+    r = (h - Y) / 0.1**2  # d nll / dh, closed form (central differences are poor across the jump)
+    np.testing.assert_allclose(ev.grad, [r.sum(), (r * dh_dk).sum()], rtol=1e-6)
+
+
 def test_preequilibration_that_does_not_converge_says_how_far_it_got():
     @oi.model(states=["x", "y"], params=["w"])
     def osc(t, y, p):

@@ -38,13 +38,17 @@ class SteadyState:
     def __init__(self, model, *, rtol=1e-8, atol=1e-10, solver=None):
         self.model, self.rtol, self.atol = model, rtol, atol
         self.solver = solver or Rodas(rtol=1e-10, atol=1e-12, max_steps=20_000)
-        self._bound = None
+        self._switching = [model.params.index(q) for q in model.switching_params]
+        self._bound = {}
 
-    def _solvers(self):
-        if self._bound is None:
-            self._bound = [bind(Problem(self.model, [b], t0=a), solver=self.solver, gradient=Forward())
-                           for a, b in zip(_STAGES[:-1], _STAGES[1:])]
-        return self._bound
+    def _solvers(self, held):
+        """The stages' solvers without sensitivities for the parameters ``held`` (indices): those that
+        move a jump of the right-hand side are fine while the caller holds them fixed."""
+        if held not in self._bound:
+            gradient = Forward(exclude=tuple(self.model.params[k] for k in held))
+            self._bound[held] = [bind(Problem(self.model, [b], t0=a), solver=self.solver, gradient=gradient)
+                                 for a, b in zip(_STAGES[:-1], _STAGES[1:])]
+        return self._bound[held]
 
     def __call__(self, p, x0, dp, dx0):
         p = np.ascontiguousarray(p, float)
@@ -52,8 +56,12 @@ class SteadyState:
         n_p, n = p.size, x.size
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
         worst = np.inf
-        for solver in self._solvers():
+        held = tuple(k for k in self._switching if not np.any(dp[k]))  # their (NaN) columns meet zero rows
+        for solver in self._solvers(held):
             y, S, st = solver(p, x)
+            if held:
+                S = S.copy()
+                S[:, :, list(held)] = 0.0
             t = solver.t[0]
             if st != 0:
                 return (f"pre-equilibration did not reach a steady state: the solver stopped at t={solver.info[0]:.6g} "
