@@ -227,6 +227,15 @@ def test_replicated_measurements_count_twice(tmp_path):
     assert pp.nll_nominal(tight()) == pytest.approx(2 * once, rel=1e-10)
 
 
+def test_tables_that_start_with_a_byte_order_mark_load(tmp_path):
+    # spreadsheet exports write a UTF-8 byte-order mark (Giordano_Nature2020's condition table has one)
+    folder, yaml = copy_problem(tmp_path, "Perelson_Science1996")
+    for table in folder.glob("*.tsv"):
+        table.write_bytes(b"\xef\xbb\xbf" + table.read_bytes())
+    _, _, nll = benchmark("Perelson_Science1996")
+    assert load(yaml).nll_nominal(tight()) == pytest.approx(nll, rel=1e-12)
+
+
 def test_a_condition_override_enters_the_initial_values(tmp_path):
     folder, yaml = copy_problem(tmp_path)
     table = folder / "experimentalCondition_Boehm_JProteomeRes2014.tsv"

@@ -328,9 +328,10 @@ class _Table:
                                                                                   "PEtab tables"),
                                 argument=argument, what="PEtab table")
             try:
-                header = data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r").split("\t")
+                # utf-8-sig: a byte-order mark (spreadsheet exports write one) is not part of the first column's name
+                header = data.split(b"\n", 1)[0].decode("utf-8-sig").rstrip("\r").split("\t")
                 frame = pd.read_csv(io.BytesIO(data), sep="\t", dtype=str, keep_default_na=False, na_filter=False,
-                                    encoding="utf-8")
+                                    encoding="utf-8-sig")
             except UnicodeDecodeError as exc:
                 raise PetabError(f"{label} is not UTF-8 text (invalid byte at offset {exc.start}); pass a "
                                  "tab-separated PEtab table") from None
