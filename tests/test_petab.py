@@ -236,6 +236,20 @@ def test_tables_that_start_with_a_byte_order_mark_load(tmp_path):
     assert load(yaml).nll_nominal(tight()) == pytest.approx(nll, rel=1e-12)
 
 
+def test_an_estimated_log_scale_parameter_may_have_the_nominal_value_zero(tmp_path):
+    # PEtab allows it (Lang_PLOSComputBiol2024's published fit has one): the nominal point is u = -inf,
+    # the parameter's value (a start) its lower bound; the NLL there is that of the parameter fixed at 0
+    folder, yaml = copy_problem(tmp_path, "Perelson_Science1996")
+    table = folder / "parameters_Perelson_Science1996.tsv"
+    edit(table, "2.06000000014632\t1", "0\t1")
+    pp = load(yaml)
+    k = pp.problem.estimated.index("c")
+    assert pp.nominal["c"] == 0.0 and pp.u_nominal[k] == -math.inf and pp.parameters["c"].value == 1e-5
+    nll = pp.nll_nominal(tight())
+    edit(table, "0\t1", "0\t0")
+    assert nll == pytest.approx(load(yaml).nll_nominal(tight()), rel=1e-12)
+
+
 def test_a_condition_override_enters_the_initial_values(tmp_path):
     folder, yaml = copy_problem(tmp_path)
     table = folder / "experimentalCondition_Boehm_JProteomeRes2014.tsv"

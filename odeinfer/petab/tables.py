@@ -469,7 +469,7 @@ class _Loader:
         probe = FitProblem(model, experiments, x0=x0)
         parameters = self.problem_parameters(probe.names, model, conditions, groups)
         problem = FitProblem(model, experiments, parameters, x0=x0)
-        nominal = {n: p.value for n, p in problem.params.items()}
+        nominal = {n: self.table_nominal.get(n, p.value) for n, p in problem.params.items()}
         return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
                             self.initialization_priors)
 
@@ -479,7 +479,7 @@ class _Loader:
         from odeinfer.likelihood import Param
         from odeinfer.petab.priors import read_prior
 
-        out, self.objective_priors, self.initialization_priors = {}, {}, {}
+        out, self.objective_priors, self.initialization_priors, self.table_nominal = {}, {}, {}, {}
         for r in table.rows:
             pid, where = r["parameterId"], r["_where"]
             if not _IDENT.match(pid):
@@ -501,9 +501,14 @@ class _Loader:
                 self.fail(f"{where}: column 'estimate' of parameter {pid!r} is neither 0 nor 1")
             lo = -math.inf if math.isnan(values["lowerBound"]) else values["lowerBound"]
             hi = math.inf if math.isnan(values["upperBound"]) else values["upperBound"]
+            value = self.table_nominal[pid] = values["nominalValue"]
+            if est and scale != "lin" and value == 0.0 and lo > 0:
+                # PEtab: an estimated parameter's nominal value is only a reference point, and 0 on a log
+                # scale (Lang_PLOSComputBiol2024's published fit) is the limit u = -inf; the Param's
+                # value, a start, is then the lower bound
+                value = lo
             try:  # a fixed parameter's bounds and scale do not matter (its bounds may not even hold it)
-                out[pid] = Param(values["nominalValue"], lo, hi, scale) if est else Param(
-                    values["nominalValue"], estimate=False)
+                out[pid] = Param(value, lo, hi, scale) if est else Param(value, estimate=False)
             except InputError as exc:
                 raise PetabError(f"{where}: parameter {pid!r} is invalid: {exc}") from None
             if est:  # a fixed parameter's priors do not enter
