@@ -5,7 +5,8 @@ Expected values come from outside odeinfer:
 * the log-likelihoods at the nominal parameters that AMICI's benchmark tests publish
   (``tests/benchmark_models/benchmark_models.yaml`` of the AMICI repository: Boehm
   -138.22199693517703, Fujita 53.08377736998929, Crauste -190.96521897435176, Elowitz
-  63.20279991419332, Zheng 278.33353271001477; the NLL is their negative);
+  63.20279991419332, Zheng 278.33353271001477, Bruno 46.688176988431806, Borghans
+  83.3237191357272, Fiedler 58.58390161681, Brannmark -141.889113770537; the NLL is their negative);
 * for Perelson (no published value) and Crauste, scipy's solve_ivp of the ODE written here by
   hand from the SBML reaction lists, with PEtab's NLL written by hand from the tables (read
   with the csv module);
@@ -35,7 +36,9 @@ PETAB = Path(__file__).parent / "data" / "petab"
 # AMICI's published log-likelihoods at the nominal parameters (see the module docstring)
 AMICI_LLH = {"Boehm_JProteomeRes2014": -138.22199693517703, "Fujita_SciSignal2010": 53.08377736998929,
              "Crauste_CellSystems2017": -190.96521897435176, "Elowitz_Nature2000": 63.20279991419332,
-             "Zheng_PNAS2012": 278.33353271001477}
+             "Zheng_PNAS2012": 278.33353271001477, "Bruno_JExpBot2016": 46.688176988431806,
+             "Borghans_BiophysChem1997": 83.3237191357272, "Fiedler_BMCSystBiol2016": 58.58390161681,
+             "Brannmark_JBC2010": -141.889113770537}
 SECRET = "SECRET-PAYLOAD-42"
 
 
@@ -66,6 +69,10 @@ def nominal_table(name):
 # -- the published references ------------------------------------------------------------------
 @pytest.mark.parametrize("name", [
     "Boehm_JProteomeRes2014", "Elowitz_Nature2000", "Fujita_SciSignal2010", "Zheng_PNAS2012",
+    # from the survey of the whole collection (benchmarks/petab_collection.py): 42 experiments
+    # (Bruno), a fitted offset and scale per observable (Borghans), pre-equilibration of a model
+    # whose step-input times each condition fixes (Brannmark)
+    "Bruno_JExpBot2016", "Borghans_BiophysChem1997", "Fiedler_BMCSystBiol2016", "Brannmark_JBC2010",
     pytest.param("Crauste_CellSystems2017", marks=pytest.mark.xfail(strict=True, reason=(
         "measured NLL 190.963978 vs AMICI's 190.965219 (difference 1.24e-3): AMICI computed its reference "
         "with rtol = atol = 1e-8 (its test file); the model is ill-conditioned (the NLL moves by 1e-3 when "
