@@ -257,6 +257,17 @@ def test_an_estimated_log_scale_parameter_may_have_the_nominal_value_zero(tmp_pa
     assert nll == pytest.approx(load(yaml).nll_nominal(tight()), rel=1e-12)
 
 
+def test_an_estimated_parameter_may_have_its_nominal_value_outside_its_bounds(tmp_path):
+    # Lang_PLOSComputBiol2024: sCDKN1B's nominal 2e-10 lies above its upper bound 1.99e-10
+    folder, yaml = copy_problem(tmp_path, "Perelson_Science1996")
+    table = folder / "parameters_Perelson_Science1996.tsv"
+    edit(table, "c\tc\tlog10\t1E-05\t100000\t2.06000000014632\t1", "c\tc\tlog10\t1E-05\t2\t2.06000000014632\t1")
+    pp = load(yaml)
+    assert pp.nominal["c"] == 2.06000000014632 and pp.parameters["c"].value == 2.0
+    edit(table, "2.06000000014632\t1", "2.06000000014632\t0")
+    assert pp.nll_nominal(tight()) == pytest.approx(load(yaml).nll_nominal(tight()), rel=1e-12)
+
+
 def test_a_condition_override_enters_the_initial_values(tmp_path):
     folder, yaml = copy_problem(tmp_path)
     table = folder / "experimentalCondition_Boehm_JProteomeRes2014.tsv"

@@ -502,11 +502,12 @@ class _Loader:
             lo = -math.inf if math.isnan(values["lowerBound"]) else values["lowerBound"]
             hi = math.inf if math.isnan(values["upperBound"]) else values["upperBound"]
             value = self.table_nominal[pid] = values["nominalValue"]
-            if est and scale != "lin" and value == 0.0 and lo > 0:
-                # PEtab: an estimated parameter's nominal value is only a reference point, and 0 on a log
-                # scale (Lang_PLOSComputBiol2024's published fit) is the limit u = -inf; the Param's
-                # value, a start, is then the lower bound
-                value = lo
+            if est and lo <= hi and not lo <= value <= hi:
+                # PEtab: an estimated parameter's nominal value is only a reference point (the problem's
+                # NLL at it is still PEtab's nominal objective): it may lie outside the bounds, or be 0 on
+                # a log scale (u = -inf), as in Lang_PLOSComputBiol2024's published fit; the Param's
+                # value, a start, is then the nearest bound
+                value = min(max(value, lo), hi)
             try:  # a fixed parameter's bounds and scale do not matter (its bounds may not even hold it)
                 out[pid] = Param(value, lo, hi, scale) if est else Param(value, estimate=False)
             except InputError as exc:
