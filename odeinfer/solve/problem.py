@@ -33,6 +33,7 @@ from odeinfer.solve.abi import Info, Status, status_message
 __all__ = ["Problem", "solve", "bind"]
 
 _SUCCESS = status_message(Status.SUCCESS)
+_SUCCESS_CODE = int(Status.SUCCESS)  # a plain int: compared faster than the IntEnum member
 
 
 def model_of(model):
@@ -290,9 +291,9 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
     with problem._lock:
         y, sens, status = bound(p, y0)
         y, sens = y.copy(), None if sens is None else sens.copy()
-        info = bound.info.copy()
-    t_reached = float(info[Info.T_REACHED])
-    if status == Status.SUCCESS:
+        info = bound.info.tolist()  # Python floats: cheaper to read than the array's entries
+    t_reached = info[Info.T_REACHED]
+    if status == _SUCCESS_CODE:
         message = _SUCCESS
     else:
         from odeinfer.solve.api import _finite_time_derivative, _raise
@@ -305,10 +306,10 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
                         "after that point")
         if raise_on_failure:
             _raise(status, message, t_reached, bound.method)
-    return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
-                    n_rhs=int(info[Info.N_RHS]), method=bound.method,
-                    states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
+    return Solution._of(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
+                        n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
+                        n_rhs=int(info[Info.N_RHS]), method=bound.method,
+                        states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
 
 
 def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):
