@@ -73,9 +73,10 @@ class Solution:
         """The Solution of these values, as ``Solution(...)`` makes it but cheaper (the one-shot
         :func:`odeinfer.solve` path): the fields are stored in one step rather than by a frozen
         dataclass's one ``object.__setattr__`` per field. ``t``, ``y`` and ``sens`` become read-only."""
-        for arr in (t, y, sens):
-            if arr is not None:
-                arr.setflags(write=False)
+        t.setflags(write=False)
+        y.setflags(write=False)
+        if sens is not None:
+            sens.setflags(write=False)
         sol = object.__new__(cls)
         sol.__dict__.update(t=t, y=y, sens=sens, status=status, message=message, t_reached=t_reached,
                             n_steps=n_steps, n_rejected=n_rejected, n_rhs=n_rhs, method=method, states=states,
