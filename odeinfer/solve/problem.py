@@ -84,6 +84,8 @@ class Problem:
     _delays: bool = field(default=False, init=False, repr=False, compare=False)
     _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    # (solver, gradient, role, bound solver) of the last bind: the same objects again skip hashing them
+    _last: list = field(default_factory=lambda: [None], init=False, repr=False, compare=False)
 
     def __post_init__(self):
         m = model_of(self.model)
@@ -176,6 +178,9 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
 
 def _bind(problem, solver, gradient, role):
     """:func:`bind` of a checked ``problem``."""
+    last = problem._last[0]
+    if last is not None and last[0] is solver and last[1] is gradient and last[2] is role:
+        return last[3]  # the values are frozen: the same objects, the same bound solver
     given = (solver, gradient, role)
     try:
         bound = problem._bound.get(given)  # the arguments as given: the one-shot solve's fast path
@@ -190,6 +195,8 @@ def _bind(problem, solver, gradient, role):
             bound = problem._bound[key] = _build(problem, solver, gradient)
         if given is not None:
             problem._bound[given] = bound
+    if given is not None:
+        problem._last[0] = (*given, bound)
     return bound
 
 
