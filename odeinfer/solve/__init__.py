@@ -11,6 +11,7 @@ widgets call in their loops. The numba kernels live in :mod:`odeinfer.solve.kern
 calling convention (signatures, info layout, status codes) in :mod:`odeinfer.solve.abi`.
 """
 
+import inspect as _inspect
 import sys as _sys
 import types as _types
 
@@ -29,8 +30,8 @@ __all__ = ["Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "M
 class _CallableModule(_types.ModuleType):
     """This package, callable as :func:`solve`."""
 
-    def __call__(self, problem, params, **options):
-        return solve(problem, params, **options)
+    __call__ = staticmethod(solve)  # the function itself: no wrapper call on the one-shot path
 
 
 _sys.modules[__name__].__class__ = _CallableModule
+__signature__ = _inspect.signature(solve)  # what inspect.signature(oi.solve) reports: solve's own

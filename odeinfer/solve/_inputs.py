@@ -30,10 +30,32 @@ def _suggest(name, names):
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_SHORT = 64  # named_values: up to this length, the finiteness test runs in Python
+_FLOAT64 = np.dtype(np.float64)
+
+
 def named_values(arg, values, names, what):
     """``values`` (array-like in the order of ``names``, or a mapping name -> value)
     as a new finite float64 array of shape ``(len(names),)``."""
-    if isinstance(values, Mapping):
+    if type(values) is np.ndarray and values.dtype is _FLOAT64:
+        arr = values.copy()  # what np.array(values, dtype=np.float64) makes, made faster
+    else:
+        arr = _as_array(arg, values, names, what)
+    if arr.shape != (len(names),):
+        raise InputError(
+            f"{arg}: expected {len(names)} values in the order {list(names)}, got an array of shape "
+            f"{arr.shape}; pass a 1-D sequence or a mapping name -> value"
+        )
+    # a short vector is tested faster element by element in Python than by a ufunc and a reduction
+    if all(map(math.isfinite, arr.tolist())) if arr.size <= _SHORT else np.isfinite(arr).all():
+        return arr
+    bad = [n for n, v in zip(names, arr) if not math.isfinite(v)]
+    raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
+
+
+def _as_array(arg, values, names, what):
+    """:func:`named_values`'s ``values`` as a new float64 array (any shape)."""
+    if type(values) is not np.ndarray and isinstance(values, Mapping):  # an array: skip the slower ABC test
         unknown = [k for k in values if k not in names]
         if unknown:
             hint = _suggest(unknown[0], names)
@@ -54,15 +76,7 @@ def named_values(arg, values, names, what):
             f"{arg}: expected {len(names)} numbers (for {list(names)}) or a mapping name -> number, "
             f"got {type(values).__name__}: {exc}"
         ) from None
-    if arr.shape != (len(names),):
-        raise InputError(
-            f"{arg}: expected {len(names)} values in the order {list(names)}, got an array of shape "
-            f"{arr.shape}; pass a 1-D sequence or a mapping name -> value"
-        )
-    if np.isfinite(arr).all():
-        return arr
-    bad = [n for n, v in zip(names, arr) if not math.isfinite(v)]
-    raise InputError(f"{arg}: values must be finite; {bad} {'is' if len(bad) == 1 else 'are'} inf or NaN")
+    return arr
 
 
 def output_times(t, t0):

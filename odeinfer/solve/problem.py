@@ -33,6 +33,10 @@ from odeinfer.solve.abi import Info, Status, status_message
 __all__ = ["Problem", "solve", "bind"]
 
 _SUCCESS = status_message(Status.SUCCESS)
+# plain ints: faster to use than the IntEnum members (whose attribute look-up alone takes ~0.15 us)
+_SUCCESS_CODE = int(Status.SUCCESS)
+_T_REACHED, _N_STEPS, _N_REJECTED, _N_RHS = (int(i) for i in (Info.T_REACHED, Info.N_STEPS, Info.N_REJECTED,
+                                                             Info.N_RHS))
 
 
 def model_of(model):
@@ -80,6 +84,8 @@ class Problem:
     _delays: bool = field(default=False, init=False, repr=False, compare=False)
     _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    # (solver, gradient, role, bound solver) of the last bind: the same objects again skip hashing them
+    _last: list = field(default_factory=lambda: [None], init=False, repr=False, compare=False)
 
     def __post_init__(self):
         m = model_of(self.model)
@@ -167,6 +173,14 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
         on this path.
     """
     _check_problem(problem)
+    return _bind(problem, solver, gradient, role)
+
+
+def _bind(problem, solver, gradient, role):
+    """:func:`bind` of a checked ``problem``."""
+    last = problem._last[0]
+    if last is not None and last[0] is solver and last[1] is gradient and last[2] is role:
+        return last[3]  # the values are frozen: the same objects, the same bound solver
     given = (solver, gradient, role)
     try:
         bound = problem._bound.get(given)  # the arguments as given: the one-shot solve's fast path
@@ -181,6 +195,8 @@ def bind(problem: Problem, *, solver=None, gradient=None, role: str = "solve"):
             bound = problem._bound[key] = _build(problem, solver, gradient)
         if given is not None:
             problem._bound[given] = bound
+    if given is not None:
+        problem._last[0] = (*given, bound)
     return bound
 
 
@@ -265,16 +281,17 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         Any other failure (finite-time blow-up, non-finite values, singular matrix).
     """
     _check_problem(problem)
-    if isinstance(gradient, Adjoint):
-        raise InputError("gradient: solve() returns states and forward sensitivities; for adjoint "
-                         "vector-Jacobian products use oi.bind(problem, gradient=oi.Adjoint())(params, x0, g)")
-    if getattr(gradient, "directions", None) is not None:
-        raise InputError(f"gradient: solve() returns all sensitivity columns, got {gradient!r}; pass "
-                         "gradient=oi.Forward(), or call oi.bind(problem, gradient=oi.Forward(directions=k))"
-                         "(params, x0, pdir, s0) for directional sensitivities")
-    if not isinstance(raise_on_failure, (bool, np.bool_)):
+    if gradient is not None:
+        if isinstance(gradient, Adjoint):
+            raise InputError("gradient: solve() returns states and forward sensitivities; for adjoint "
+                             "vector-Jacobian products use oi.bind(problem, gradient=oi.Adjoint())(params, x0, g)")
+        if getattr(gradient, "directions", None) is not None:
+            raise InputError(f"gradient: solve() returns all sensitivity columns, got {gradient!r}; pass "
+                             "gradient=oi.Forward(), or call oi.bind(problem, gradient=oi.Forward(directions=k))"
+                             "(params, x0, pdir, s0) for directional sensitivities")
+    if raise_on_failure is not True and raise_on_failure is not False and not isinstance(raise_on_failure, np.bool_):
         raise InputError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
-    bound = bind(problem, solver=solver, gradient=gradient)
+    bound = _bind(problem, solver, gradient, "solve")
     cm = bound.compiled
     p = _inputs.named_values("params", params, cm.params, "parameter")
     if problem.delays:
@@ -289,10 +306,12 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
         y0 = _inputs.named_values("x0", x0, cm.states, "state")
     with problem._lock:
         y, sens, status = bound(p, y0)
-        y, sens = y.copy(), None if sens is None else sens.copy()
-        info = bound.info.copy()
-    t_reached = float(info[Info.T_REACHED])
-    if status == Status.SUCCESS:
+        y = y.copy()
+        if sens is not None:
+            sens = sens.copy()
+        info = bound.info.tolist()  # Python floats: cheaper to read than the array's entries
+    t_reached = info[_T_REACHED]
+    if status == _SUCCESS_CODE:
         message = _SUCCESS
     else:
         from odeinfer.solve.api import _finite_time_derivative, _raise
@@ -305,10 +324,11 @@ def solve(problem: Problem, params, *, x0=None, history_params=None, solver=None
                         "after that point")
         if raise_on_failure:
             _raise(status, message, t_reached, bound.method)
-    return Solution(t=problem.t, y=y, sens=sens, status=int(status), message=message, t_reached=t_reached,
-                    n_steps=int(info[Info.N_STEPS]), n_rejected=int(info[Info.N_REJECTED]),
-                    n_rhs=int(info[Info.N_RHS]), method=bound.method,
-                    states=tuple(cm.states), params=tuple(cm.params), t0=problem.t0)
+    # Solution's fields in order: t, y, sens, status, message, t_reached, n_steps, n_rejected, n_rhs, method,
+    # states, params, t0
+    return Solution._of(problem.t, y, sens, int(status), message, t_reached, int(info[_N_STEPS]),
+                        int(info[_N_REJECTED]), int(info[_N_RHS]), bound.method, tuple(cm.states), tuple(cm.params),
+                        problem.t0)
 
 
 def _solve_delay(problem, bound, cm, p, x0, history_params, raise_on_failure):

@@ -65,7 +65,23 @@ class Solution:
     def __post_init__(self):
         for arr in (self.t, self.y, self.sens):
             if arr is not None:
-                arr.flags.writeable = False
+                arr.setflags(write=False)
+
+    @classmethod
+    def _of(cls, t, y, sens, status, message, t_reached, n_steps, n_rejected, n_rhs, method, states, params, t0,
+            history=None, history_params=()):
+        """The Solution of these values, as ``Solution(...)`` makes it but cheaper (the one-shot
+        :func:`odeinfer.solve` path): the fields are stored in one step rather than by a frozen
+        dataclass's one ``object.__setattr__`` per field. ``t``, ``y`` and ``sens`` become read-only."""
+        t.setflags(write=False)
+        y.setflags(write=False)
+        if sens is not None:
+            sens.setflags(write=False)
+        sol = object.__new__(cls)
+        sol.__dict__.update(t=t, y=y, sens=sens, status=status, message=message, t_reached=t_reached,
+                            n_steps=n_steps, n_rejected=n_rejected, n_rhs=n_rhs, method=method, states=states,
+                            params=params, t0=t0, history=history, history_params=history_params)
+        return sol
 
     @property
     def success(self) -> bool:
