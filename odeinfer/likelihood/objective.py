@@ -8,7 +8,10 @@ prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right
 parameters and the segment's initial state, chained to the problem's parameters through the
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
 dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
-jump condition of a bolus at a fixed time). Observables and noise models (exact derivatives)
+jump condition of a bolus at a fixed time). A jump of the right-hand side at a time that is a
+function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
+cuts the integration too, at cut times that move with the parameters (segments cached by them),
+and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Observables and noise models (exact derivatives)
 give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
 and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
 gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).

@@ -26,18 +26,19 @@ _ULPS = 64  # how far (in units in the last place) a side of a switch is searche
 
 
 def _arguments(model):
-    """``(text, g)`` for every comparison ``g = lhs - rhs`` against 0 that switches the right-hand side."""
+    """``g`` for every comparison ``g = lhs - rhs`` against 0 that switches the right-hand side (the
+    nodes :attr:`Model.switching_params` looks at)."""
     out = []
     for e in model.exprs:
         for node in sp.preorder_traversal(e):
             if isinstance(node, (sp.Heaviside, sp.sign)):
-                out.append((str(node), node.args[0]))
+                out.append(node.args[0])
             elif isinstance(node, sp.Piecewise):
                 for _, cond in node.args:
                     if isinstance(cond, sp.logic.boolalg.Boolean) and cond not in (sp.true, sp.false):
                         rels = [cond] if isinstance(cond, sp.core.relational.Relational) else sorted(
                             cond.atoms(sp.core.relational.Relational), key=str)
-                        out += [(str(r), r.lhs - r.rhs) for r in rels]
+                        out += [r.lhs - r.rhs for r in rels]
     return out
 
 
@@ -69,7 +70,7 @@ class TimeSwitches:
         psyms = list(model.param_symbols)
         allowed = set(psyms[:n_params])
         times, gs, unhandled = [], [], set()
-        for _, g in _arguments(model):
+        for g in _arguments(model):
             free = g.free_symbols
             a = sp.diff(g, t)
             ok = (t in free and not free & states and free <= allowed | {t} and t not in a.free_symbols
