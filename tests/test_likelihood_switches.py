@@ -17,6 +17,7 @@ from scipy import stats
 
 import odeinfer as oi
 from odeinfer.errors import InputError
+from odeinfer.solve.abi import Info
 
 T = np.array([0.5, 1.0, 1.7, 2.5, 3.2, 4.0, 5.5])
 Y = np.array([1.55, 1.2, 1.5, 1.9, 1.6, 1.3, 0.6])
@@ -143,3 +144,25 @@ def test_a_switch_not_linear_in_time_is_still_refused():
     prob = _problem(late, {"k": oi.Param(0.8), "tau": oi.Param(1.3), "xi": oi.Param(2.0)})
     with pytest.raises(InputError, match=r"gradient: parameters \['tau'\] move a jump of the right-hand side"):
         oi.Objective(prob, solver=TIGHT)
+
+
+@oi.model(states=["x"], params=["k", "tau"])
+def fast(t, y, p):
+    return {"x": -1.0e4 * (y.x - oi.math.where(t >= p.tau, p.k, 0.0))}
+
+
+def test_segments_cut_anew_start_on_rodas_once_the_run_was_found_stiff():
+    # x' = -L (x - k [t >= tau]), L = 1e4: stiff, so oi.Auto switches to Rodas; moving tau cuts new
+    # segments, which start on Rodas (in the same auto scope) without trying Dormand-Prince first. Closed form: x = xi e^{-L t} +
+    # k (1 - e^{-L (t - tau)}) [t > tau]
+    lam = 1.0e4
+    prob = _problem(fast, {"k": oi.Param(0.8), "tau": oi.Param(1.3), "xi": oi.Param(2.0)})
+    obj = oi.Objective(prob, solver=oi.Auto(rtol=1e-10, atol=1e-12, max_steps=50_000))
+    obj(np.array([0.8, 1.3, 2.0]))
+    assert any(s.solver.stiff for s in obj.runs[0].segments)  # found stiff on a segment
+    ev = obj(np.array([0.8, 2.2, 2.0]))
+    segs = obj.runs[0].segments
+    assert len(segs) == 2 and all(s.solver.stiff for s in segs)
+    assert all(s.solver.explicit.info[Info.N_STEPS] == 0 for s in segs)  # no Dormand-Prince attempt first
+    h = 2.0 * np.exp(-lam * T) + 0.8 * np.where(T > 2.2, 1.0 - np.exp(-lam * (T - np.minimum(T, 2.2))), 0.0)
+    assert ev.ok and ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(Y, h, SD)), rel=RTOL)
