@@ -166,3 +166,16 @@ def test_segments_cut_anew_start_on_rodas_once_the_run_was_found_stiff():
     assert all(s.solver.explicit.info[Info.N_STEPS] == 0 for s in segs)  # no Dormand-Prince attempt first
     h = 2.0 * np.exp(-lam * T) + 0.8 * np.where(T > 2.2, 1.0 - np.exp(-lam * (T - np.minimum(T, 2.2))), 0.0)
     assert ev.ok and ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(Y, h, SD)), rel=RTOL)
+
+
+def test_predictions_and_their_gradients_through_a_switch():
+    # observe_at runs its own segments (other times): h = xi e^{-t} + k s(t - tau) and its gradient
+    prob = _problem(step_on, {"k": oi.Param(0.8), "tau": oi.Param(1.3), "xi": oi.Param(2.0)})
+    obj = oi.Objective(prob, solver=TIGHT)
+    t = np.array([0.2, 1.0, 1.3, 1.31, 2.0, 4.5])
+    h, dh = obj.observe_at(np.array([0.8, 1.3, 2.0]), prob.plans[0].name, t)
+    s, ds = _step(t, 1.3)
+    e = np.exp(-t)
+    np.testing.assert_allclose(h[:, 0], 2.0 * e + 0.8 * s, rtol=RTOL)
+    ref = np.column_stack([s, 0.8 * ds, e])
+    np.testing.assert_allclose(dh[:, 0], ref, rtol=RTOL, atol=RTOL * np.max(np.abs(ref)))
