@@ -179,3 +179,23 @@ def test_predictions_and_their_gradients_through_a_switch():
     np.testing.assert_allclose(h[:, 0], 2.0 * e + 0.8 * s, rtol=RTOL)
     ref = np.column_stack([s, 0.8 * ds, e])
     np.testing.assert_allclose(dh[:, 0], ref, rtol=RTOL, atol=RTOL * np.max(np.abs(ref)))
+
+
+def test_a_switch_time_estimated_in_the_pre_equilibration_is_refused_when_the_objective_is_built():
+    # the pre-equilibration integrates to a steady state without cutting at switches: a switch time it
+    # does not hold fixed is refused up front (the main run's estimated tau alone is fine)
+    m = step_on.observe({"obs": "x"}, noise=oi.Normal(sigma=SD))
+    params = {"k": oi.Param(0.8), "tau": oi.Param(1.3)}
+    held = oi.Condition(preequilibrate=oi.Condition(params={"tau": 0.0}))
+    prob = oi.FitProblem(m, oi.Experiments([oi.Data(T, Y, "obs", name="e")], conditions={"e": held}), params,
+                         x0={"x": 0.0})
+    ev = oi.Objective(prob, solver=TIGHT)(np.array([0.8, 1.3]))
+    # pre-equilibrated with the step on from t = 0: x_ss = k; then off until tau: x = k e^{-t} + k s(t - tau)
+    s, ds = _step(T, 1.3)
+    e = np.exp(-T)
+    _check(ev, *_nll_grad(0.8 * e + 0.8 * s, np.column_stack([e + s, 0.8 * ds])))
+    free = oi.Condition(preequilibrate=oi.Condition())
+    prob = oi.FitProblem(m, oi.Experiments([oi.Data(T, Y, "obs", name="e")], conditions={"e": free}), params,
+                         x0={"x": 0.0})
+    with pytest.raises(InputError, match=r"gradient: parameters \['tau'\] move a jump of the right-hand side"):
+        oi.Objective(prob, solver=TIGHT)

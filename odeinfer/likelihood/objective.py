@@ -95,6 +95,9 @@ class _Run:
         self.col_sel = _as_slice(self.traj_cols)  # the same columns, as a slice where they are contiguous
         gradient = Forward(exclude=tuple(m.params[k] for k in excluded), directions=max(self.traj_cols.size, 1))
         self.preeq = obj.steady if plan.preequilibrate else None
+        if self.preeq is not None:  # the pre-equilibration cuts no switch: its jumps' parameters must be held
+            op = self.n_p + self.n_q + self.n_s + self.n_d
+            self.preeq.prepare([k for k in range(self.n_p) if all(e == 0 for e in jac.row(op + k))])
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
         t0 = plan.t0
