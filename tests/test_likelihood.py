@@ -344,7 +344,9 @@ def test_a_step_whose_end_each_condition_fixes_has_a_gradient():
     grad = np.sum((ha - Y) * np.minimum(T, 1.5)) / 0.01 + np.sum((hb - Y[::-1]) * np.minimum(T, 2.5)) / 0.01
     assert ev.nll == pytest.approx(ref, rel=1e-7)
     assert ev.grad[0] == pytest.approx(grad, rel=1e-6)
-    # estimated, t_end still needs the jump term: refused
+    # estimated, t_end gets the jump term (a time switch): dh/dt_end = k [t > t_end], dh/dk = min(t, t_end)
     prob = oi.FitProblem(m, oi.Data(T, Y, "obs"), {"k": oi.Param(0.7), "t_end": oi.Param(1.5)}, x0={"x": 1.0})
-    with pytest.raises(InputError, match=r"parameters \['t_end'\] move a jump"):
-        oi.Objective(prob)
+    ev = oi.Objective(prob, solver=oi.Rodas(rtol=1e-10, atol=1e-12))(np.array([0.7, 1.5]))
+    r = (ha - Y) / 0.01
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(Y, ha, 0.1)), rel=1e-7)
+    np.testing.assert_allclose(ev.grad, [np.sum(r * np.minimum(T, 1.5)), np.sum(r * 0.7 * (T > 1.5))], rtol=1e-6)

@@ -8,7 +8,10 @@ prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right
 parameters and the segment's initial state, chained to the problem's parameters through the
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
 dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
-jump condition of a bolus at a fixed time). Observables and noise models (exact derivatives)
+jump condition of a bolus at a fixed time). A jump of the right-hand side at a time that is a
+function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
+cuts the integration too, at cut times that move with the parameters (segments cached by them),
+and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Observables and noise models (exact derivatives)
 give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
 and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
 gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
@@ -24,6 +27,7 @@ from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
+from odeinfer.likelihood.switches import TimeSwitches
 from odeinfer.solve import Forward, Problem, bind
 from odeinfer.solve.config import as_solver, default_solver
 from odeinfer.solve.abi import status_message
@@ -45,7 +49,7 @@ class Evaluation:
 
 
 class _Segment:
-    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "p_inputs")
+    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs")
 
 
 class _Run:
@@ -58,6 +62,7 @@ class _Run:
         self.n_ps = prob.solve_model.n_params  # the solver's parameters: the model's, then input rates
         self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
+        self._solve_model, self.obj_switches = prob.solve_model, obj.switches
         syms = [prob.symbols[n] for n in prob.names]
         est = [prob.symbols[n] for n in prob.estimated]
         v = sp.Matrix(plan.exprs)
@@ -72,7 +77,16 @@ class _Run:
         # a parameter that moves a jump of the right-hand side (e.g. a step input's end time) is
         # fine while this experiment holds it fixed: its sensitivity columns are not needed
         held = [k for k in range(self.n_p) if all(e == 0 for e in jac.row(k))]
-        excluded = [k for k in held if m.params[k] in prob.solve_model.switching_params]
+        # a jump at a time that is a function of the parameters alone (a time switch) is fine too:
+        # the run cuts its integration there and adds the jump of the sensitivities; not when the
+        # time depends on one of this run's inputs (a parameter that changes at the input's knots)
+        sw = obj.switches
+        inputs = {m.param_symbols[k] for k in plan.inputs}
+        self.switch_ids = [i for i in range(sw.n) if not sw.symbols[i] & inputs]
+        moved = set().union(*(sw.symbols[i] for i in range(sw.n) if i not in self.switch_ids))
+        handled = [k for k in range(self.n_p) if m.params[k] in sw.handled and m.param_symbols[k] not in moved]
+        switching = prob.solve_model.switching_params
+        excluded = sorted({k for k in held if m.params[k] in switching} | set(handled))
         # directional sensitivities along the estimated parameters that move the trajectory (the
         # right-hand side's parameters, initial states, doses, pre-equilibration): not the noise or
         # observable-only ones, nor anything per fixed parameter or initial state
@@ -81,6 +95,9 @@ class _Run:
         self.col_sel = _as_slice(self.traj_cols)  # the same columns, as a slice where they are contiguous
         gradient = Forward(exclude=tuple(m.params[k] for k in excluded), directions=max(self.traj_cols.size, 1))
         self.preeq = obj.steady if plan.preequilibrate else None
+        if self.preeq is not None:  # the pre-equilibration cuts no switch: its jumps' parameters must be held
+            op = self.n_p + self.n_q + self.n_s + self.n_d
+            self.preeq.prepare([k for k in range(self.n_p) if all(e == 0 for e in jac.row(op + k))])
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
         t0 = plan.t0
@@ -90,27 +107,22 @@ class _Run:
             self.times, self.row_out = times, np.searchsorted(times, plan.t_rows)
         self.share = share
         t_end = float(self.times[-1]) if self.times.size else t0
+        self.t0, self.t_end = t0, t_end
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
-        bounds = [t0] + sorted(cuts) + ([t_end] if not cuts or max(cuts) < t_end else [])
+        self.fixed_cuts = sorted(cuts)
         self.x0_doses = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time <= t0]
-        self.segments = [] if share is None else share.segments
-        solver = obj.solver if solver is None else solver
-        for j in range(len(bounds) - 1 if share is None else 0):
-            a, b = bounds[j], bounds[j + 1]
-            sel = (self.times >= a if j == 0 else self.times > a) & (self.times <= b)
-            out = np.flatnonzero(sel)
-            tt = self.times[out]
-            extra = not (tt.size and tt[-1] == b)
-            if extra:
-                tt = np.append(tt, b)
-            seg = _Segment()
-            seg.start, seg.out, seg.rows, seg.end_extra = a, out, _as_slice(out), extra
-            seg.solver = bind(Problem(prob.solve_model, tt, t0=a), solver=solver, gradient=gradient)
-            seg.jumps = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time == b]
-            seg.p_inputs = [_input_at(k, inp, a, prob.rates.get(k)) for k, inp in plan.inputs.items()]
-            self.segments.append(seg)
+        self.dose_times = [(d.time, m.states.index(d.state), i) for i, d in enumerate(plan.doses)]
+        self.p_inputs = [(k, inp, prob.rates.get(k)) for k, inp in plan.inputs.items()]
+        self.solver = obj.solver if solver is None else solver
+        self.gradient = gradient
+        self._cache = {}  # segments by their cut times (switch times move with the parameters)
+        self._segments = None
+        if share is None:  # bound (and the gradient's validity checked) once here, at the fixed cuts
+            self._segments = self._cut([])
+            self._cache[self._key([])] = self._segments
+
         # --- measurements grouped by observable ------------------------------------------------
         self.groups = []
         for k, o in enumerate(m.observables):
@@ -136,6 +148,73 @@ class _Run:
         self.jac_terms = cat([grp[5] for grp in self.groups])
         self.dist = np.array([grp[6] for grp in self.groups], np.int64)
         self.scale = np.array([grp[7] for grp in self.groups], np.int64)
+
+    @property
+    def segments(self):
+        """The segments of the last solve (before any: those of the fixed cuts)."""
+        return (self.share or self)._segments
+
+    @staticmethod
+    def _key(switches):
+        return tuple((lo, hi) for _, lo, hi, _ in switches)
+
+    def _cut(self, switches):
+        """The segments between ``t0``, the fixed cuts (doses, input knots) and the ``switches``
+        (``(tau, t_lo, t_hi, dtau/dp)``, inside ``(t0, t_end)``): a segment ending at a switch stops at
+        ``t_lo``, the next starts at ``t_hi``, the two floats next to ``tau`` on either side of the jump."""
+        t0, t_end = self.t0, self.t_end
+        cuts = [(c, c, c, None) for c in self.fixed_cuts]
+        cuts += [(tau, lo, hi, j) for j, (tau, lo, hi, _) in enumerate(switches)]
+        cuts.sort(key=lambda c: (c[0], c[3] is not None))
+        merged = []  # a switch within a cut's bracket (a coincidence) shares that cut
+        for c in cuts:
+            if merged and c[1] <= merged[-1][2]:
+                tau, lo, hi, ids = merged[-1]
+                merged[-1] = (tau, min(lo, c[1]), max(hi, c[2]), ids + ([] if c[3] is None else [c[3]]))
+            else:
+                merged.append((c[0], c[1], c[2], [] if c[3] is None else [c[3]]))
+        if not merged or merged[-1][0] < t_end:
+            merged.append((t_end, t_end, t_end, []))
+        segments, start, prev = [], t0, None
+        for tau, end, nxt, ids in merged:
+            sel = (self.times > prev if prev is not None else self.times >= start) & (self.times <= tau)
+            out = np.flatnonzero(sel)
+            tt = np.clip(self.times[out], start, end)  # a measurement inside a switch's bracket: at its side
+            extra = not (tt.size and tt[-1] == end)
+            if extra:
+                tt = np.append(tt, end)
+            seg = _Segment()
+            seg.start, seg.out, seg.rows, seg.end_extra = start, out, _as_slice(out), extra
+            seg.solver = self._bind(tt, start)
+            seg.jumps = [(i, a) for (td, i, a) in self.dose_times if td == tau and td > self.t0]
+            seg.switches = ids
+            seg.p_inputs = [_input_at(k, inp, start, r) for k, inp, r in self.p_inputs]
+            segments.append(seg)
+            start, prev = nxt, tau
+        return segments
+
+    def _bind(self, tt, start):
+        if self._segments is None:  # the first binding validates the options
+            return bind(Problem(self._solve_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
+        t = np.array(tt, dtype=np.float64)
+        t.flags.writeable = False  # as Problem leaves it (the kernels' compiled signature)
+        return _rebind(self._segments[0].solver, t, float(start))
+
+    def _segments_at(self, p):
+        """The segments for the switch times at the parameters ``p`` (cached by the cut times) and the
+        switches inside ``(t0, t_end)``."""
+        inside = [s for s in self.obj_switches.at(p, self.switch_ids) if s[1] > self.t0 and s[2] < self.t_end]
+        key = self._key(inside)
+        segs = self._cache.get(key)
+        if segs is None:
+            segs = self._cut(inside)
+            if len(self._cache) >= _CACHE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = segs
+        if segs is not self._segments:
+            _carry_stiffness(self._segments, segs)
+            self._segments = segs
+        return segs, inside
 
     def mapping(self, theta):
         v = np.asarray(self._v(theta), float).ravel()
@@ -167,7 +246,11 @@ class _Run:
         n_ps, cols, sel = self.n_ps, self.traj_cols, self.col_sel
         k_dir = max(cols.size, 1)
         s0 = np.zeros((n_s, k_dir))
-        for seg in self.segments:
+        if self.switch_ids:
+            segments, switches = self._segments_at(p)
+        else:
+            segments, switches = self._segments, ()
+        for seg in segments:
             pdir = np.zeros((n_ps, k_dir))
             pdir[:n_p, :cols.size] = dp[:, sel]
             pj = p
@@ -194,10 +277,32 @@ class _Run:
             x = y[-1].copy()
             dx = np.zeros((n_s, ne))
             dx[:, sel] = S[-1, :, :cols.size]
+            for j in seg.switches:  # the jump of the sensitivities at a switch time
+                _, lo, hi, dtau = switches[j]
+                cm = seg.solver.compiled
+                dx += np.outer(cm.f(lo, x, pj) - cm.f(hi, x, pj), dtau @ dp)
             for i, a in seg.jumps:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
         return X, dX
+
+
+_CACHE = 8  # segment lists kept per run (by their cut times)
+
+
+def _rebind(template, t, t0):
+    """A solver like the bound ``template`` (same class, options, gradient) for the output times
+    ``t`` from ``t0``, built without validating again (``template`` was bound through :func:`bind`)."""
+    return type(template)(template.compiled, t, t0, template.solver, template.gradient, ())
+
+
+def _carry_stiffness(old, new):
+    """An :class:`~odeinfer.solve.AutoSolver` of the run that has switched to Rodas (in the current
+    auto scope) has found the run stiff: the segments cut anew start on Rodas too."""
+    if old and any(getattr(s.solver, "stiff_in_scope", False) for s in old):
+        for seg in new:
+            if hasattr(seg.solver, "go_stiff") and not seg.solver.stiff_in_scope:
+                seg.solver.go_stiff(next(s.solver.switch_reason for s in old if s.solver.stiff_in_scope))
 
 
 def _as_slice(index):
@@ -271,6 +376,7 @@ class Objective:
         m = problem.model
         self.solver = as_solver(solver, delays=False, role="likelihood")
         self.steady = SteadyState(m)
+        self.switches = TimeSwitches(problem.solve_model, m.n_params)
         self.obsf = ObservableFunctions(m)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
         self.scales = [problem.params[n].scale for n in problem.estimated]

@@ -50,6 +50,12 @@ class SteadyState:
                                  for a, b in zip(_STAGES[:-1], _STAGES[1:])]
         return self._bound[held]
 
+    def prepare(self, held):
+        """Bind the stages' solvers for the switching parameters ``held`` (indices) fixed: raises
+        :class:`~odeinfer.errors.InputError` (as :func:`odeinfer.bind`) when another parameter moves a
+        jump of the right-hand side, which the integrated steady-state sensitivities would miss."""
+        self._solvers(tuple(k for k in self._switching if k in held))
+
     def __call__(self, p, x0, dp, dx0):
         p = np.ascontiguousarray(p, float)
         x = np.ascontiguousarray(x0, float)

@@ -194,6 +194,9 @@ class Model:
         The forward sensitivity equations miss the jump term of such a
         parameter, so solvers refuse sensitivities with respect to it; use a
         smooth step (``om.heaviside(x, width=...)``) to fit it by trajectory matching.
+        The likelihood :class:`~odeinfer.Objective` adds the jump term itself where the jump's
+        time is a function of the parameters alone (``where(t >= p.tau, ...)``; see
+        :mod:`odeinfer.likelihood.switches`).
         """
         found = set()
         for e in self.exprs:

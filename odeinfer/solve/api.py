@@ -294,6 +294,12 @@ class AutoSolver:
         self.stiff, self.switch_reason, self._scope = True, reason, _SCOPE.token
         self._use(self.implicit)
 
+    @property
+    def stiff_in_scope(self) -> bool:
+        """Whether the next call goes to Rodas: switched in the current :func:`auto_scope` (or, outside
+        any, switched outside any)."""
+        return self.stiff and self._scope is _SCOPE.token
+
     def reset(self):
         """Back to Dormand-Prince, as bound: the next call starts with Dopri5 (the Rodas solver, if
         built, is kept for a later switch)."""
