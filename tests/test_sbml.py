@@ -622,8 +622,35 @@ def test_reserved_and_keyword_ids_are_refused(tmp_path):
                       r"the SBML file", params=[param("t", 1)])
     assert_refused(tmp_path, r"the species id 'lambda' cannot be an odeinfer name: it is a Python keyword",
             species_=[species("lambda", conc=1)])
-    assert_refused(tmp_path, r"the reaction id '_r' cannot be an odeinfer name: it starts with '_'",
-            reactions=[reaction("_r", "k*A", [("A", 1)])])
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': the id '_k' is no odeinfer name \(it starts with '_'\) and "
+                             r"its odeinfer name 'sbml_k' is already an id of the model; rename '_k' or 'sbml_k'",
+            params=[param("_k", 1), param("sbml_k", 2)])
+
+
+def test_ids_with_a_leading_underscore_get_the_prefix_sbml_everywhere(tmp_path):
+    # SBML allows ids such as '_k' (SalazarCavazos_MBoC2020's '_rateLaw1'); they become 'sbml_k' in the
+    # math, rules, initial assignments, species references, compartments and function calls; a local
+    # '_k' of r2 still shadows the global one. _u = _f(_k) = 2*_k; _r1: _A -> B at _u*_A; r2: B -> at
+    # 0.25*B (local _k); r3: -> B at the rate of _r1; C of size 2:
+    # d_A/dt = -2*k*A/C, dB/dt = (4*k*A - 0.25*B)/C, B(0) = k + 1
+    s = load_text(tmp_path, document(
+        functions=[f'<functionDefinition id="_f">{mathml("lambda(x, 2*x)")}</functionDefinition>'],
+        comps=[comp("_C", 2)], species_=[species("_A", "_C", conc=3), species("B", "_C", conc=0)],
+        params=[param("_k", 0.5), param("_u", constant=False), param("k", 7)],
+        rules=[f'<assignmentRule variable="_u">{mathml("_f(_k)")}</assignmentRule>'],
+        initial=[f'<initialAssignment symbol="B">{mathml("_k + 1")}</initialAssignment>'],
+        reactions=[reaction("_r1", "_u*_A", [("_A", 1)], [("B", 1)]),
+                   reaction("r2", "_k*B", [("B", 1)], local='<localParameter id="_k" value="0.25"/>'),
+                   reaction("r3", "_r1", products=[("B", 1)])]))
+    assert s.model.states == ("sbml_A", "B") and s.model.params == ("sbml_C", "sbml_k", "k")
+    assert s.values == {"sbml_C": 2.0, "sbml_k": 0.5, "k": 7.0} and set(s.expressions) == {"sbml_u"}
+    assert s.initial_state() == {"sbml_A": 3.0, "B": 1.5}
+    assert s.renamed == {"_A": "sbml_A", "_C": "sbml_C", "_f": "sbml_f", "_k": "sbml_k", "_r1": "sbml_r1",
+                         "_u": "sbml_u"}
+    assert sb.odeinfer_name("_rateLaw1") == "sbml_rateLaw1" and sb.odeinfer_name("k_1") == "k_1"
+    check_rhs(s, lambda t, y, p: {"sbml_A": -2 * p["sbml_k"] * y["sbml_A"] / p["sbml_C"],
+                                  "B": (4 * p["sbml_k"] * y["sbml_A"] - 0.25 * y["B"]) / p["sbml_C"]},
+              np.random.default_rng(23))
 
 
 def test_math_depth_and_size_are_bounded(tmp_path):

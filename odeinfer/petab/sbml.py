@@ -28,9 +28,12 @@ initial values
     compartment size when the species' units differ), else the value or size; an expression of
     the parameters in :attr:`SBMLModel.x0`. A state without any is an :class:`SBMLError`.
 names
-    SBML ids are the odeinfer names, unchanged. An id that is not a valid odeinfer name (``t``,
-    which is time; a Python keyword such as ``lambda``; a leading ``_``) is refused with an
-    :class:`SBMLError` naming it: rename the id in the SBML file (nothing is renamed silently).
+    SBML ids are the odeinfer names, unchanged, except ids with a leading ``_`` (valid in SBML, not
+    as odeinfer names): they become ``"sbml" + id`` (:func:`odeinfer_name`: ``_rateLaw1`` ->
+    ``sbml_rateLaw1``) everywhere in the model, listed in :attr:`SBMLModel.renamed`; a model that
+    already has an id equal to such a name is refused. Other ids that are no valid odeinfer names
+    (``t``, which is time; a Python keyword such as ``lambda``) are refused with an
+    :class:`SBMLError` naming them: rename the id in the SBML file.
 math
     The MathML trees are walked node by node (no ``eval``, no text parsing): arithmetic, powers,
     ``exp``, ``ln``, ``log`` (any base), ``root``, ``abs``, ``min``/``max``, trigonometric and
@@ -72,7 +75,7 @@ import math
 import os
 import urllib.parse
 import xml.parsers.expat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
@@ -83,8 +86,8 @@ from odeinfer.model.core import Model, not_finite
 from odeinfer.model.trace import T_SYMBOL, symbols_for, validate_names
 from odeinfer.petab._files import read_bounded, resolve
 
-__all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXTERNAL_FILES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_MATH_DEPTH",
-           "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml"]
+__all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_EXTERNAL_FILES",
+           "MAX_MATH_DEPTH", "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml", "odeinfer_name"]
 
 MAX_BYTES = 20 * 2**20
 MAX_XML_DEPTH = 1_000
@@ -120,6 +123,9 @@ class SBMLModel:
     doses : tuple of Dose
         The events as :class:`~odeinfer.Dose` s (see the module's notes), in document order; each
         amount is a number or an expression of the parameters.
+    renamed : dict of str to str
+        ``{SBML id: odeinfer name}`` of the ids that are no odeinfer names as they stand (a leading
+        ``_``): each is :func:`odeinfer_name` of the id, everywhere in the model (see the module's notes).
     """
 
     model: Model
@@ -127,6 +133,7 @@ class SBMLModel:
     values: dict
     expressions: dict
     doses: tuple = ()
+    renamed: dict = field(default_factory=dict)
 
     def initial_state(self, values=None) -> dict:
         """The initial state as numbers, ``{state: float}``.
@@ -186,6 +193,15 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
     data = _read(file, path)
     doc = _parse(data, path, file)
     return _Import(doc.getModel(), name, os.path.basename(os.fspath(path))).build()
+
+
+SBML_PREFIX = "sbml"
+
+
+def odeinfer_name(sbml_id: str) -> str:
+    """The odeinfer name of an SBML (or PEtab) id: the id itself, or ``"sbml" + id`` when it starts with
+    ``_`` (``_rateLaw1`` -> ``sbml_rateLaw1``), which SBML allows and odeinfer names do not."""
+    return SBML_PREFIX + sbml_id if sbml_id.startswith("_") else sbml_id
 
 
 # -- the file ----------------------------------------------------------------------------------
@@ -614,6 +630,7 @@ class _Import:
 
         m = self.m
         self.refuse_unsupported()
+        renamed = self.rename_ids()
         comps, species, pars = (list(m.getListOfCompartments()), list(m.getListOfSpecies()),
                                 list(m.getListOfParameters()))
         reactions = list(m.getListOfReactions())
@@ -679,7 +696,7 @@ class _Import:
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
         doses = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size)
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
-        return SBMLModel(model, x0, values, expressions, doses)
+        return SBMLModel(model, x0, values, expressions, doses, renamed)
 
     def events(self, conv, dyn, states, psyms, size):
         """The events as Doses ``(time, state, amount)``, one per assignment ``s = s + amount`` of an
@@ -771,6 +788,33 @@ class _Import:
                     out.setdefault(ref.getSpecies(), []).append((sign * self.stoichiometry(ref, r.getId()),
                                                                  r.getId()))
         return out
+
+    def rename_ids(self):
+        """Give the ids with a leading ``_`` (valid SBML, no odeinfer names) the name :func:`odeinfer_name`
+        everywhere in the model (libsbml renames every reference: math, rules, species references, ...);
+        ``{SBML id: name}``. A name that is already an id of the model is refused."""
+        import libsbml as L
+
+        m = self.m
+        units = (L.SBML_UNIT_DEFINITION, L.SBML_UNIT)  # unit ids are another namespace, unused here
+        elements = [m, *(e for e in m.getListOfAllElements() if e.getTypeCode() not in units)]
+        taken = {e.getIdAttribute() for e in elements if e.isSetIdAttribute()}
+        renamed = {}
+        for i in sorted(taken):
+            if i.startswith("_"):
+                new = odeinfer_name(i)
+                if new in taken:
+                    self.fail(f"the id {i!r} is no odeinfer name (it starts with '_') and its odeinfer name {new!r} "
+                              "is already an id of the model", f"rename {i!r} or {new!r} in the SBML file")
+                renamed[i] = new
+        if renamed:
+            for e in elements:
+                if e.isSetIdAttribute() and e.getIdAttribute() in renamed:
+                    e.setIdAttribute(renamed[e.getIdAttribute()])
+            for e in elements:
+                for old, new in renamed.items():
+                    e.renameSIdRefs(old, new)
+        return renamed
 
     # -- checks ---------------------------------------------------------------------------------
     def check_id(self, kind, ident):
