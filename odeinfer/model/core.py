@@ -28,9 +28,12 @@ def not_finite(expr) -> bool:
     piecewise without otherwise). Evaluated there, the expression is NaN, and a solve that reaches
     such a point fails with its non-finite status rather than returning a made-up number.
     """
-    stack = [expr]
+    stack, seen = [expr], set()
     while stack:
         node = stack.pop()
+        if node in seen:  # shared subexpressions are walked once
+            continue
+        seen.add(node)
         if isinstance(node, sp.Piecewise) and node.args[-1].cond == sp.true and node.args[-1].expr is sp.nan:
             stack.extend(a for piece in node.args[:-1] for a in piece.args)
             continue
