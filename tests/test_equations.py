@@ -61,6 +61,20 @@ def test_division_by_zero_and_domain_errors_are_refused(text, match):
         oi.Model.from_equations({"x": text}, params=["k"])
 
 
+def test_nan_is_allowed_only_as_the_value_where_no_condition_holds():
+    # where(c, a, nan): undefined (NaN) where c fails, as an SBML piecewise without otherwise
+    m = oi.Model.from_equations({"x": "where(x > 1, -k*x, where(x < -1, k, nan))"}, params=["k"])
+    assert oi.Model.from_equations(m.equations(), m.params).exprs == m.exprs
+    f = m.lambdify("f")
+    assert f(0.0, [2.0], [0.5])[0] == -1.0 and f(0.0, [-2.0], [0.5])[0] == 0.5 and np.isnan(f(0.0, [0.0], [0.5])[0])
+    for text in ("nan*x", "where(x > 1, nan, x)", "k + where(x > 1, x, nan)*nan"):
+        with pytest.raises(ModelDefinitionError, match=r"the derivative of state 'x' is not finite"):
+            oi.Model.from_equations({"x": text}, params=["k"])
+    with pytest.raises(ModelDefinitionError, match=r"observables\['h'\]: the expression is not finite"):
+        m.observe({"h": "x + nan"}, oi.Normal(sigma=0.1))
+    assert m.observe({"h": "where(x > 0, x, nan)"}, oi.Normal(sigma=0.1)).observables[0].expr.has(sp.nan)
+
+
 def test_large_numbers_within_the_limits_still_parse():
     m = oi.Model.from_equations({"x": "-k*x + 10**17 + 2**10*x**3 + 1/3"}, params=["k"])
     x, k = sp.symbols("x k", real=True)

@@ -542,3 +542,59 @@ def test_sbml_events_are_doses_of_every_experiment(tmp_path):
     h = 1e-6
     fd = [(nll(10 ** (u[0] + h), 4.0) - nll(10 ** (u[0] - h), 4.0)) / (2 * h), (nll(0.4, 4.0 + h) - nll(0.4, 4.0 - h)) / (2 * h)]
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-5)
+
+
+def _underscore_problem(tmp_path, extra_parameters=""):
+    """SBML and PEtab ids with a leading '_' (SalazarCavazos_MBoC2020's '_rateLaw1'): _A decays at rate _k,
+    starts at 2 (c1) or at the parameter-table value _a0 (c2); observed as _scale*_A with sd _sd."""
+    import libsbml
+
+    def ml(formula):
+        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+
+    sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
+            'level="3" version="2"><model id="under"><listOfCompartments><compartment id="C" spatialDimensions="3" '
+            'size="1" constant="true"/></listOfCompartments><listOfSpecies><species id="_A" compartment="C" '
+            'initialConcentration="1.5" hasOnlySubstanceUnits="false" boundaryCondition="false" constant="false"/>'
+            '</listOfSpecies><listOfParameters><parameter id="_k" value="0.4" constant="true"/></listOfParameters>'
+            '<listOfReactions><reaction id="_deg" reversible="false"><listOfReactants><speciesReference '
+            f'species="_A" stoichiometry="1" constant="true"/></listOfReactants><kineticLaw>{ml("_k * _A * C")}'
+            '</kineticLaw></reaction></listOfReactions></model></sbml>\n')
+    folder = tmp_path / "under"
+    folder.mkdir()
+    (folder / "model.xml").write_text(sbml)
+    (folder / "conditions.tsv").write_text("conditionId\t_A\nc1\t2\nc2\t_a0\n")
+    (folder / "observables.tsv").write_text("observableId\tobservableFormula\tnoiseFormula\n"
+                                            "obs_A\t_scale * _A\tnoiseParameter1_obs_A\n")
+    data = [("c1", 1.0, 2.1), ("c1", 3.0, 0.9), ("c2", 1.0, 0.8), ("c2", 2.0, 0.5)]
+    (folder / "measurements.tsv").write_text(
+        "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n" + "".join(
+            f"obs_A\t{c}\t{y}\t{t}\t_sd\n" for c, t, y in data))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "_k\tlog10\t0.001\t10\t0.4\t1\n_scale\tlin\t0.1\t10\t1.5\t1\n_a0\tlin\t0\t10\t1\t0\n"
+        "_sd\tlin\t0\t10\t0.2\t0\n" + extra_parameters)
+    (folder / "under.yaml").write_text(
+        "format_version: 1\nparameter_file: parameters.tsv\nproblems:\n- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n  observable_files: [observables.tsv]\n  sbml_files: [model.xml]\n")
+    return folder / "under.yaml", data
+
+
+def test_ids_with_a_leading_underscore_are_prefixed_with_sbml(tmp_path):
+    yaml_path, data = _underscore_problem(tmp_path)
+    pp = load(yaml_path)
+    assert pp.renamed == {"_A": "sbml_A", "_k": "sbml_k", "_deg": "sbml_deg", "_scale": "sbml_scale",
+                          "_a0": "sbml_a0", "_sd": "sbml_sd"}
+    assert pp.model.states == ("sbml_A",) and list(pp.problem.estimated) == ["sbml_k", "sbml_scale"]
+    assert pp.nominal == {"C": 1.0, "sbml_k": 0.4, "sbml_scale": 1.5, "sbml_a0": 1.0, "sbml_sd": 0.2}
+
+    def nll(k, scale):  # closed form: y = scale * A0 * exp(-k t), A0 = 2 (c1) or _a0 = 1 (c2), sd 0.2
+        return sum(0.5 * math.log(2 * math.pi * 0.2**2)
+                   + 0.5 * ((y - scale * (2.0 if c == "c1" else 1.0) * math.exp(-k * t)) / 0.2)**2 for c, t, y in data)
+
+    assert pp.nll_nominal(tight()) == pytest.approx(nll(0.4, 1.5), rel=1e-8)
+    (tmp_path / "clash").mkdir()
+    yaml_path, _ = _underscore_problem(tmp_path / "clash", "sbml_k\tlin\t0\t10\t1\t0\n")
+    with pytest.raises(PetabError, match=r"parameters.tsv' line 6: the parameter 'sbml_k' has the odeinfer name "
+                                         r"'sbml_k', as has '_k' \(ids with a leading '_' get the prefix 'sbml'\); rename one of them"):
+        load(yaml_path)

@@ -206,6 +206,40 @@ def test_piecewise_in_time(tmp_path):
     assert s.model.switching_params == ("T",)
 
 
+def test_piecewise_without_otherwise_is_nan_where_no_piece_holds(tmp_path):
+    # SBML: a piecewise without otherwise is undefined where no condition holds; odeinfer makes it NaN
+    # there. r1: A -> at rate piecewise(k*A, time < 2), C of size 1: dA/dt = -k*A for t < 2, NaN after,
+    # so A = exp(-k*t) and dA/dk = -t*exp(-k*t) before t = 2 and a solve past t = 2 fails
+    import odeinfer as oi
+    from odeinfer.solve.problem import Problem, solve
+
+    s = load_text(tmp_path, document(
+        comps=[comp("C", 1)], species_=[species("A", conc=1)], params=[param("k", 0.8)],
+        reactions=[reaction("r1", "piecewise(k*A, time < 2)", [("A", 1)])]))
+    m = s.model
+    assert m.equations() == {"A": "-where(t < 2, A*k, nan)/C"}
+    assert oi.Model.from_equations(m.equations(), m.params).exprs == m.exprs  # prints and parses back
+    compiled = m.compile()
+    assert compiled.f(1.0, [0.5], [1.0, 0.8])[0] == pytest.approx(-0.4, rel=1e-15)
+    assert np.isnan(compiled.f(3.0, [0.5], [1.0, 0.8])[0])
+    t = np.array([0.5, 1.0, 1.5])
+    for solver in (oi.Rodas(rtol=1e-10, atol=1e-12), oi.Dopri5(rtol=1e-10, atol=1e-12)):
+        sol = solve(Problem(m, t, x0=[1.0], t0=0.0), [1.0, 0.8], solver=solver, gradient=oi.Forward())
+        np.testing.assert_allclose(sol.y[:, 0], np.exp(-0.8 * t), rtol=1e-8)
+        np.testing.assert_allclose(sol.sens[:, 0, 1], -t * np.exp(-0.8 * t), rtol=1e-6)
+        past = solve(Problem(m, np.array([1.0, 3.0]), x0=[1.0], t0=0.0), [1.0, 0.8], solver=solver,
+                     raise_on_failure=False)
+        assert past.status != 0 and past.t_reached <= 2.0 + 1e-9 and np.isnan(past.y[1, 0])
+        assert past.y[0, 0] == pytest.approx(math.exp(-0.8), rel=1e-8)
+    # pieces that cover every case (Alkan_SciSignal2018's piecewise(1, S > 0, 0, S <= 0)) leave no NaN
+    s = load_text(tmp_path, document(
+        comps=[comp("C", 1)], species_=[species("A", conc=1)], params=[param("k", 0.8)],
+        reactions=[reaction("r1", "piecewise(k*A, A > 0.5, 0, A <= 0.5)", [("A", 1)])]))
+    assert not s.model.exprs[0].has(sp.nan)
+    check_rhs(s, lambda t, y, p: {"A": -(p["k"] * y["A"] if y["A"] > 0.5 else 0.0) / p["C"]},
+              np.random.default_rng(21), n=20, scale=1.0)
+
+
 def test_local_parameters_are_numbers_that_shadow_globals(tmp_path):
     # the global k = 5 is shadowed by r1's local k = 0.5: dA/dt = -0.5*A/C; r2 uses the global
     # k: dB/dt = -k*B/C
@@ -484,8 +518,12 @@ def test_unsupported_elements_are_refused_by_id(tmp_path):
             reactions=[reaction("r1", "delay(A, 1)", [("A", 1)])])
     assert_refused(tmp_path, r"reaction 'r1': floor .* is not supported", reactions=[reaction("r1", "floor(A)", [("A", 1)])])
     assert_refused(tmp_path, r"'factorial' is not supported", reactions=[reaction("r1", "factorial(A)", [("A", 1)])])
-    assert_refused(tmp_path, r"piecewise has no otherwise",
-            reactions=[reaction("r1", "piecewise(k, A > 1)", [("A", 1)])])
+    assert_refused(tmp_path, r"the kinetic law of reaction 'r1': the math evaluates to a number that is not finite "
+                             r"\(.*a piecewise without otherwise none of whose conditions can hold\)",
+            reactions=[reaction("r1", "piecewise(k, false)", [("A", 1)])])
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': the initial value of 'A' is undefined at t = 0: a "
+                             r"piecewise without otherwise none of whose conditions can hold",
+            initial=[f'<initialAssignment symbol="A">{mathml("piecewise(1, time > 0)")}</initialAssignment>'])
     assert_refused(tmp_path, r"the math uses the id 'q', which is no compartment, species, parameter or reaction",
             reactions=[reaction("r1", "q*A", [("A", 1)])])
     for law in ("k*A/(1 - 1)", "2^(10^12)*A", "ln(0)*A", "root(1/1000000, 10)*A"):
@@ -584,8 +622,35 @@ def test_reserved_and_keyword_ids_are_refused(tmp_path):
                       r"the SBML file", params=[param("t", 1)])
     assert_refused(tmp_path, r"the species id 'lambda' cannot be an odeinfer name: it is a Python keyword",
             species_=[species("lambda", conc=1)])
-    assert_refused(tmp_path, r"the reaction id '_r' cannot be an odeinfer name: it starts with '_'",
-            reactions=[reaction("_r", "k*A", [("A", 1)])])
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': the id '_k' is no odeinfer name \(it starts with '_'\) and "
+                             r"its odeinfer name 'sbml_k' is already an id of the model; rename '_k' or 'sbml_k'",
+            params=[param("_k", 1), param("sbml_k", 2)])
+
+
+def test_ids_with_a_leading_underscore_get_the_prefix_sbml_everywhere(tmp_path):
+    # SBML allows ids such as '_k' (SalazarCavazos_MBoC2020's '_rateLaw1'); they become 'sbml_k' in the
+    # math, rules, initial assignments, species references, compartments and function calls; a local
+    # '_k' of r2 still shadows the global one. _u = _f(_k) = 2*_k; _r1: _A -> B at _u*_A; r2: B -> at
+    # 0.25*B (local _k); r3: -> B at the rate of _r1; C of size 2:
+    # d_A/dt = -2*k*A/C, dB/dt = (4*k*A - 0.25*B)/C, B(0) = k + 1
+    s = load_text(tmp_path, document(
+        functions=[f'<functionDefinition id="_f">{mathml("lambda(x, 2*x)")}</functionDefinition>'],
+        comps=[comp("_C", 2)], species_=[species("_A", "_C", conc=3), species("B", "_C", conc=0)],
+        params=[param("_k", 0.5), param("_u", constant=False), param("k", 7)],
+        rules=[f'<assignmentRule variable="_u">{mathml("_f(_k)")}</assignmentRule>'],
+        initial=[f'<initialAssignment symbol="B">{mathml("_k + 1")}</initialAssignment>'],
+        reactions=[reaction("_r1", "_u*_A", [("_A", 1)], [("B", 1)]),
+                   reaction("r2", "_k*B", [("B", 1)], local='<localParameter id="_k" value="0.25"/>'),
+                   reaction("r3", "_r1", products=[("B", 1)])]))
+    assert s.model.states == ("sbml_A", "B") and s.model.params == ("sbml_C", "sbml_k", "k")
+    assert s.values == {"sbml_C": 2.0, "sbml_k": 0.5, "k": 7.0} and set(s.expressions) == {"sbml_u"}
+    assert s.initial_state() == {"sbml_A": 3.0, "B": 1.5}
+    assert s.renamed == {"_A": "sbml_A", "_C": "sbml_C", "_f": "sbml_f", "_k": "sbml_k", "_r1": "sbml_r1",
+                         "_u": "sbml_u"}
+    assert sb.odeinfer_name("_rateLaw1") == "sbml_rateLaw1" and sb.odeinfer_name("k_1") == "k_1"
+    check_rhs(s, lambda t, y, p: {"sbml_A": -2 * p["sbml_k"] * y["sbml_A"] / p["sbml_C"],
+                                  "B": (4 * p["sbml_k"] * y["sbml_A"] - 0.25 * y["B"]) / p["sbml_C"]},
+              np.random.default_rng(23))
 
 
 def test_math_depth_and_size_are_bounded(tmp_path):
@@ -684,10 +749,72 @@ def test_non_sbml_files_are_refused_without_echoing_them(tmp_path, content, matc
 
 def test_required_packages_are_refused(tmp_path):
     text = document(**SIMPLE).replace(
-        HEAD[3], HEAD[3].replace(' level="3"', ' xmlns:comp="http://www.sbml.org/sbml/level3/version1/comp/version1"'
-                                               ' comp:required="true" level="3"'))
-    with pytest.raises(SBMLError, match=r"requires the SBML package 'comp'; only SBML core is supported"):
+        HEAD[3], HEAD[3].replace(' level="3"', ' xmlns:qual="http://www.sbml.org/sbml/level3/version1/qual/version1"'
+                                               ' qual:required="true" level="3"'))
+    with pytest.raises(SBMLError, match=r"model.xml' requires the SBML package 'qual'; SBML core and hierarchical "
+                                        r"models \(package comp, flattened\) are supported"):
         load_text(tmp_path, text)
+
+
+COMP = 'xmlns:comp="http://www.sbml.org/sbml/level3/version1/comp/version1" comp:required="true"'
+
+
+def comp_document(main, definitions="", external=""):
+    """A hierarchical (comp) SBML document: model 'main' with ``main`` as its body."""
+    head = HEAD[3].replace(' level="3"', f' {COMP} level="3"')
+    ext = f"<comp:listOfExternalModelDefinitions>{external}</comp:listOfExternalModelDefinitions>" if external else ""
+    defs = f"<comp:listOfModelDefinitions>{definitions}</comp:listOfModelDefinitions>" if definitions else ""
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{head}<model id="main">{main}</model>{ext}{defs}</sbml>\n'
+
+
+INNER = {"comps": [comp("C", 2)], "species_": [species("A", conc=3)], "params": [param("k", 0.5)],
+         "reactions": [reaction("r1", "k*A", [("A", 1)])]}
+
+
+def submodel(ref):
+    return (f"<listOfParameters>{param('q', 1)}</listOfParameters><comp:listOfSubmodels>"
+            f'<comp:submodel comp:id="sub" comp:modelRef="{ref}"/></comp:listOfSubmodels>')
+
+
+def external(source):
+    return f'<comp:externalModelDefinition comp:id="ext" comp:source="{source}" comp:modelRef="inner"/>'
+
+
+def test_hierarchical_models_are_flattened(tmp_path):
+    # main holds the submodel 'sub' of model 'inner' (A -> at rate k*A in C of size 2) and a parameter q;
+    # libsbml's flattening prefixes the submodel's ids with 'sub__': d sub__A/dt = -sub__k*sub__A/sub__C
+    inner_body = document(**INNER).split('<model id="m">')[1].split("</model>")[0]
+    defined = comp_document(submodel("inner"), definitions=f'<comp:modelDefinition id="inner">{inner_body}'
+                                                          "</comp:modelDefinition>")
+    (tmp_path / "inner.xml").write_text(document(**INNER, model_id="inner"))
+    for text in (defined, comp_document(submodel("ext"), external=external("inner.xml"))):
+        s = load_text(tmp_path, text, name="main.xml", root=tmp_path)
+        assert s.model.states == ("sub__A",) and s.model.params == ("sub__C", "q", "sub__k")
+        assert s.values == {"sub__C": 2.0, "q": 1.0, "sub__k": 0.5} and float(s.x0["sub__A"]) == 3.0
+        check_rhs(s, lambda t, y, p: {"sub__A": -p["sub__k"] * y["sub__A"] / p["sub__C"]},
+                  np.random.default_rng(22))
+
+
+def test_external_models_outside_the_folder_are_refused(tmp_path):
+    folder, other = tmp_path / "problem", tmp_path / "other"
+    folder.mkdir(), other.mkdir()
+    (other / "inner.xml").write_text(document(**INNER, model_id="inner"))
+    (folder / "link.xml").symlink_to(other / "inner.xml")
+    for source in ("../other/inner.xml", "link.xml"):
+        with pytest.raises(SBMLError, match=r"main.xml': the external model definition 'ext' names a file outside "
+                                            r"the SBML file's folder"):
+            load_text(folder, comp_document(submodel("ext"), external=external(source)), name="main.xml")
+    for source in ("https://example.org/inner.xml", "file:inner.xml", "inner%2Exml", str(other / "inner.xml")):
+        with pytest.raises(SBMLError, match=r"the external model definition 'ext' has a source that is no relative "
+                                            r"file name"):
+            load_text(folder, comp_document(submodel("ext"), external=external(source)), name="main.xml")
+    # the external file passes the checks of the file itself
+    (folder / "inner.xml").write_text('<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><sbml/>')
+    with pytest.raises(SBMLError, match=r"path: 'inner.xml' is refused: it holds a document type declaration"):
+        load_text(folder, comp_document(submodel("ext"), external=external("inner.xml")), name="main.xml")
+    with pytest.raises(SBMLError, match=r"main.xml' is a hierarchical model \(package comp\) that libsbml "
+                                        r"could not flatten|is not a valid SBML document"):
+        load_text(folder, comp_document(submodel("nowhere")), name="main.xml")
 
 
 def test_level1_and_errors_are_typed(tmp_path):

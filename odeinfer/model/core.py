@@ -15,9 +15,32 @@ from odeinfer.model.codegen import safe_symbols
 from odeinfer.model.derivatives import Derivatives
 from odeinfer.model.trace import T_SYMBOL, symbols_for, trace_function, validate_names
 
-__all__ = ["Model", "Observation", "CompiledModel", "model"]
+__all__ = ["Model", "Observation", "CompiledModel", "model", "not_finite"]
 
 _NOISE = ("additive", "log")
+
+
+def not_finite(expr) -> bool:
+    """Whether ``expr`` holds a number that is not finite (``zoo``, ``oo``, ``nan``, a float inf or nan).
+
+    One ``nan`` is allowed: the value of the last piece ``(nan, True)`` of a ``Piecewise``, i.e. a
+    piecewise that is undefined where none of its conditions holds (``where(c, a, nan)``; SBML's
+    piecewise without otherwise). Evaluated there, the expression is NaN, and a solve that reaches
+    such a point fails with its non-finite status rather than returning a made-up number.
+    """
+    stack, seen = [expr], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:  # shared subexpressions are walked once
+            continue
+        seen.add(node)
+        if isinstance(node, sp.Piecewise) and node.args[-1].cond == sp.true and node.args[-1].expr is sp.nan:
+            stack.extend(a for piece in node.args[:-1] for a in piece.args)
+            continue
+        if node in (sp.zoo, sp.nan, sp.oo, -sp.oo) or (isinstance(node, sp.Float) and not np.isfinite(float(node))):
+            return True
+        stack.extend(node.args)
+    return False
 
 
 @dataclass(frozen=True)
@@ -108,7 +131,7 @@ class Model:
                 raise ModelDefinitionError(
                     f"the derivative of state {s!r} is a {type(e).__name__}, not a sympy expression; build models "
                     "with oi.model or Model.from_equations")
-            if e.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or any(not np.isfinite(float(f)) for f in e.atoms(sp.Float)):
+            if not_finite(e):
                 raise ModelDefinitionError(
                     f"the derivative of state {s!r} is not finite ({e}): it divides by zero or a number overflows; "
                     "remove the division by zero (e.g. x/0) or use smaller numbers")

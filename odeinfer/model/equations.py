@@ -10,7 +10,10 @@ the number of syntax nodes) before Python parses it, in nesting depth before it
 is evaluated, and every number in it (literals, numeric results, exponents,
 coefficients that sympy computes) in size, as is the number of values under one
 ``min`` or ``max``. Divisions of integers stay exact (``1/3`` is the rational 1/3);
-floats print as the shortest text that reads back as the same number.
+floats print as the shortest text that reads back as the same number. The constants are ``pi``,
+``e`` and ``nan``; ``nan`` may only be the last value of a ``where`` (``where(c, a, nan)``: undefined
+where ``c`` fails, as an SBML piecewise without otherwise), anywhere else a model refuses it as not
+finite.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ FUNCTIONS = {
     "tanh": om.tanh, "abs": om.abs, "pow": om.pow, "min": om.min, "max": om.max,
     "where": om.where, "heaviside": om.heaviside, "lag": om.lag,
 }
-CONSTANTS = {"pi": om.pi, "e": om.e}
+CONSTANTS = {"pi": om.pi, "e": om.e, "nan": math.nan}  # nan: where(c, a, nan) is undefined where c fails
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.Pow: operator.pow}
 _OP_WORDS = {ast.Add: "sum", ast.Sub: "difference", ast.Mult: "product", ast.Div: "quotient", ast.Pow: "power"}

@@ -147,6 +147,7 @@ def _expression(value, where, names, model, obs_params):
 
 def build_observables(model, observables, noise, params):
     """``(observables, obs_params)`` of :meth:`Model.observe` (validated; see there)."""
+    from odeinfer.model.core import not_finite
     from odeinfer.model.trace import symbols_for
 
     if not isinstance(observables, Mapping) or not observables:
@@ -200,7 +201,7 @@ def build_observables(model, observables, noise, params):
                 f"own value {n!r} only")
         if sigma.is_number and not float(sigma) > 0:
             raise ModelDefinitionError(f"noise[{n!r}].sigma: {nz.sigma!r} is not positive; the sd must be > 0")
-        if sigma.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+        if not_finite(sigma) or not_finite(expr):
             raise ModelDefinitionError(f"{where}: the expression is not finite; remove the division by zero")
         out.append(Observable(n, expr, nz, sigma))
     used = set().union(*(o.expr.free_symbols | o.sigma_expr.free_symbols for o in out))

@@ -28,15 +28,20 @@ initial values
     compartment size when the species' units differ), else the value or size; an expression of
     the parameters in :attr:`SBMLModel.x0`. A state without any is an :class:`SBMLError`.
 names
-    SBML ids are the odeinfer names, unchanged. An id that is not a valid odeinfer name (``t``,
-    which is time; a Python keyword such as ``lambda``; a leading ``_``) is refused with an
-    :class:`SBMLError` naming it: rename the id in the SBML file (nothing is renamed silently).
+    SBML ids are the odeinfer names, unchanged, except ids with a leading ``_`` (valid in SBML, not
+    as odeinfer names): they become ``"sbml" + id`` (:func:`odeinfer_name`: ``_rateLaw1`` ->
+    ``sbml_rateLaw1``) everywhere in the model, listed in :attr:`SBMLModel.renamed`; a model that
+    already has an id equal to such a name is refused. Other ids that are no valid odeinfer names
+    (``t``, which is time; a Python keyword such as ``lambda``) are refused with an
+    :class:`SBMLError` naming them: rename the id in the SBML file.
 math
     The MathML trees are walked node by node (no ``eval``, no text parsing): arithmetic, powers,
     ``exp``, ``ln``, ``log`` (any base), ``root``, ``abs``, ``min``/``max``, trigonometric and
-    hyperbolic functions, ``piecewise`` (with an ``otherwise``) with comparisons and logical
-    operators, the ``time`` csymbol (``t``), ``pi``, ``exponentiale``, ``avogadro``, ``true``,
-    ``false`` and numbers (integer, real, e-notation, rational).
+    hyperbolic functions, ``piecewise`` with comparisons and logical operators (without an
+    ``otherwise`` it is NaN where no condition holds, SBML's "undefined": a solve that gets there
+    fails; pieces whose conditions cover every case, such as ``x > 0`` and ``x <= 0``, leave no
+    NaN), the ``time`` csymbol (``t``), ``pi``, ``exponentiale``, ``avogadro``, ``true``, ``false``
+    and numbers (integer, real, e-notation, rational).
 
 events
     Doses: an event whose trigger is ``time >= T`` (or ``time > T``) with a number ``T > 0``, with
@@ -51,7 +56,7 @@ triggers other than a time, resets ``s = value``, assignments to parameters), al
 reactions, variable stoichiometry (``stoichiometryMath`` or a species reference changed by a
 rule), conversion factors, concentrations in a compartment whose size changes, the ``delay``
 and ``rateOf`` csymbols, ``floor``, ``ceiling``, ``factorial``, ``quotient``, ``rem``,
-``implies``, a ``piecewise`` without ``otherwise``, required SBML packages and SBML Level 1.
+``implies``, required SBML packages and SBML Level 1.
 
 Hostile files are refused before libsbml sees them: the file must lie inside ``root`` when one
 is given (symbolic links resolved), be at most :data:`MAX_BYTES` long, be UTF-8 XML without a
@@ -68,19 +73,21 @@ from __future__ import annotations
 import keyword
 import math
 import os
+import urllib.parse
 import xml.parsers.expat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 
 import sympy as sp
 
 from odeinfer.errors import InputError, ModelDefinitionError, SBMLError
-from odeinfer.model.core import Model
+from odeinfer.model.core import Model, not_finite
 from odeinfer.model.trace import T_SYMBOL, symbols_for, validate_names
 from odeinfer.petab._files import read_bounded, resolve
 
-__all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_MATH_DEPTH",
-           "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml"]
+__all__ = ["MAX_BYTES", "MAX_CHAIN", "MAX_DOCUMENT_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_NODES", "MAX_EXTERNAL_FILES",
+           "MAX_MATH_DEPTH", "MAX_MATH_NODES", "MAX_XML_DEPTH", "SBMLModel", "load_sbml", "odeinfer_name"]
 
 MAX_BYTES = 20 * 2**20
 MAX_XML_DEPTH = 1_000
@@ -90,6 +97,7 @@ MAX_DOCUMENT_NODES = 5_000_000
 MAX_EXPR_NODES = 200_000
 MAX_EXPR_DEPTH = 200
 MAX_CHAIN = 100
+MAX_EXTERNAL_FILES = 100  # files a hierarchical (comp) model may refer to, all told
 _MAX_EXACT_EXPONENT = 1_000  # larger exact exponents become floats (2^(10^12) is not computed exactly)
 _AVOGADRO = 6.02214179e23  # the value SBML Level 3 fixes for the avogadro csymbol
 
@@ -115,6 +123,9 @@ class SBMLModel:
     doses : tuple of Dose
         The events as :class:`~odeinfer.Dose` s (see the module's notes), in document order; each
         amount is a number or an expression of the parameters.
+    renamed : dict of str to str
+        ``{SBML id: odeinfer name}`` of the ids that are no odeinfer names as they stand (a leading
+        ``_``): each is :func:`odeinfer_name` of the id, everywhere in the model (see the module's notes).
     """
 
     model: Model
@@ -122,6 +133,7 @@ class SBMLModel:
     values: dict
     expressions: dict
     doses: tuple = ()
+    renamed: dict = field(default_factory=dict)
 
     def initial_state(self, values=None) -> dict:
         """The initial state as numbers, ``{state: float}``.
@@ -179,8 +191,17 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
         raise InputError(f"name: expected a string (the model's name) or None, got {type(name).__name__}")
     file = _resolve(path, root)
     data = _read(file, path)
-    doc = _parse(data, path)
+    doc = _parse(data, path, file)
     return _Import(doc.getModel(), name, os.path.basename(os.fspath(path))).build()
+
+
+SBML_PREFIX = "sbml"
+
+
+def odeinfer_name(sbml_id: str) -> str:
+    """The odeinfer name of an SBML (or PEtab) id: the id itself, or ``"sbml" + id`` when it starts with
+    ``_`` (``_rateLaw1`` -> ``sbml_rateLaw1``), which SBML allows and odeinfer names do not."""
+    return SBML_PREFIX + sbml_id if sbml_id.startswith("_") else sbml_id
 
 
 # -- the file ----------------------------------------------------------------------------------
@@ -239,33 +260,104 @@ def _check_xml(data, shown):
                         f"{xml.parsers.expat.ErrorString(exc.code)}); pass an SBML file") from None
 
 
-def _parse(data, shown):
-    """libsbml's document, refused with its errors counted (never quoted: they may hold file text)."""
+def _parse(data, shown, file=None):
+    """libsbml's document, refused with its errors counted (never quoted: they may hold file text);
+    a hierarchical model (package comp) flattened to core SBML (``file``: its real path)."""
     import libsbml
 
     _check_xml(data, shown)
     doc = libsbml.readSBMLFromString(data.decode("utf-8"))
+    _check_errors(doc, shown)
+    if doc.getLevel() < 2:
+        raise SBMLError(f"path: {str(shown)!r} is SBML Level {doc.getLevel()}; Levels 2 and 3 are supported. "
+                        "Convert it (e.g. with libsbml's SBMLDocument.setLevelAndVersion)")
+    _refuse_packages(doc, shown, allowed=("comp",))
+    if doc.getLevel() >= 3 and doc.isPackageEnabled("comp"):
+        doc = _flatten(doc, shown, file)
+        _refuse_packages(doc, shown, allowed=())
+    return doc
+
+
+def _check_errors(doc, shown, what="a valid SBML document"):
+    import libsbml
+
     errors = [doc.getError(i) for i in range(doc.getNumErrors())]
     bad = [e for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR]
     if bad or doc.getModel() is None:
         lines = sorted({e.getLine() for e in bad})
         ids = sorted({e.getErrorId() for e in bad})
         fatal = sum(e.getSeverity() >= libsbml.LIBSBML_SEV_FATAL for e in bad)
-        what = (f"libsbml reported {len(bad)} error(s) ({fatal} fatal; libsbml error ids {ids[:10]}) on "
-                f"line(s) {lines[:10]}" if bad else "it holds no <model>")
-        raise SBMLError(f"path: {str(shown)!r} is not a valid SBML document: {what}. Check the file with an "
+        found = (f"libsbml reported {len(bad)} error(s) ({fatal} fatal; libsbml error ids {ids[:10]}) on "
+                 f"line(s) {lines[:10]}" if bad else "it holds no <model>")
+        raise SBMLError(f"path: {str(shown)!r} is not {what}: {found}. Check the file with an "
                         "SBML validator (e.g. libsbml's) and fix it")
-    if doc.getLevel() < 2:
-        raise SBMLError(f"path: {str(shown)!r} is SBML Level {doc.getLevel()}; Levels 2 and 3 are supported. "
-                        "Convert it (e.g. with libsbml's SBMLDocument.setLevelAndVersion)")
+
+
+def _refuse_packages(doc, shown, allowed):
     ns = doc.getNamespaces()
     for i in range(ns.getNumNamespaces()):  # the packages the file declares (Level 3)
         uri = ns.getURI(i)
         if uri.startswith("http://www.sbml.org/sbml/level3/") and not uri.endswith("/core") \
-                and doc.getPackageRequired(uri):
-            raise SBMLError(f"path: {str(shown)!r} requires the SBML package {ns.getPrefix(i)!r}; only SBML core "
-                            "is supported. Flatten the model to core SBML (e.g. libsbml's converters)")
+                and doc.getPackageRequired(uri) and ns.getPrefix(i) not in allowed:
+            raise SBMLError(f"path: {str(shown)!r} requires the SBML package {ns.getPrefix(i)!r}; SBML core and "
+                            "hierarchical models (package comp, flattened) are supported. Convert the model to core "
+                            "SBML")
+
+
+def _flatten(doc, shown, file):
+    """A comp model flattened to core SBML by libsbml's CompFlatteningConverter, after checking that every
+    external model definition (recursively) names a file in the SBML file's own folder that passes the
+    checks of the file itself (size, UTF-8 XML, no document type declaration, depth)."""
+    import libsbml
+
+    if file is None:
+        raise SBMLError(f"path: {str(shown)!r} is a hierarchical model (package comp); it is read from a file only")
+    folder = Path(file).parent
+    _check_external(doc, shown, folder, {Path(file)})
+    doc.setLocationURI(Path(file).as_uri())  # libsbml resolves relative sources against it
+    props = libsbml.ConversionProperties()
+    props.addOption("flatten comp", True)
+    status = doc.convert(props)
+    if status != libsbml.LIBSBML_OPERATION_SUCCESS:
+        errors = [doc.getError(i) for i in range(doc.getNumErrors())]
+        ids = sorted({e.getErrorId() for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR})
+        raise SBMLError(f"path: {str(shown)!r} is a hierarchical model (package comp) that libsbml could not flatten "
+                        f"to core SBML (status {status}; libsbml error ids {ids[:10]}). Check the file with an SBML "
+                        "validator (e.g. libsbml's) and fix it")
+    _check_errors(doc, shown, "a valid SBML document once flattened")
     return doc
+
+
+def _check_external(doc, shown, folder, seen):
+    """Every external model definition of ``doc`` (and of the files they name) names a file in ``folder``."""
+    import libsbml
+
+    plugin = doc.getPlugin("comp")
+    if plugin is None:
+        return
+    for emd in plugin.getListOfExternalModelDefinitions():
+        source = emd.getSource()
+        where = f"path: {str(shown)!r}: the external model definition {emd.getId()!r}"
+        if (not source or urllib.parse.urlsplit(source).scheme or os.path.isabs(source)
+                or any(c in source for c in "%?#\\")):
+            raise SBMLError(f"{where} has a source that is no relative file name; odeinfer reads external models "
+                            "only from files in the SBML file's folder, named relative to it")
+        try:
+            real = resolve(source, folder, what="external SBML model")
+        except InputError:
+            raise SBMLError(f"{where} names a file outside the SBML file's folder (symbolic links resolved); "
+                            "odeinfer reads external models only from that folder. Move the file there") from None
+        if real in seen:
+            continue
+        if len(seen) >= MAX_EXTERNAL_FILES:
+            raise SBMLError(f"{where}: the model refers to more than {MAX_EXTERNAL_FILES} external files; "
+                            "flatten it first")
+        seen.add(real)
+        data = _read(real, source)
+        _check_xml(data, source)
+        sub = libsbml.readSBMLFromString(data.decode("utf-8"))
+        _check_errors(sub, source)
+        _check_external(sub, source, folder, seen)
 
 
 # -- math --------------------------------------------------------------------------------------
@@ -319,9 +411,9 @@ class _Math:
             raise SBMLError(f"{where} has no math; give it a <math> element")
         self.where, self.local, self.nodes = where, local or {}, 0
         out = self.node(node, None, 0, ())
-        if out.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or any(not math.isfinite(f) for f in out.atoms(sp.Float)):
-            self.fail("the math evaluates to a number that is not finite (a division by zero or an overflow)",
-                      "fix the math")
+        if not_finite(out):  # NaN only where a piecewise without otherwise is undefined
+            self.fail("the math evaluates to a number that is not finite (a division by zero or an overflow, or a "
+                      "piecewise without otherwise none of whose conditions can hold)", "fix the math")
         return out
 
     def fail(self, what, fix):
@@ -441,11 +533,11 @@ class _Math:
         return self.node(body, dict(zip(params, args)), depth + 1, calls + (fid,))
 
     def piecewise(self, args):
-        if len(args) % 2 == 0:
-            self.fail("a piecewise has no otherwise (its value where no condition holds is undefined)",
-                      "add an <otherwise> to it")
-        pieces = [(self.real(None, v), self.boolean(None, c)) for v, c in zip(args[0:-1:2], args[1:-1:2])]
-        return sp.Piecewise(*pieces, (self.real(None, args[-1]), True))
+        """SBML's piecewise; without an otherwise it is undefined where no condition holds: NaN there
+        (sympy drops that last piece when the conditions provably cover every case)."""
+        pieces = [(self.real(None, v), self.boolean(None, c)) for v, c in zip(args[0::2], args[1::2])]
+        otherwise = self.real(None, args[-1]) if len(args) % 2 else sp.nan
+        return sp.Piecewise(*pieces, (otherwise, True))
 
     def count(self, ty, args, low, high):
         if len(args) < low or (high is not None and len(args) > high):
@@ -538,6 +630,7 @@ class _Import:
 
         m = self.m
         self.refuse_unsupported()
+        renamed = self.rename_ids()
         comps, species, pars = (list(m.getListOfCompartments()), list(m.getListOfSpecies()),
                                 list(m.getListOfParameters()))
         reactions = list(m.getListOfReactions())
@@ -580,6 +673,7 @@ class _Import:
         psyms = {symbols[p] for p in params}
         for s, e in x0.items():
             self.only(e, psyms, f"the initial value of {s!r}")
+            self.defined(e, f"the initial value of {s!r}", " at t = 0")
         values = self.defaults(params, raw, init, symbols)
 
         # the derivatives, with the assignment rules and the constants substituted
@@ -596,12 +690,13 @@ class _Import:
                 if not sp_.getHasOnlySubstanceUnits():
                     rhs = rhs / dyn.expr(symbols[sp_.getCompartment()])
             size.check(rhs, f"the derivative of {s!r}")
+            self.defined(rhs, f"the derivative of {s!r}", "")
             self.only(rhs, allowed, f"the derivative of {s!r}")
             exprs.append(rhs)
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
         doses = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size)
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
-        return SBMLModel(model, x0, values, expressions, doses)
+        return SBMLModel(model, x0, values, expressions, doses, renamed)
 
     def events(self, conv, dyn, states, psyms, size):
         """The events as Doses ``(time, state, amount)``, one per assignment ``s = s + amount`` of an
@@ -694,6 +789,33 @@ class _Import:
                                                                  r.getId()))
         return out
 
+    def rename_ids(self):
+        """Give the ids with a leading ``_`` (valid SBML, no odeinfer names) the name :func:`odeinfer_name`
+        everywhere in the model (libsbml renames every reference: math, rules, species references, ...);
+        ``{SBML id: name}``. A name that is already an id of the model is refused."""
+        import libsbml as L
+
+        m = self.m
+        units = (L.SBML_UNIT_DEFINITION, L.SBML_UNIT)  # unit ids are another namespace, unused here
+        elements = [m, *(e for e in m.getListOfAllElements() if e.getTypeCode() not in units)]
+        taken = {e.getIdAttribute() for e in elements if e.isSetIdAttribute()}
+        renamed = {}
+        for i in sorted(taken):
+            if i.startswith("_"):
+                new = odeinfer_name(i)
+                if new in taken:
+                    self.fail(f"the id {i!r} is no odeinfer name (it starts with '_') and its odeinfer name {new!r} "
+                              "is already an id of the model", f"rename {i!r} or {new!r} in the SBML file")
+                renamed[i] = new
+        if renamed:
+            for e in elements:
+                if e.isSetIdAttribute() and e.getIdAttribute() in renamed:
+                    e.setIdAttribute(renamed[e.getIdAttribute()])
+            for e in elements:
+                for old, new in renamed.items():
+                    e.renameSIdRefs(old, new)
+        return renamed
+
     # -- checks ---------------------------------------------------------------------------------
     def check_id(self, kind, ident):
         try:
@@ -727,6 +849,12 @@ class _Import:
             if r.isSetFast() and r.getFast():
                 self.fail(f"reaction {r.getId()!r} is fast (fast=\"true\"); fast reactions are not supported",
                           "set fast=\"false\" or replace the fast equilibrium by an assignment rule")
+
+    def defined(self, e, what, when):
+        """Refuse ``e`` when a piecewise without otherwise has made it NaN outright (no condition can hold)."""
+        if not_finite(e):
+            self.fail(f"{what} is undefined{when}: a piecewise without otherwise none of whose conditions can hold "
+                      "(or a division by zero)", "add an <otherwise> to the piecewise or fix its conditions")
 
     def only(self, e, allowed, what):
         extra = sorted(s.name for s in e.free_symbols - allowed)
@@ -808,7 +936,11 @@ class _Import:
         for _ in range(10):  # a species' default uses a size, which may use another default, ...
             known = {symbols[p]: v for p, v in values.items()}
             pending = {p: e.xreplace(known) for p, e in pending.items()}
-            values.update({p: float(e) for p, e in pending.items() if not e.free_symbols})
+            for p, e in pending.items():
+                if not e.free_symbols:
+                    values[p] = float(e)
+                    if not math.isfinite(values[p]):
+                        self.defined(sp.nan, f"the value of {p!r}", "")
             pending = {p: e for p, e in pending.items() if e.free_symbols}
             if not pending:
                 return {p: values[p] for p in params}

@@ -56,6 +56,14 @@ parameter table
     gives them to the Bayesian stage and :meth:`PetabProblem.sample_starts` draws starts from the
     initialization priors. The legacy ``priorType`` columns are ignored.
 
+names
+    Ids with a leading ``_`` (allowed in SBML and PEtab, not as odeinfer names) become ``"sbml" +
+    id`` (:func:`odeinfer.petab.sbml.odeinfer_name`) wherever the tables use them: parameter ids,
+    condition-table columns and values, names in observable and noise formulas, measurement
+    overrides; the SBML import renames them the same way. The problem and its results use these
+    names (:attr:`PetabProblem.renamed` lists them); a table that holds both ``_k`` and ``sbml_k`` is
+    refused.
+
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
 format version 2, more than one SBML file or problem, mapping files, steady-state measurements
 (``time`` = ``inf``), condition-table columns that name assignment-rule targets or unknown ids,
@@ -81,6 +89,7 @@ import sympy as sp
 
 from odeinfer.errors import EquationParseError, PetabError
 from odeinfer.petab._files import as_path, read_bounded, resolve
+from odeinfer.petab.sbml import odeinfer_name
 
 __all__ = ["MAX_TABLE_BYTES", "MAX_YAML_BYTES", "PetabProblem", "load"]
 
@@ -113,6 +122,10 @@ class PetabProblem:
         columns, by estimated parameter (:class:`odeinfer.petab.priors.Prior`; none where the
         columns are empty): the first enter :meth:`objective` ``(priors=True)`` and
         :meth:`bayes_priors`, the second :meth:`sample_starts`.
+    renamed : dict of str to str
+        ``{PEtab or SBML id: odeinfer name}`` of the ids with a leading ``_`` (valid in SBML and PEtab,
+        not as odeinfer names), each ``"sbml" + id`` (``_rateLaw1`` -> ``sbml_rateLaw1``). The problem,
+        :attr:`nominal`, the priors and every fit result use the odeinfer names; the files keep the ids.
     """
 
     name: str
@@ -121,6 +134,7 @@ class PetabProblem:
     nominal: dict
     objective_priors: dict = field(default_factory=dict)
     initialization_priors: dict = field(default_factory=dict)
+    renamed: dict = field(default_factory=dict)
 
     @property
     def model(self):
@@ -471,7 +485,7 @@ class _Loader:
         problem = FitProblem(model, experiments, parameters, x0=x0)
         nominal = {n: self.table_nominal.get(n, p.value) for n, p in problem.params.items()}
         return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
-                            self.initialization_priors)
+                            self.initialization_priors, {**self.sbml.renamed, **self.renamed})
 
     # -- parameter table ------------------------------------------------------------------------
     def parameter_table(self, table):
@@ -480,13 +494,22 @@ class _Loader:
         from odeinfer.petab.priors import read_prior
 
         out, self.objective_priors, self.initialization_priors, self.table_nominal = {}, {}, {}, {}
+        ids, self.renamed = set(), {}
         for r in table.rows:
             pid, where = r["parameterId"], r["_where"]
             if not _IDENT.match(pid):
                 self.fail(f"{where}: column 'parameterId' holds no identifier; give each parameter an id (letters, "
                           "digits, '_')")
-            if pid in out:
+            name = odeinfer_name(pid)  # '_k' -> 'sbml_k', as the SBML import names it
+            if pid in ids:
                 self.fail(f"{where}: the parameter {pid!r} is listed twice; list each parameter once")
+            if name in out:
+                other = next(i for i in ids if odeinfer_name(i) == name)
+                self.fail(f"{where}: the parameter {pid!r} has the odeinfer name {name!r}, as has {other!r} (ids with "
+                          "a leading '_' get the prefix 'sbml'); rename one of them")
+            ids.add(pid)
+            if name != pid:
+                self.renamed[pid] = name
             scale = r["parameterScale"] or "lin"
             if scale not in _SCALES:
                 self.fail(f"{where}: parameter {pid!r} has a parameterScale that is not one of {list(_SCALES)}")
@@ -501,7 +524,7 @@ class _Loader:
                 self.fail(f"{where}: column 'estimate' of parameter {pid!r} is neither 0 nor 1")
             lo = -math.inf if math.isnan(values["lowerBound"]) else values["lowerBound"]
             hi = math.inf if math.isnan(values["upperBound"]) else values["upperBound"]
-            value = self.table_nominal[pid] = values["nominalValue"]
+            value = self.table_nominal[name] = values["nominalValue"]
             if est and lo <= hi and not lo <= value <= hi:
                 # PEtab: an estimated parameter's nominal value is only a reference point (the problem's
                 # NLL at it is still PEtab's nominal objective): it may lie outside the bounds, or be 0 on
@@ -509,7 +532,7 @@ class _Loader:
                 # value, a start, is then the nearest bound
                 value = min(max(value, lo), hi)
             try:  # a fixed parameter's bounds and scale do not matter (its bounds may not even hold it)
-                out[pid] = Param(value, lo, hi, scale) if est else Param(value, estimate=False)
+                out[name] = Param(value, lo, hi, scale) if est else Param(value, estimate=False)
             except InputError as exc:
                 raise PetabError(f"{where}: parameter {pid!r} is invalid: {exc}") from None
             if est:  # a fixed parameter's priors do not enter
@@ -517,7 +540,7 @@ class _Loader:
                                        ("initializationPrior", self.initialization_priors)):
                     prior = read_prior(r, column, pid, scale, lo, hi, self.fail)
                     if prior is not None:
-                        priors[pid] = prior
+                        priors[name] = prior
         return out
 
     # -- observable table -----------------------------------------------------------------------
@@ -570,17 +593,18 @@ class _Loader:
             if n in names or (n in FUNCTIONS or n in CONSTANTS or n == "t") and n not in self.symbols:
                 continue
             ph = _PLACEHOLDER.match(n)
-            if n in self.symbols:
-                names[n] = self.symbols[n]
-            elif n in exprs:
-                names[n] = exprs[n]
+            own = odeinfer_name(n)  # the text keeps the PEtab id; it stands for the odeinfer name's symbol
+            if own in self.symbols:
+                names[n] = self.symbols[own]
+            elif own in exprs:
+                names[n] = exprs[own]
             elif column == "noiseFormula" and n == oid:
                 names[n] = sp.Symbol(oid, real=True)
             elif (ph and ph[3] == oid and (ph[1] == "observable" or column == "noiseFormula")) or (
-                    n in self.params and not ph):
-                names[n] = sp.Symbol(n, real=True)
-                if n not in used:
-                    used.append(n)
+                    own in self.params and not ph):
+                names[n] = sp.Symbol(own, real=True)
+                if own not in used:
+                    used.append(own)
             elif re.search(rf"(?<![\w.]){n}\s*\(", text):
                 self.fail(f"{where}: the {column} of observable {oid!r} calls {n!r}, which is no function of "
                           f"odeinfer's expression language ({', '.join(sorted(FUNCTIONS))}); rewrite it")
@@ -606,11 +630,11 @@ class _Loader:
         for col in table.columns:
             if col in ("conditionId", "conditionName"):
                 continue
-            if col in m.params:
+            if odeinfer_name(col) in m.params:
                 kinds[col] = "param"
-            elif col in m.states:
+            elif odeinfer_name(col) in m.states:
                 kinds[col] = "state"
-            elif col in self.sbml.expressions:
+            elif odeinfer_name(col) in self.sbml.expressions:
                 self.fail(f"condition_files: the column {col!r} names an assignment-rule target or a constant "
                           "defined by an initial assignment of the SBML model; conditions may set parameters, "
                           "compartments and species only")
@@ -628,7 +652,7 @@ class _Loader:
             for col, kind in kinds.items():
                 v = self.value(r.get(col, ""), f"{where}: column {col!r} of condition {cid!r}")
                 if v is not None:
-                    (params if kind == "param" else x0)[col] = v
+                    (params if kind == "param" else x0)[odeinfer_name(col)] = v
             out[cid] = (params, x0)
         return out
 
@@ -644,12 +668,14 @@ class _Loader:
         return self.parameter_id(text, where)
 
     def parameter_id(self, text, where):
+        """The odeinfer name of the parameter id ``text`` (a leading '_' gets the prefix 'sbml')."""
         if not _IDENT.match(text):
             self.fail(f"{where} is neither a number nor a parameter id")
-        if text not in self.params and text not in self.sbml.model.params:
+        name = odeinfer_name(text)
+        if name not in self.params and name not in self.sbml.model.params:
             self.fail(f"{where} names {text!r}, which is neither in the parameter table nor an SBML parameter; add "
                       "it to the parameter table")
-        return text
+        return name
 
     def condition(self, entry, *, initial):
         """``(params, x0)`` of a Condition; ``initial``: add the initial values that use overridden parameters."""
