@@ -30,9 +30,9 @@ def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac,
     model: codes ``dist[j]``, ``scale[j]``); ``H``, ``S`` (n,): predictions and noise sds; ``HX``
     (n, n_states), ``HP`` (n, n_p), ``HQ`` (n, n_q): partial derivatives of ``h``; ``SX``, ``SP``,
     ``SQ``, ``SH`` (n, 1): those of the sd (``SX`` at fixed ``h``); ``dX`` (n_times, n_states, n_est):
-    the states' sensitivities; ``dp``, ``dq``: the parameters' Jacobians. Returns a status: :data:`OK` (``out[0]`` the sum of
-    the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group, in order, whose
-    sd is not positive somewhere; nothing added).
+    the states' sensitivities; ``dp``, ``dq``: the parameters' Jacobians. Returns a status: :data:`OK`
+    (``out[0]`` the sum of the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group,
+    in order, whose sd is not positive somewhere; nothing added).
     """
     n_groups = starts.shape[0] - 1
     for j in range(n_groups):

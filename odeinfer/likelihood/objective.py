@@ -350,8 +350,8 @@ class Objective:
                 o = self.problem.model.observables[run.groups[j][0]]
                 rows, t = run.groups[j][1][bad], run.groups[j][2][bad]
                 return Evaluation(failure=f"experiment {run.name!r}: the noise sd of {o.name!r} is not positive "
-                                          f"({float(s[bad][0])!r}) in {rows.size} measurement(s), rows {rows[:5].tolist()} of "
-                                          f"the experiment at t={t[:5].tolist()}")
+                                          f"({float(s[bad][0])!r}) in {rows.size} measurement(s), rows "
+                                          f"{rows[:5].tolist()} of the experiment at t={t[:5].tolist()}")
         return None
 
     def predictions(self, u):
