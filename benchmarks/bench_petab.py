@@ -175,8 +175,8 @@ class ScipyProblem:
         xs, ps, qs = symbols_for(m.states), symbols_for(m.params), symbols_for(m.obs_params)
         args = [T_SYMBOL, list(xs), list(ps), list(qs)]
         self.h = [sp.lambdify(args, o.expr, "numpy") for o in m.observables]
-        self.s = [sp.lambdify([list(ps), list(qs), o.symbol], o.sigma_expr, "numpy") for o in m.observables]
-        self.sigma_fixed = all(not (o.sigma_expr.free_symbols & set(ps) | o.sigma_expr.free_symbols & set(qs))
+        self.s = [sp.lambdify(args + [o.symbol], o.sigma_expr, "numpy") for o in m.observables]
+        self.sigma_fixed = all(not o.sigma_expr.free_symbols & (set(xs) | set(ps) | set(qs) | {o.symbol})
                                for o in m.observables)
         syms = [problem.symbols[n] for n in problem.names]
         self.v = []
@@ -229,7 +229,7 @@ class ScipyProblem:
                 if not rows.any():
                     continue
                 h = np.broadcast_to(self.h[k](plan.t_rows[rows], list(X[rows].T), list(p), list(q)), rows.sum())
-                s = np.broadcast_to(self.s[k](list(p), list(q), h), rows.sum())
+                s = np.broadcast_to(self.s[k](plan.t_rows[rows], list(X[rows].T), list(p), list(q), h), rows.sum())
                 y = plan.y_rows[rows]
                 z = {"lin": lambda a: a, "log": np.log, "log10": np.log10}[o.noise.scale]
                 with np.errstate(invalid="ignore", divide="ignore"):

@@ -171,6 +171,10 @@ def _data(names, cols):
     ({"sa": "a", "yb": "b"}, oi.Laplace(sigma=0.1), (), r"'sa' \(laplace noise"),
     ({"sa": "a", "yb": "b"}, {"sa": oi.Normal(sigma="0.1 + 0.1*sa"), "yb": oi.Normal(sigma=0.1)}, (), r"'sa' \(its noise sd '0.1 \+ 0.1\*sa' depends on "
                                                                  r"the observable's value"),
+    ({"sa": "a", "yb": "b"}, {"sa": oi.Normal(sigma="0.1 + 0.1*b"), "yb": oi.Normal(sigma=0.1)}, (),
+     r"'sa' \(its noise sd '0.1 \+ 0.1\*b' depends on \['b'\] \(not homoscedastic\)\)"),
+    ({"sa": "a", "yb": "b"}, {"sa": oi.Normal(sigma="0.1*(1 + t)"), "yb": oi.Normal(sigma=0.1)}, (),
+     r"'sa' \(its noise sd '0.1\*\(1 \+ t\)' depends on \['t'\]"),
     ({"sa": "1/(1 + (a - 3)**2)", "yb": "b"}, oi.Normal(sigma=0.1), (), r"'sa' \('1/\(\(a - 3\)\*\*2 \+ 1\)': 2 "
                                                                         r"inverses reproduce"),
     ({"sa": "a + sin(a)", "yb": "b"}, oi.Normal(sigma=0.1), (), r"'sa' \(sympy finds no inverse of 'a \+ sin\(a\)' "

@@ -102,17 +102,19 @@ def _hand_nll(name, rhs, x0, observe, t_end):
     return nll
 
 
-def test_perelson_matches_a_hand_written_scipy_solution():
-    name = "Perelson_Science1996"
-
+def _perelson_rhs(y, p):
     # by hand from the SBML reactions (compartment default = 1): v1: -> Tstar at K0*T0*Vin;
     # v2: Tstar -> at delta*Tstar; v3: V + Vin -> at c*Vin; v4: V + Vni -> at c*Vni;
     # v5: -> V + Vni at delta*NN*Tstar
-    def rhs(y, p):
-        tstar, _v, vin, vni = y
-        v1, v2, v3 = p["K0"] * p["T0"] * vin, p["delta"] * tstar, p["c"] * vin
-        v4, v5 = p["c"] * vni, p["delta"] * p["NN"] * tstar
-        return [v1 - v2, -v3 - v4 + v5, -v3, -v4 + v5]
+    tstar, _v, vin, vni = y
+    v1, v2, v3 = p["K0"] * p["T0"] * vin, p["delta"] * tstar, p["c"] * vin
+    v4, v5 = p["c"] * vni, p["delta"] * p["NN"] * tstar
+    return [v1 - v2, -v3 - v4 + v5, -v3, -v4 + v5]
+
+
+def test_perelson_matches_a_hand_written_scipy_solution():
+    name = "Perelson_Science1996"
+    rhs = _perelson_rhs
 
     # observable V, log10-normal noise with sd sd_task0_model0_perelson1_V (log10 units):
     # 0.5 log(2 pi s^2) + 0.5 ((log10 y - log10 h) / s)^2 + log(y ln 10)
@@ -232,6 +234,40 @@ def test_replicated_measurements_count_twice(tmp_path):
     assert pp.experiments[0].t.size == 32
     _, _, once = benchmark("Perelson_Science1996")
     assert pp.nll_nominal(tight()) == pytest.approx(2 * once, rel=1e-10)
+
+
+def test_a_noise_formula_may_name_states_and_t(tmp_path):
+    # PEtab v1 allows model entities in the noiseFormula (Raia_CancerResearch2011: sd_abs + sd_rel * state);
+    # reference: the hand-written NLL with the sd evaluated on scipy's Radau states; gradient against
+    # central differences (an oracle, tight solver). Tolerances as the Perelson tests above.
+    folder, yaml = copy_problem(tmp_path, "Perelson_Science1996")
+    name = "Perelson_Science1996"
+    sd = "noiseParameter1_task0_model0_perelson1_V"
+    edit(folder / f"observables_{name}.tsv", f"\t{sd}\t", f"\t{sd} * (1 + Tstar / (Tstar + 1e4)) + 0.01 * t\t")
+    pp = load(yaml)
+    from scipy.integrate import solve_ivp
+
+    data = rows(folder / f"measurementData_{name}.tsv")
+    p = nominal_table(name)
+    times = sorted({float(r["time"]) for r in data})
+    sol = solve_ivp(lambda t, y: _perelson_rhs(y, p), (0.0, 6.973), [15061.32075, 1860000.0, 1860000.0, 0.0],
+                    method="Radau", t_eval=times, rtol=1e-12, atol=1e-10)
+    assert sol.success
+    expected = 0.0
+    for r in data:
+        t = float(r["time"])
+        y = sol.y[:, times.index(t)]
+        s = p["sd_task0_model0_perelson1_V"] * (1 + y[0] / (y[0] + 1e4)) + 0.01 * t
+        m = float(r["measurement"])
+        expected += 0.5 * math.log(2 * math.pi * s * s) + 0.5 * ((math.log10(m) - math.log10(y[1])) / s) ** 2 + \
+            math.log(m * math.log(10))
+    obj = pp.objective(tight())
+    ev = obj(pp.u_nominal)
+    assert ev.nll == pytest.approx(expected, rel=1e-9, abs=1e-7)
+    u = pp.u_nominal + 0.02
+    g = obj(u).grad
+    fd = np.array([(obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / 2e-5 for e in 1e-5 * np.eye(u.size)])
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
 
 
 def test_tables_that_start_with_a_byte_order_mark_load(tmp_path):

@@ -148,13 +148,13 @@ class DelayLikelihood:
             h, hx, hp, hq = self.obsf.h(k, tr, y[idx], p, q)
             if scale and not np.all(h > 0):
                 return f"observable {self.model.observable_names[k]!r} is <= 0 but its noise is on a log scale"
-            s, sp_, sq, sh = self.obsf.sigma(k, p, q, h)
+            s, sx, sp_, sq, sh = self.obsf.sigma(k, tr, y[idx], p, q, h)
             if not np.all(s > 0):
                 return f"the noise sd of {self.model.observable_names[k]!r} is not positive"
             terms, dh, ds, fh, fs = nll_terms(zy, jac, h, s, dist, scale)
             nll += float(terms.sum())
             Dh = _chain(hx, dX[idx], hp, self.dp, hq, self.dq)
-            Ds = sp_ @ self.dp + sq @ self.dq + sh[:, None] * Dh
+            Ds = _chain(sx, dX[idx], sp_, self.dp, sq, self.dq) + sh[:, None] * Dh
             g += dh @ Dh + ds @ Ds
             F += (Dh * fh[:, None]).T @ Dh + (Ds * fs[:, None]).T @ Ds
         if not math.isfinite(nll):

@@ -276,7 +276,7 @@ class LikelihoodCollocation:
                 h, hx, hp, hq = self.obsf.h(k, tr, X[node], p, qv)
                 if scale and not np.all(h > 0):
                     return None
-                s, sp_, sq, sh = self.obsf.sigma(k, p, qv, h)
+                s, sx, sp_, sq, sh = self.obsf.sigma(k, tr, X[node], p, qv, h)
                 if not np.all(s > 0):
                     return None
                 terms, dh, ds, fh, fs = nll_terms(zy, jac_term, h, s, dist, scale)
@@ -285,7 +285,7 @@ class LikelihoodCollocation:
                     continue
                 Dt = hp @ dp + hq @ dq
                 St = sp_ @ dp + sq @ dq + sh[:, None] * Dt
-                Sx = sh[:, None] * hx
+                Sx = sx + sh[:, None] * hx
                 gnode = e.offset // n + node
                 gx = dh[:, None] * hx + ds[:, None] * Sx
                 np.add.at(g, (e.offset + node[:, None] * n + np.arange(n)[None, :]), gx)

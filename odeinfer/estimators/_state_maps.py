@@ -214,7 +214,8 @@ def _refuse(estimator, model, bad):
     listed = "; ".join(f"{n!r} ({why})" for n, why in bad)
     raise EstimationError(
         f"{estimator} matches states smoothed from the data, so every observable must be an invertible function of "
-        f"one state with a known map and normal noise whose sd does not depend on the observable; it cannot use the "
+        f"one state with a known map and normal noise whose sd does not depend on the observable, the states or t; it "
+        f"cannot use the "
         f"observables of model {model.name!r}: {listed}. {_EMBEDDING[0].upper()}{_EMBEDDING[1:]}")
 
 
@@ -236,6 +237,9 @@ def _candidate_maps(o, model, fixed, estimator):
         return None, f"{nz.distribution} noise: the smoother assumes normal noise"
     if o.symbol in o.sigma_expr.free_symbols:
         return None, f"its noise sd {nz.sigma!r} depends on the observable's value (not homoscedastic)"
+    moving = sorted(str(s) for s in o.sigma_expr.free_symbols if s in states or s == sp.Symbol("t", real=True))
+    if moving:
+        return None, f"its noise sd {nz.sigma!r} depends on {moving} (not homoscedastic)"
     subs = {sp.Symbol(p, real=True): fixed[p] for p in params}
     h = o.expr.xreplace(subs).xreplace({sp.Symbol(on[0], real=True): _X})
     zeta = {"lin": h, "log": sp.log(h), "log10": sp.log(h) / sp.log(10)}[nz.scale]

@@ -4,8 +4,8 @@ partial derivatives to the estimated parameters, and the sums into the gradient 
 information (see :class:`odeinfer.likelihood.Objective`).
 
 Per measurement ``r`` (state rows ``idx[r]`` of the trajectory), with ``e`` the estimated
-parameters: ``Dh = dh/dx dX/de + dh/dp dp/de + dh/dq dq/de``, ``Ds = ds/dp dp/de + ds/dq dq/de +
-ds/dh Dh``; the gradient adds ``dnll/dh Dh + dnll/ds Ds`` and the Fisher information
+parameters: ``Dh = dh/dx dX/de + dh/dp dp/de + dh/dq dq/de``, ``Ds = ds/dx dX/de + ds/dp dp/de +
+ds/dq dq/de + ds/dh Dh``; the gradient adds ``dnll/dh Dh + dnll/ds Ds`` and the Fisher information
 ``fisher_h Dh Dh^T + fisher_sigma Ds Ds^T``.
 """
 
@@ -23,16 +23,16 @@ OK, BAD_SIGMA = 0, 1
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, zy, jac, dist, scale, grad, g, F, out):
+def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac, dist, scale, grad, g, F, out):
     """Add one experiment's measurements to ``g`` (n_est,) and ``F`` (n_est, n_est) (with ``grad``).
 
     ``starts`` (n_groups + 1,): the rows of each group of measurements (one observable, one noise
     model: codes ``dist[j]``, ``scale[j]``); ``H``, ``S`` (n,): predictions and noise sds; ``HX``
-    (n, n_states), ``HP`` (n, n_p), ``HQ`` (n, n_q): partial derivatives of ``h``; ``SP``, ``SQ``,
-    ``SH`` (n, 1): those of the sd; ``dX`` (n_times, n_states, n_est): the states' sensitivities;
-    ``dp``, ``dq``: the parameters' Jacobians. Returns a status: :data:`OK` (``out[0]`` the sum of
-    the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group, in order, whose
-    sd is not positive somewhere; nothing added).
+    (n, n_states), ``HP`` (n, n_p), ``HQ`` (n, n_q): partial derivatives of ``h``; ``SX``, ``SP``,
+    ``SQ``, ``SH`` (n, 1): those of the sd (``SX`` at fixed ``h``); ``dX`` (n_times, n_states, n_est):
+    the states' sensitivities; ``dp``, ``dq``: the parameters' Jacobians. Returns a status: :data:`OK`
+    (``out[0]`` the sum of the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group,
+    in order, whose sd is not positive somewhere; nothing added).
     """
     n_groups = starts.shape[0] - 1
     for j in range(n_groups):
@@ -62,6 +62,8 @@ def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, zy, jac, dis
                     acc += HQ[r, k] * dq[k, e]
                 Dh[e] = acc
                 acc = 0.0
+                for s in range(n_s):
+                    acc += SX[r, s] * dX[i, s, e]
                 for k in range(n_p):
                     acc += SP[r, k] * dp[k, e]
                 for k in range(n_q):

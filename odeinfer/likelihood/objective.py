@@ -422,14 +422,15 @@ class Objective:
             n = run.idx.size
             H, S, SH = np.empty(n), np.empty(n), np.zeros((n, 1))
             HX, HP, HQ = np.zeros((n, run.n_s)), np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
-            SP, SQ = np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
+            SX, SP, SQ = np.zeros((n, run.n_s)), np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
             for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
                 sl = run.slices[j]
-                h = self.obsf.h_into(k, sl, t, X[idx], p, q, H, HX, HP, HQ)
+                Xk = X[idx]
+                h = self.obsf.h_into(k, sl, t, Xk, p, q, H, HX, HP, HQ)
                 if scale and np.any(h <= 0):  # an earlier group's bad sd is reported first, as the checks run in order
                     return self._bad_sigma(run, S, j) or self._bad_h(run, j, h)
-                self.obsf.sigma_into(k, sl, p, q, h, S, SP, SQ, SH)
-            if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SP, SQ, SH, run.zy, run.jac_terms,
+                self.obsf.sigma_into(k, sl, t, Xk, p, q, h, S, SX, SP, SQ, SH)
+            if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, run.zy, run.jac_terms,
                         run.dist, run.scale, grad, g, F, out) != OK:
                 return self._bad_sigma(run, S, len(run.groups))
             nll += float(out[0])
@@ -450,10 +451,13 @@ class Objective:
         """The failure of the first of the first ``n_groups`` groups of ``run`` whose sd is not positive, or None."""
         for j in range(n_groups):
             s = S[run.slices[j]]
-            if np.any(~(s > 0)):
+            bad = ~(s > 0)
+            if np.any(bad):
                 o = self.problem.model.observables[run.groups[j][0]]
+                rows, t = run.groups[j][1][bad], run.groups[j][2][bad]
                 return Evaluation(failure=f"experiment {run.name!r}: the noise sd of {o.name!r} is not positive "
-                                          f"({s[~(s > 0)][0]!r})")
+                                          f"({float(s[bad][0])!r}) in {rows.size} measurement(s), rows "
+                                          f"{rows[:5].tolist()} of the experiment at t={t[:5].tolist()}")
         return None
 
     def predictions(self, u):
@@ -465,7 +469,7 @@ class Objective:
             h = np.empty(run.n_rows)
             t = np.empty(run.n_rows)
             which = np.empty(run.n_rows, object)
-            for k, rows, tr, hk, _ in self._observe(run, u, grad=False):
+            for k, rows, tr, hk, *_ in self._observe(run, u, grad=False):
                 h[rows], t[rows], which[rows] = hk, tr, names[k]
             out[run.name] = (t, which, h)
         return out
@@ -482,9 +486,9 @@ class Objective:
             dist, scale = np.empty(run.n_rows, np.int64), np.empty(run.n_rows, np.int64)
             v, _ = run.mapping(theta)
             p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
-            for (k, rows, _, hk, _), group in zip(self._observe(run, u, grad=False), run.groups):
+            for (k, rows, tr, hk, _, Xk), group in zip(self._observe(run, u, grad=False), run.groups):
                 h[rows] = hk
-                sd[rows] = self.obsf.sigma(k, p, q, hk)[0]
+                sd[rows] = self.obsf.sigma(k, tr, Xk, p, q, hk)[0]
                 dist[rows], scale[rows] = group[6], group[7]
             out.append((h, sd, dist, scale))
         return out
@@ -513,13 +517,13 @@ class Objective:
         h = np.empty((t.size, n_o))
         dh = np.empty((t.size, n_o, self.n))
         d = dnatural_dscaled(self.natural(np.asarray(u, float))[self.est_index], self.scales)
-        for k, rows, _, hk, Dh in self._observe(run, u, grad=True):
+        for k, rows, _, hk, Dh, _ in self._observe(run, u, grad=True):
             h[rows // n_o, k] = hk
             dh[rows // n_o, k] = Dh * d
         return h, dh
 
     def _observe(self, run, u, grad):
-        """``(observable index, rows, t, h, dh/dtheta or None)`` per observable group of ``run``."""
+        """``(observable index, rows, t, h, dh/dtheta or None, states at t)`` per observable group of ``run``."""
         from odeinfer.errors import SolverError
 
         theta = self.natural(np.asarray(u, float))
@@ -533,7 +537,7 @@ class Objective:
         for k, rows, tr, idx, *_ in run.groups:
             h, hx, hp, hq = self.obsf.h(k, tr, X[idx], p, q)
             Dh = _chain(hx, dX[idx], hp, dp, hq, dq) if grad else None
-            yield k, rows, tr, h, Dh
+            yield k, rows, tr, h, Dh, X[idx]
 
 
 def _scaled(x, scale):

@@ -47,7 +47,8 @@ class _Vector:
 
 class ObservableFunctions:
     """For each observable of ``model``: ``h(t, X, p, q)`` with ``dh/dx``, ``dh/dp``, ``dh/dq``,
-    and ``sigma(p, q, h)`` with ``dsigma/dp``, ``dsigma/dq``, ``dsigma/dh``.
+    and ``sigma(t, X, p, q, h)`` with ``dsigma/dx``, ``dsigma/dp``, ``dsigma/dq``, ``dsigma/dh``
+    (partial derivatives: ``h`` held fixed in ``dsigma/dx``, the caller chains ``dsigma/dh dh/dx``).
 
     ``X`` is (n, n_states) (states at the measurement times), ``p`` the right-hand side's
     parameters, ``q`` the observable parameters.
@@ -66,8 +67,7 @@ class ObservableFunctions:
             rename = {**rename, own: safe_own}
             targs = [T_SYMBOL] + [rename[s] for s in xs] + [rename[s] for s in ps] + [rename[s] for s in qs]
             self._h.append(_Vector(o.expr, [xs, ps, qs], targs, rename))
-            sargs = [rename[s] for s in ps] + [rename[s] for s in qs] + [safe_own]
-            self._s.append(_Vector(o.sigma_expr, [ps, qs, [own]], sargs, rename))
+            self._s.append(_Vector(o.sigma_expr, [xs, ps, qs, [own]], targs + [safe_own], rename))
 
     def h(self, k, t, X, p, q):
         """``h, dh/dx (n, n_states), dh/dp (n, n_p), dh/dq (n, n_q)`` of observable ``k``."""
@@ -75,18 +75,19 @@ class ObservableFunctions:
         h, (dx, dp, dq) = self._h[k](n, t, *X.T, *p, *q)
         return h, dx, dp, dq
 
-    def sigma(self, k, p, q, h):
-        """``sigma, dsigma/dp, dsigma/dq, dsigma/dh`` of observable ``k`` at predictions ``h``."""
+    def sigma(self, k, t, X, p, q, h):
+        """``sigma, dsigma/dx (n, n_states), dsigma/dp, dsigma/dq, dsigma/dh`` of observable ``k`` at
+        times ``t``, states ``X`` and predictions ``h``."""
         n = h.size
-        s, (dp, dq, dh) = self._s[k](n, *p, *q, h)
-        return s, dp, dq, dh[:, 0]
+        s, (dx, dp, dq, dh) = self._s[k](n, t, *X.T, *p, *q, h)
+        return s, dx, dp, dq, dh[:, 0]
 
     def h_into(self, k, sl, t, X, p, q, H, HX, HP, HQ):
         """:meth:`h` written into rows ``sl`` of ``H``, ``HX``, ``HP``, ``HQ`` (zero buffers);
         returns ``H[sl]``."""
         return self._h[k].into(sl, H, (HX, HP, HQ), t, *X.T, *p, *q)
 
-    def sigma_into(self, k, sl, p, q, h, S, SP, SQ, SH):
-        """:meth:`sigma` written into rows ``sl`` of ``S``, ``SP``, ``SQ``, ``SH`` (n, 1) (zero
-        buffers); returns ``S[sl]``."""
-        return self._s[k].into(sl, S, (SP, SQ, SH), *p, *q, h)
+    def sigma_into(self, k, sl, t, X, p, q, h, S, SX, SP, SQ, SH):
+        """:meth:`sigma` written into rows ``sl`` of ``S``, ``SX``, ``SP``, ``SQ``, ``SH`` (n, 1)
+        (zero buffers); returns ``S[sl]``."""
+        return self._s[k].into(sl, S, (SX, SP, SQ, SH), t, *X.T, *p, *q, h)

@@ -182,8 +182,9 @@ class MultipleShooting(Objective):
                 if not rows.any():
                     continue
                 tr = plan.t_rows[rows]
-                h, hx, _, _ = self.obsf.h(k, tr, X_all[np.searchsorted(times, tr)], p, q)
-                sd = self.obsf.sigma(k, p, q, h)[0]
+                Xr = X_all[np.searchsorted(times, tr)]
+                h, hx, _, _ = self.obsf.h(k, tr, Xr, p, q)
+                sd = self.obsf.sigma(k, tr, Xr, p, q, h)[0]
                 if o.noise.scale != "lin":  # a relative sd: on the natural scale about sd |h| (ln 10 for log10)
                     sd = sd * np.abs(h) * (1.0 if o.noise.scale == "log" else math.log(10.0))
                 with np.errstate(divide="ignore", invalid="ignore"):

@@ -260,7 +260,7 @@ class Model:
             like the right-hand side (``y.<state>``, ``p.<param>``).
         noise : Normal or Laplace, or dict of str to those
             One noise model for all observables, or one per observable. Its ``sigma`` may name
-            parameters and the observable itself.
+            parameters, states, ``t`` and the observable itself.
         params : list of str
             Observable-only parameters (scales, offsets, noise sds), new names.
 

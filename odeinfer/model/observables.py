@@ -4,9 +4,9 @@ A model's states are often not what the instrument reads: data are ratios, scale
 signals, sums of species. :meth:`odeinfer.Model.observe` attaches named observables to a model,
 each with a noise model (:class:`Normal` or :class:`Laplace`, on the ``"lin"``, ``"log"`` or
 ``"log10"`` scale) whose standard deviation is a number, a parameter or an expression of
-parameters and of the observable's own value. Observables and noise expressions are sympy
-expressions (traced from a Python function or parsed from text without ``eval``), so their
-derivatives are exact.
+parameters, states, ``t`` and the observable's own value (as PEtab's ``noiseFormula`` allows).
+Observables and noise expressions are sympy expressions (traced from a Python function or parsed
+from text without ``eval``), so their derivatives are exact.
 
 Observable-only parameters (scales, offsets, noise sds) are declared with ``params=`` and are
 kept apart from the right-hand side's parameters: the ODE kernels do not change.
@@ -44,8 +44,8 @@ class Noise:
     ----------
     sigma : float or str
         The standard deviation (Normal) or scale (Laplace) on the noise scale: a positive
-        number, a parameter name, or an expression of parameters and of the observable's own
-        name (its predicted value), e.g. ``"sd_abs + sd_rel * pSTAT5A_rel"``.
+        number, a parameter name, or an expression of parameters, states, ``t`` and the
+        observable's own name (its predicted value), e.g. ``"sd_abs + sd_rel * pSTAT5A_rel"``.
     scale : {"lin", "log", "log10"}, default "lin"
         The scale on which the noise is additive: ``"log"`` means ``log y = log h + e``
         (multiplicative noise, positive data and predictions).
@@ -98,8 +98,8 @@ class Laplace(Noise):
 @dataclass(frozen=True, eq=False)
 class Observable:
     """One named observable: ``expr`` (sympy, in the model's state, parameter and observable
-    parameter symbols and ``t``), its noise model and the sympy expression of its sigma (which
-    may also hold :attr:`symbol`, the observable's own value)."""
+    parameter symbols and ``t``), its noise model and the sympy expression of its sigma (in the
+    same symbols and :attr:`symbol`, the observable's own value)."""
 
     name: str
     expr: sp.Expr
@@ -195,10 +195,6 @@ def build_observables(model, observables, noise, params):
         own = sp.Symbol(n, real=True)
         sigma = (sp.Float(nz.sigma) if not isinstance(nz.sigma, str)
                  else _expression(nz.sigma, f"noise[{n!r}].sigma", {**names, n: own}, model, obs_params))
-        if any(s in sigma.free_symbols for s in symbols_for(model.states)):
-            raise ModelDefinitionError(
-                f"noise[{n!r}].sigma: {nz.sigma!r} uses states; a noise sd may use parameters and the observable's "
-                f"own value {n!r} only")
         if sigma.is_number and not float(sigma) > 0:
             raise ModelDefinitionError(f"noise[{n!r}].sigma: {nz.sigma!r} is not positive; the sd must be > 0")
         if not_finite(sigma) or not_finite(expr):
