@@ -419,3 +419,21 @@ def test_division_by_a_literal_zero_is_refused_at_definition(rhs):
     with pytest.raises(ModelDefinitionError, match=r"the derivative of state 'x' is not finite \(.*\): it divides "
                                                    r"by zero or a number overflows"):
         oi.model(states=["x"], params=["k"])(rhs)
+
+
+def test_derivatives_skip_absent_symbols_and_source_is_generated_once():
+    from odeinfer.model.codegen import model_source
+    from odeinfer.model.derivatives import differentiate
+
+    m = oi.Model.from_equations({"x": "-k*x + y", "y": "k*x - c*y*t", "z": "c"}, params=["k", "c"])
+    d = m.derivatives
+    ys, ps = d.state_symbols, d.param_symbols
+    for i, e in enumerate(m.exprs):
+        assert [d.jac_y[i, k] for k in range(3)] == [sp.diff(e, y) for y in ys]
+        assert [d.jac_p[i, j] for j in range(2)] == [sp.diff(e, p) for p in ps]
+        assert d.f_t[i] == sp.diff(e, m.t_symbol)
+        assert [d.jac_p_t[i, j] for j in range(2)] == [sp.diff(e, p, m.t_symbol) for p in ps]
+        assert d.d2_yy[i] == [[sp.diff(e, y, v) for v in ys] for y in ys]
+        assert d.d2_py[i] == [[sp.diff(e, p, v) for v in ys] for p in ps]
+    assert differentiate(ys[0] * ps[0], ys[1], free={ys[0], ps[0]}) == 0
+    assert model_source(d) is model_source(d)

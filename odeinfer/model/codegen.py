@@ -9,6 +9,9 @@ shared within each kernel (``sympy.cse``).
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
@@ -91,8 +94,24 @@ def _kernel(name, args, outputs, rename, n_in, loads=()):
     return "\n".join(lines) + "\n"
 
 
+_SOURCES = weakref.WeakKeyDictionary()  # Derivatives -> its source (generated once: sympy's cse is slow)
+_SOURCES_LOCK = threading.Lock()
+
+
 def model_source(deriv: Derivatives) -> str:
-    """Python source of all kernels of a model (without the module header)."""
+    """Python source of all kernels of a model (without the module header).
+
+    Generated once per :class:`Derivatives` object (a model's kernels and its C callbacks use
+    the same text).
+    """
+    with _SOURCES_LOCK:
+        text = _SOURCES.get(deriv)
+        if text is None:
+            text = _SOURCES[deriv] = _model_source(deriv)
+        return text
+
+
+def _model_source(deriv: Derivatives) -> str:
     n, m = deriv.n_states, deriv.n_params
     ys, ps, vs = deriv.state_symbols, deriv.param_symbols, sp.symbols(f"_v0:{max(n, 1)}", real=True)[:n]
     rename = safe_symbols(ys, ps)

@@ -10,8 +10,15 @@ import sympy as sp
 __all__ = ["Derivatives", "DelayDerivatives", "differentiate"]
 
 
-def differentiate(expr, sym):
-    """d expr / d sym, with the derivative of a sharp step taken as 0 (almost everywhere)."""
+def differentiate(expr, sym, free=None):
+    """d expr / d sym, with the derivative of a sharp step taken as 0 (almost everywhere).
+
+    ``free``: ``expr.free_symbols`` when the caller has it (differentiating one expression in
+    many symbols): a symbol outside it gives 0 at once, as ``sp.diff`` would after walking the
+    whole expression to find its free symbols.
+    """
+    if free is not None and sym not in free:
+        return sp.Integer(0)
     d = sp.diff(expr, sym)
     if d.has(sp.DiracDelta):
         d = d.replace(sp.DiracDelta, lambda *args: sp.Integer(0))
@@ -44,38 +51,57 @@ class Derivatives:
         return sp.Matrix(self.exprs)
 
     @cached_property
+    def _free_f(self):
+        return [e.free_symbols for e in self.exprs]
+
+    @cached_property
     def jac_y(self):
-        n = self.n_states
-        return sp.Matrix(n, n, lambda i, k: differentiate(self.exprs[i], self.state_symbols[k]))
+        n, free = self.n_states, self._free_f
+        return sp.Matrix(n, n, lambda i, k: differentiate(self.exprs[i], self.state_symbols[k], free[i]))
 
     @cached_property
     def jac_p(self):
+        free = self._free_f
         return sp.Matrix(self.n_states, self.n_params,
-                         lambda i, j: differentiate(self.exprs[i], self.param_symbols[j]))
+                         lambda i, j: differentiate(self.exprs[i], self.param_symbols[j], free[i]))
 
     @cached_property
     def f_t(self):
-        return sp.Matrix([differentiate(e, self.t_symbol) for e in self.exprs])
+        return sp.Matrix([differentiate(e, self.t_symbol, free) for e, free in zip(self.exprs, self._free_f)])
 
     @cached_property
     def jac_y_t(self):
-        return self.jac_y.applyfunc(lambda e: differentiate(e, self.t_symbol))
+        return _applyfunc(self.jac_y, lambda e, free: differentiate(e, self.t_symbol, free))
 
     @cached_property
     def jac_p_t(self):
-        return self.jac_p.applyfunc(lambda e: differentiate(e, self.t_symbol))
+        return _applyfunc(self.jac_p, lambda e, free: differentiate(e, self.t_symbol, free))
 
     @cached_property
     def d2_yy(self):
-        ys = self.state_symbols
-        return [[[differentiate(self.jac_y[i, k], ys[l]) for l in range(len(ys))]
-                 for k in range(len(ys))] for i in range(len(ys))]
+        return _second(self.jac_y, self.state_symbols)
 
     @cached_property
     def d2_py(self):
-        ys = self.state_symbols
-        return [[[differentiate(self.jac_p[i, j], ys[l]) for l in range(len(ys))]
-                 for j in range(self.n_params)] for i in range(len(ys))]
+        return _second(self.jac_p, self.state_symbols)
+
+
+def _applyfunc(M, fn):
+    """``M.applyfunc``, with ``fn(entry, entry.free_symbols)`` called on the non-zero entries only."""
+    return M.applyfunc(lambda e: fn(e, e.free_symbols) if e != 0 else e)
+
+
+def _second(J, ys):
+    """``[[[d J[i, j] / d ys[l] for l] for j] for i]``: each entry's free symbols found once, not per ``l``."""
+    out = []
+    for i in range(J.rows):
+        row = []
+        for j in range(J.cols):
+            e = J[i, j]
+            free = e.free_symbols if e != 0 else ()
+            row.append([differentiate(e, y, free) for y in ys])
+        out.append(row)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
