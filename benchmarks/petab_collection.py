@@ -88,7 +88,12 @@ def _compare_simulations(obj, u, folder, name):
         return None, "no simulatedData file"
     theirs = {}
     for r in _rows(path):
-        key = (r.get("preequilibrationConditionId", "") or "", r["simulationConditionId"], r["observableId"])
+        # some files name the condition columns without "Id" (Raia_CancerResearch2011)
+        pre = r.get("preequilibrationConditionId", r.get("preequilibrationCondition", "")) or ""
+        sim = r.get("simulationConditionId", r.get("simulationCondition"))
+        if sim is None or "observableId" not in r:
+            return None, "the simulatedData file has no condition or observable column"
+        key = (pre, sim, r["observableId"])
         theirs.setdefault(key, []).append((float(r["time"]), float(r["simulation"])))
     ours = {}
     for exp, (t, which, h) in obj.predictions(u).items():
