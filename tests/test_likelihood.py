@@ -159,6 +159,30 @@ def test_preequilibration_matches_scipy_root_and_its_sensitivities():
     np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
 
 
+def test_experiments_with_one_pre_condition_share_its_steady_state():
+    # three experiments pre-equilibrated under the same condition (as PEtab's Brannmark_JBC2010's eight
+    # are): one integration per evaluation, and the same steady state as scipy's root for each
+    m = feedback.observe({"xo": "x"}, noise=oi.Normal(sigma=0.1))
+    vals = dict(a=2.0, b=0.5, c=0.3, d=0.8, e=0.6)
+    t = np.array([0.0, 1.0])
+    names = ["e1", "e2", "e3"]
+    conds = {n: oi.Condition(params={"a": f"a_{n}"}, preequilibrate=oi.Condition()) for n in names}
+    exps = oi.Experiments([oi.Data(t, np.ones(2), "xo", name=n) for n in names], conditions=conds)
+    params = {**{k: oi.Param(v) for k, v in vals.items()}, **{f"a_{n}": oi.Param(0.5 + i) for i, n in enumerate(names)}}
+    prob = oi.FitProblem(m, exps, params, x0={"x": 0.1, "y": 0.1})
+    obj = oi.Objective(prob)
+    calls = []
+    integrate = obj.steady._integrate
+    obj.steady._integrate = lambda *args: calls.append(1) or integrate(*args)
+    u = prob.nominal(prob.estimated)
+    preds = obj.predictions(u)
+    assert len(calls) == 1
+    for n in names:
+        t_rows, _, h = preds[n]
+        np.testing.assert_allclose(h[t_rows == 0.0], _root_ss(**vals)[0], rtol=1e-7)
+    np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
+
+
 def test_preequilibration_with_a_conservation_law_keeps_the_total():
     @oi.model(states=["A", "B"], params=["kf", "kb"])
     def iso(t, y, p):

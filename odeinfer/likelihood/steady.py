@@ -20,6 +20,7 @@ from odeinfer.solve.abi import status_message
 __all__ = ["SteadyState"]
 
 _STAGES = np.r_[0.0, 10.0 ** np.arange(0, 11)]
+_RECENT = 16  # steady states remembered: one per distinct pre-equilibration of an evaluation
 
 
 class SteadyState:
@@ -40,6 +41,7 @@ class SteadyState:
         self.solver = solver or Rodas(rtol=1e-10, atol=1e-12, max_steps=20_000)
         self._switching = [model.params.index(q) for q in model.switching_params]
         self._bound = {}
+        self._recent = {}  # (p, x0, held) -> the integration's result, the last _RECENT keys
 
     def _solvers(self, held):
         """The stages' solvers without sensitivities for the parameters ``held`` (indices): those that
@@ -59,10 +61,28 @@ class SteadyState:
     def __call__(self, p, x0, dp, dx0):
         p = np.ascontiguousarray(p, float)
         x = np.ascontiguousarray(x0, float)
+        held = tuple(k for k in self._switching if not np.any(dp[k]))  # their (NaN) columns meet zero rows
+        # experiments that pre-equilibrate under the same condition share one integration (PEtab's
+        # Brannmark_JBC2010: 8 experiments, one pre-condition): the steady state and d x_ss / d(p, x0)
+        # depend on (p, x0) alone, the chaining through (dp, dx0) is per call
+        key = (p.tobytes(), x.tobytes(), held)
+        res = self._recent.get(key)
+        if res is None:
+            res = self._integrate(p, x, held)
+            if len(self._recent) >= _RECENT:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[key] = res
+        if isinstance(res, str):
+            return res
+        xs, sens = res
+        n_p = p.size
+        return xs.copy(), sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
+
+    def _integrate(self, p, x, held):
+        """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message)."""
         n_p, n = p.size, x.size
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
         worst = np.inf
-        held = tuple(k for k in self._switching if not np.any(dp[k]))  # their (NaN) columns meet zero rows
         for solver in self._solvers(held):
             y, S, st = solver(p, x)
             if held:
@@ -83,7 +103,7 @@ class SteadyState:
                 dS[:, :n_p] += cm.jac_p(t, x, p)
                 err = max(err, np.max(np.abs(dS) / (100 * self.atol + 100 * self.rtol * np.abs(sens))))
                 if err <= 1.0:
-                    return x, sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
+                    return x, sens
             worst = min(worst, err)
         return (f"pre-equilibration did not reach a steady state by t={_STAGES[-1]:.0e}: |dx/dt| is still "
                 f"{worst:.3g} times the tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|); the model may "
