@@ -478,6 +478,23 @@ def test_formulas_name_known_things_only(tmp_path):
         load(yaml)
 
 
+def test_a_table_parameter_named_like_another_observables_placeholder_is_a_parameter(tmp_path):
+    # Lang_PLOSComputBiol2024 names table parameters noiseParameter2_cycA_nuc and uses them in the noise formulas
+    # of several observables: the parameter table, not the placeholder pattern, says what they are. Rewritten so,
+    # Boehm's pSTAT5A_rel noise (sd_pSTAT5A_rel through a placeholder before) must give the unchanged NLL.
+    folder, yaml = copy_problem(tmp_path)
+    edit(folder / "observables_Boehm_JProteomeRes2014.tsv", "noiseParameter1_pSTAT5A_rel", "noiseParameter2_pSTAT5B_rel")
+    measurements = folder / "measurementData_Boehm_JProteomeRes2014.tsv"
+    edit(measurements, "\tsd_pSTAT5A_rel\t", "\t\t", count=-1)
+    table = folder / "parameters_Boehm_JProteomeRes2014.tsv"
+    row = next(r for r in table.read_text().splitlines() if r.startswith("sd_pSTAT5A_rel\t"))
+    edit(table, row, row.replace("sd_pSTAT5A_rel\t", "noiseParameter2_pSTAT5B_rel\t", 1))
+    pp = load(yaml)
+    assert "noiseParameter2_pSTAT5B_rel" in pp.problem.estimated and "sd_pSTAT5A_rel" not in pp.parameters
+    _, _, nll = benchmark("Boehm_JProteomeRes2014")
+    assert pp.nll_nominal(tight()) == pytest.approx(nll, rel=1e-12)
+
+
 def test_assignment_rules_and_powers_in_formulas(tmp_path):
     folder, yaml = copy_problem(tmp_path)
     table = folder / "observables_Boehm_JProteomeRes2014.tsv"

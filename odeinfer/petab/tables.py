@@ -567,7 +567,7 @@ class _Loader:
             used = []
             h = self.formula(r["observableFormula"], oid, "observableFormula", where, used)
             s = self.formula(r["noiseFormula"], oid, "noiseFormula", where, used)
-            places = [n for n in used if _PLACEHOLDER.match(n)]
+            places = [n for n in used if (m := _PLACEHOLDER.match(n)) and m[3] == oid]  # not table parameters
             n_obs = max([int(_PLACEHOLDER.match(n)[2]) for n in places if n.startswith("observable")], default=0)
             n_noise = max([int(_PLACEHOLDER.match(n)[2]) for n in places if n.startswith("noise")], default=0)
             counts[oid] = (n_obs, n_noise, places)
@@ -601,7 +601,9 @@ class _Loader:
             elif column == "noiseFormula" and n == oid:
                 names[n] = sp.Symbol(oid, real=True)
             elif (ph and ph[3] == oid and (ph[1] == "observable" or column == "noiseFormula")) or (
-                    own in self.params and not ph):
+                    own in self.params and not (ph and ph[3] == oid)):
+                # a parameter of the table may look like another observable's placeholder (Lang_PLOSComputBiol2024
+                # shares noiseParameter2_cycA_nuc between observables): the table says it is a parameter
                 names[n] = sp.Symbol(own, real=True)
                 if own not in used:
                     used.append(own)
