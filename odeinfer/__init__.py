@@ -22,7 +22,7 @@ __all__ = [
     "Normal", "Laplace", "Condition", "Dose", "Input", "Param", "FitProblem", "Objective",
     # solving and simulating
     "Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
-    "simulate", "Simulation",
+    "simulate", "Simulation", "warmup",
     # estimators and results
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
@@ -62,6 +62,7 @@ _LAZY = {
     "report": ("odeinfer.report", None),
     "petab": ("odeinfer.petab", None),
     "analyze": ("odeinfer.pipeline", "analyze"),
+    "warmup": ("odeinfer.solve.warmup", "warmup"),
 }
 
 

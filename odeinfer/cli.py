@@ -21,6 +21,9 @@ def _demo(args) -> int:
     _check_out(args)
     say = _printer(args)
     t0 = time.perf_counter()
+    # on a fresh machine, the sensitivity kernel of the embedding fit compiles in another process
+    # while the matching estimators compile and run the plain solver kernel (a no-op once cached)
+    oi.warmup("dopri5_solve_sens", wait=False)
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
     model, data, priors = lynx_hare_stan()
     say(f"data: {data.n_times} years from 1900 (t = 0) to 1920, {data.nobs} observations of {list(data.states)} "
@@ -108,6 +111,21 @@ def _fit(args) -> int:
     return 0
 
 
+def _warmup(args) -> int:
+    """Compile odeinfer's shared solver kernels (Dormand-Prince and Rodas, with and without forward
+    sensitivities, the ODE adjoint and the delay solver) into the disk cache, in parallel processes:
+    a fresh machine's first solves and fits then answer without compiling them. Kernels already
+    compiled are skipped."""
+    from odeinfer.solve.warmup import warmup
+
+    _check_count("--jobs", args.jobs, "processes (0: one per core)", lowest=0)
+    say = _printer(args)
+    t0 = time.perf_counter()
+    done = warmup(jobs=args.jobs or None)
+    say(f"compiled {', '.join(done) if done else 'nothing (all cached)'} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def _check_count(flag, value, what, *, lowest, zero=True):
     """Refuse an integer option below ``lowest`` (or 0 when ``zero`` is False) before any work."""
     from odeinfer.errors import InputError
@@ -167,6 +185,11 @@ def main(argv=None) -> int:
                      help="maximum a posteriori: add the parameter table's objective priors to the NLL")
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     fit.set_defaults(func=_fit)
+    warm = sub.add_parser("warmup", help="compile the shared solver kernels once for this machine",
+                          description=_warmup.__doc__)
+    warm.add_argument("--jobs", type=int, default=0, help="processes, 0 for one per core (default: %(default)s)")
+    warm.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    warm.set_defaults(func=_warmup)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

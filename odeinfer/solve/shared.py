@@ -53,7 +53,7 @@ import warnings
 from pathlib import Path
 
 __all__ = ["Specialisation", "TieredKernel", "jit_kernel", "linked_handle", "model_handle", "recorded_tiers",
-           "shared_module", "specialisation", "tiered_mode"]
+           "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
 
 #: Environment variable naming the file whose exclusive lock is the one background-compile slot of a
 #: cache directory: background compilers run one at a time, each waiting for the slot
@@ -183,6 +183,18 @@ def numba_callbacks(model, full: bool, spec=None) -> dict:
     return {k: getattr(mod, k).address for k in kernels}
 
 
+def shared_kernel(kernel: str):
+    """The shared module's ``ptr_<kernel>`` dispatcher; when it is not compiled in this process yet,
+    first waits for a warm-up process that compiles it (:func:`odeinfer.solve.warmup.await_kernel`),
+    so the machine code is loaded from the disk cache instead of compiled twice."""
+    dispatcher = getattr(shared_module(), "ptr_" + kernel)
+    if not dispatcher.overloads:
+        from odeinfer.solve.warmup import await_kernel
+
+        await_kernel(kernel)
+    return dispatcher
+
+
 class TieredKernel:
     """Runs a model kernel (``kernel``, of ``compiled.module``), or the shared ``ptr_<kernel>``
     until the model's is compiled: the policy of the module docstring, decided on the first call
@@ -230,7 +242,7 @@ class TieredKernel:
         if spec is None:
             self.tier = "model"
             return
-        self._shared = getattr(shared_module(), "ptr_" + name)
+        self._shared = shared_kernel(name)
         self._mh = model_handle(self.compiled, full=self._full)
         self._spec = spec
         self.tier = "shared"
@@ -270,7 +282,7 @@ def jit_kernel(compiled, kernel: str, sig: tuple):
     if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
         tier, callee = "model", getattr(compiled.module, kernel)
     else:
-        ptr, handle = getattr(shared_module(), "ptr_" + kernel), linked_handle(compiled, needs_full_handle(kernel))
+        ptr, handle = shared_kernel(kernel), linked_handle(compiled, needs_full_handle(kernel))
 
         @njit(error_model="numpy", fastmath=False)
         def callee(*args):

@@ -1,0 +1,194 @@
+"""Compile the shared solver kernels ahead of use, in parallel background processes.
+
+The shared kernels (:mod:`odeinfer.solve.shared`) are compiled once per machine, 10-20 s each, on
+their first use. :func:`warmup` compiles some of them in other processes, one per core, so that a
+fresh machine's first fits do not wait for them one after another (``odeinfer warmup`` on the
+command line; ``odeinfer demo`` starts the kernel it needs second while its first estimator runs).
+
+A kernel is compiled by example: the child process solves a zoo model with the kernel's solver and
+gradient (``ODEINFER_TIERED=shared``: no model kernel compiles), so the machine code in numba's
+disk cache has exactly the argument types every model's calls have. While a child compiles a
+kernel, it holds ``<kernel>.warmup.lock`` in the cache directory (taken by the parent before the
+child starts, so no caller can miss it); a process that needs the kernel meanwhile waits for the
+child's marker instead of compiling the same kernel itself (:func:`await_kernel`, called by
+:func:`odeinfer.solve.shared.shared_kernel`), and stops waiting at once if the child dies.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["KERNELS", "await_kernel", "warmup"]
+
+#: The kernels :func:`warmup` knows how to compile, with the solve that compiles each:
+#: (zoo model, solver class, gradient class or None).
+KERNELS = {
+    "dopri5_solve": ("lotka_volterra", "Dopri5", None),
+    "dopri5_solve_sens": ("lotka_volterra", "Dopri5", "Forward"),
+    "rodas_solve": ("lotka_volterra", "Rodas", None),
+    "rodas_solve_sens": ("lotka_volterra", "Rodas", "Forward"),
+    "dopri5_adjoint_vjp": ("lotka_volterra", "Dopri5", "Adjoint"),
+    "dde_solve": ("logistic_delay", "MethodOfSteps", None),
+}
+
+_COMMAND = (sys.executable, "-c", "from odeinfer.solve.warmup import _main\n_main()\n")
+_MAX_WAIT = 1800.0  # seconds a caller waits for a live child (as a stale background-compile lock)
+
+
+def _paths(kernel: str) -> tuple[Path, Path]:
+    """(marker, lock) of ``kernel``'s warm-up: named after the shared module, so a new version of the
+    kernels' sources starts afresh."""
+    from odeinfer.model.cache import cache_dir
+    from odeinfer.solve.shared import shared_module
+
+    tag = shared_module().__name__.rsplit("_", 1)[-1]
+    base = cache_dir() / f"{tag}.ptr_{kernel}.warmup"
+    return base.with_name(base.name + ".ready"), base.with_name(base.name + ".lock")
+
+
+def _check(kernels) -> list[str]:
+    from odeinfer.errors import InputError
+
+    names = list(KERNELS) if kernels is None else [kernels] if isinstance(kernels, str) else list(kernels)
+    unknown = [k for k in names if k not in KERNELS]
+    if unknown:
+        raise InputError(f"kernels: expected names among {sorted(KERNELS)}, got {unknown}; pass some of those "
+                         "(or None for all)")
+    return list(dict.fromkeys(names))
+
+
+def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[str]:
+    """Compile shared solver kernels into the disk cache in background processes.
+
+    Parameters
+    ----------
+    kernels : str or list of str, optional
+        Names among :data:`KERNELS` (default: all of them). Kernels already warmed up on this
+        machine, or being compiled by another process's warm-up, are skipped.
+    wait : bool
+        Wait for the processes to end (default); else return at once: the kernels' first callers
+        wait for them (:func:`await_kernel`).
+    jobs : int, optional
+        Processes (default: the number of cores); the kernels are dealt out among them.
+
+    Returns
+    -------
+    list of str
+        The kernels this call compiles (or has compiled).
+
+    Raises
+    ------
+    InputError
+        An unknown kernel name, or ``jobs`` not a positive int.
+    """
+    from odeinfer.errors import InputError
+    from odeinfer.solve.shared import _identity
+
+    names = _check(kernels)
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise InputError(f"jobs: expected a positive int (processes), got {jobs!r}; pass e.g. jobs=2 or None")
+    mine = [k for k in names if _take(k)]
+    n = max(1, min(len(mine), jobs or os.cpu_count() or 1))
+    procs = []
+    for i in range(n):
+        group = mine[i::n]
+        env = {**os.environ, "ODEINFER_TIERED": "shared"}
+        proc = subprocess.Popen(list(_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)
+        owner = _identity(proc.pid)
+        for k in group:
+            _write(_paths(k)[1], owner)  # the child's lock from now on: it ends with the child
+        proc.stdin.write(pickle.dumps([(k, *map(str, _paths(k))) for k in group]))
+        proc.stdin.close()
+        procs.append(proc)
+    if wait:
+        for proc in procs:
+            proc.wait()
+    return mine
+
+
+def await_kernel(kernel: str) -> None:
+    """Return once no warm-up process is compiling ``kernel``: at once when none is (or when its
+    name is not one of :data:`KERNELS`), else when its marker appears, it dies, or after 30 minutes."""
+    if kernel not in KERNELS:
+        return
+    from odeinfer.solve.shared import _identity, _owner_alive
+
+    marker, lock = _paths(kernel)
+    me, start = _identity(), time.monotonic()
+    while not marker.exists() and time.monotonic() - start < _MAX_WAIT:
+        try:
+            owner = lock.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        if owner == me or _owner_alive(owner) is False:  # the warm-up process itself, or a dead one
+            return
+        time.sleep(0.05)
+
+
+def _take(kernel: str) -> bool:
+    """Claim ``kernel``'s warm-up for this call: False when it is warmed up already or a live process
+    holds its lock (a dead one's lock is taken over)."""
+    from odeinfer.solve.shared import _identity, _owner_alive, _remove_lock
+
+    marker, lock = _paths(kernel)
+    while not marker.exists():
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            try:
+                owner = lock.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            if _owner_alive(owner) is False:
+                _remove_lock(lock, owner)
+                continue
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(_identity())
+        return True
+    return False
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _compile(kernel: str) -> None:
+    """Run the solve that compiles ``kernel`` (see :data:`KERNELS`)."""
+    import numpy as np
+
+    import odeinfer as oi
+
+    zoo, solver, gradient = KERNELS[kernel]
+    z = oi.zoo.get(zoo)
+    t = np.linspace(0.0, 1.0, 3)
+    if solver == "MethodOfSteps":
+        problem, solver = oi.Problem(z.model, t, history=z.history), oi.MethodOfSteps(oi.Dopri5())
+    else:
+        problem, solver = oi.Problem(z.model, t, x0=z.x0_array()), getattr(oi, solver)()
+    if gradient == "Adjoint":
+        g = np.ones((t.size, z.model.n_states))
+        oi.bind(problem, solver=solver, gradient=oi.Adjoint())(z.params_array(), z.x0_array(), g)
+    else:
+        oi.solve(problem, z.params, solver=solver, gradient=None if gradient is None else getattr(oi, gradient)())
+
+
+def _main() -> None:  # the child: compile each kernel of its group, then write its marker
+    from odeinfer.solve.shared import _identity, _remove_lock
+
+    for kernel, marker, lock in pickle.loads(sys.stdin.buffer.read()):
+        try:
+            _compile(kernel)
+            _write(Path(marker), "compiled\n")
+        except Exception:  # noqa: BLE001 - no marker: the kernel's first caller compiles it and reports why
+            pass
+        finally:
+            _remove_lock(Path(lock), _identity())

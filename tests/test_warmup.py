@@ -1,0 +1,87 @@
+"""Warm-up of the shared solver kernels in background processes (odeinfer.solve.warmup)."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import odeinfer as oi
+from odeinfer.cli import main
+from odeinfer.errors import InputError
+from odeinfer.solve import shared, warmup
+
+
+def test_unknown_kernels_and_bad_jobs_are_refused_before_any_process_starts():
+    with pytest.raises(InputError, match=r"kernels: expected names among .*got \['dopri9_solve'\]"):
+        oi.warmup(["dopri5_solve", "dopri9_solve"])
+    for jobs in (0, -1, 1.5, True):
+        with pytest.raises(InputError, match=r"jobs: expected a positive int"):
+            oi.warmup("dopri5_solve", jobs=jobs)
+
+
+def test_the_cli_refuses_a_negative_job_count(capsys):
+    assert main(["warmup", "--jobs", "-2"]) == 1
+    assert "--jobs: expected an integer >= 0" in capsys.readouterr().err
+
+
+def test_a_warmed_up_kernel_is_not_compiled_again_and_its_callers_do_not_wait():
+    # the child solves Lotka-Volterra with Dopri5 (states only): ptr_dopri5_solve in the disk cache
+    oi.warmup("dopri5_solve")
+    marker, lock = warmup._paths("dopri5_solve")
+    assert marker.exists() and not lock.exists()
+    assert oi.warmup("dopri5_solve") == []  # warmed up already: no process
+    start = time.monotonic()
+    assert shared.shared_kernel("dopri5_solve") is shared.shared_module().ptr_dopri5_solve
+    assert time.monotonic() - start < 30  # loads (or finds) the machine code; never waits for a lock
+
+
+@pytest.fixture
+def held_kernel():
+    """The lock of the ``rodas_solve`` warm-up held by a live sleeping process (as a warm-up child
+    holds it), without its marker; both restored afterwards."""
+    marker, lock = warmup._paths("rodas_solve")
+    saved = marker.read_bytes() if marker.exists() else None
+    marker.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    lock.write_text(shared._identity(proc.pid), encoding="utf-8")
+    yield proc, marker, lock
+    proc.kill()
+    proc.wait()
+    lock.unlink(missing_ok=True)
+    if saved is not None:
+        marker.write_bytes(saved)
+
+
+def _waiter():
+    done = threading.Event()
+    threading.Thread(target=lambda: (warmup.await_kernel("rodas_solve"), done.set()), daemon=True).start()
+    return done
+
+
+def test_a_caller_waits_for_the_warmup_process_until_its_marker_appears(held_kernel):
+    proc, marker, lock = held_kernel
+    assert oi.warmup("rodas_solve", wait=False) == []  # a live process compiles it: not started twice
+    done = _waiter()
+    assert not done.wait(1.0)  # the owner lives, no marker: waits
+    marker.write_text("compiled\n", encoding="utf-8")
+    assert done.wait(5.0)
+
+
+def test_a_caller_stops_waiting_when_the_warmup_process_dies(held_kernel):
+    proc, marker, lock = held_kernel
+    done = _waiter()
+    assert not done.wait(1.0)
+    proc.kill()
+    proc.wait()
+    assert done.wait(5.0)  # the dead owner's kernel: the caller compiles it itself
+    assert warmup._take("rodas_solve") and lock.read_text() == shared._identity()  # a dead owner's lock is taken over
+
+
+def test_the_warmup_process_does_not_wait_for_its_own_lock(held_kernel):
+    proc, marker, lock = held_kernel
+    lock.write_text(shared._identity(), encoding="utf-8")  # this process holds it, as the child does
+    start = time.monotonic()
+    warmup.await_kernel("rodas_solve")
+    assert time.monotonic() - start < 1.0
