@@ -37,7 +37,8 @@ KERNELS = {
 }
 
 _COMMAND = (sys.executable, "-c", "from odeinfer.solve.warmup import _main\n_main()\n")
-_MAX_WAIT = 1800.0  # seconds a caller waits for a live child (as a stale background-compile lock)
+_MAX_WAIT = 600.0  # seconds a caller waits for a live child (a kernel compiles in 10-60 s)
+_CHILD = "ODEINFER_WARMUP_CHILD"
 
 
 def _paths(kernel: str) -> tuple[Path, Path]:
@@ -97,7 +98,7 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
     procs = []
     for i in range(n):
         group = mine[i::n]
-        env = {**os.environ, "ODEINFER_TIERED": "shared"}
+        env = {**os.environ, "ODEINFER_TIERED": "shared", _CHILD: "1"}
         proc = subprocess.Popen(list(_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env)
         owner = _identity(proc.pid)
@@ -114,8 +115,9 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
 
 def await_kernel(kernel: str) -> None:
     """Return once no warm-up process is compiling ``kernel``: at once when none is (or when its
-    name is not one of :data:`KERNELS`), else when its marker appears, it dies, or after 30 minutes."""
-    if kernel not in KERNELS:
+    name is not one of :data:`KERNELS`, or in a warm-up process: no waits between them), else when its
+    marker appears, when it dies, or after 10 minutes."""
+    if kernel not in KERNELS or os.environ.get(_CHILD) == "1":  # a warm-up process never waits for another
         return
     from odeinfer.solve.shared import _identity, _owner_alive
 
