@@ -106,8 +106,17 @@ class _Run:
         else:  # the union of the times of the experiments that share this one's trajectory
             self.times, self.row_out = times, np.searchsorted(times, plan.t_rows)
         self.share = share
-        t_end = float(self.times[-1]) if self.times.size else t0
-        self.t0, self.t_end = t0, t_end
+        finite = self.times[np.isfinite(self.times)]
+        self.at_inf = np.flatnonzero(np.isinf(self.times))  # the rows of the steady state
+        # the finite-time trajectory ends at the last finite time (or, before a steady state, the last dose)
+        t_end = max([t0, *finite[-1:], *[d.time for d in plan.doses]]) if self.at_inf.size else (
+            float(self.times[-1]) if self.times.size else t0)
+        self.t0, self.t_end = t0, float(t_end)
+        # measurements at t = inf: the steady state reached from the end of the finite-time trajectory
+        # under the experiment's parameters (no switch is cut there either: their parameters must be held)
+        self.steady = obj.steady if self.at_inf.size else None
+        if self.steady is not None:
+            self.steady.prepare(held)
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
@@ -284,6 +293,11 @@ class _Run:
             for i, a in seg.jumps:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
+        if self.at_inf.size:
+            res = self.steady(p, x, dp, dx, what="the run to steady state (measurements at t = inf)", t0=self.t_end)
+            if isinstance(res, str):
+                return f"experiment {self.name!r}: {res}"
+            X[self.at_inf], dX[self.at_inf] = res
         return X, dX
 
 
