@@ -1,0 +1,247 @@
+"""Measurements at the steady state (``t = inf``, PEtab's steady-state measurements): the likelihood
+of a FitProblem whose data hold them, and the PEtab import of ``time = inf``.
+
+References, all outside odeinfer: closed-form steady states (production and degradation
+``x' = k1 - k2 x``: ``x_ss = k1 / k2``; a two-state cascade; an isomerisation ``A <-> B`` whose
+steady state ``A_ss = total kb / (kf + kb)`` keeps the total the trajectory reached, doses and a
+timed inflow included) and closed-form trajectories for the finite times; the NLL from
+scipy.stats; gradients in closed form and against central finite differences; the Fisher
+information in closed form (``sum_r Dh_r Dh_r^T / sigma^2`` for normal noise with a known sd).
+Tolerances (fixed before the runs): ``rtol=1e-8`` on NLLs and closed-form gradients with the
+tight Rodas below; ``rtol=1e-5`` against central differences.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import odeinfer as oi
+from odeinfer.errors import DataError, InputError, SolverError
+
+RTOL = 1e-8
+
+
+def tight():
+    return oi.Rodas(rtol=1e-10, atol=1e-12)
+
+
+def _fd_grad(obj, u, eps=1e-6):
+    g = np.empty(u.size)
+    for i in range(u.size):
+        e = np.zeros(u.size)
+        e[i] = eps * max(1.0, abs(u[i]))
+        g[i] = (obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / (2 * e[i])
+    return g
+
+
+@oi.model(states=["x"], params=["k1", "k2"])
+def prod_deg(t, y, p):
+    return {"x": p.k1 - p.k2 * y.x}
+
+
+@oi.model(states=["x", "y"], params=["k1", "k2", "k3", "k4"])
+def cascade(t, y, p):
+    return {"x": p.k1 - p.k2 * y.x, "y": p.k3 * y.x - p.k4 * y.y}
+
+
+@oi.model(states=["A", "B"], params=["kf", "kb"])
+def iso(t, y, p):
+    return {"A": -p.kf * y.A + p.kb * y.B, "B": p.kf * y.A - p.kb * y.B}
+
+
+# -- production and degradation -----------------------------------------------------------------
+T_FIN = np.array([0.5, 1.5])
+Y_FIN = np.array([0.75, 1.5])
+Y_SS = np.array([1.9, 2.15, 2.05])
+SD = 0.1
+
+
+def _prod_deg_problem(finite):
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    t = np.r_[T_FIN, [np.inf] * Y_SS.size] if finite else np.full(Y_SS.size, np.inf)
+    y = np.r_[Y_FIN, Y_SS] if finite else Y_SS
+    d = oi.Data(t, y, "xo", t0=0.0, replicates=True, steady_state=True, name="e")
+    params = {"k1": oi.Param(2.0, 1e-3, 1e3, scale="log"), "k2": oi.Param(1.0, 0.01, 10.0)}
+    return oi.FitProblem(m, d, params, x0={"x": 0.0})
+
+
+@pytest.mark.parametrize("finite", [False, True], ids=["inf-only", "mixed"])
+def test_production_degradation_matches_the_closed_form(finite):
+    prob = _prod_deg_problem(finite)
+    obj = oi.Objective(prob, solver=tight())
+    k1, k2 = 2.0, 1.0
+    assert prob.estimated == ("k1", "k2")
+    u = np.array([math.log(k1), k2])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    # x(t) = k1/k2 (1 - e^{-k2 t}) from x0 = 0; x_ss = k1/k2. Derivatives on the estimation scale
+    # (log k1, k2): dh/dlog k1 = k1 dh/dk1
+    t = T_FIN if finite else np.empty(0)
+    e = np.exp(-k2 * t)
+    h = np.r_[k1 / k2 * (1 - e), np.full(Y_SS.size, k1 / k2)]
+    dh = np.column_stack([np.r_[k1 / k2 * (1 - e), np.full(Y_SS.size, k1 / k2)],
+                          np.r_[-k1 / k2**2 * (1 - e) + k1 / k2 * t * e, np.full(Y_SS.size, -k1 / k2**2)]])
+    y = np.r_[Y_FIN, Y_SS] if finite else Y_SS
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, dh.T @ ((h - y) / SD**2), rtol=RTOL)
+    np.testing.assert_allclose(ev.fim, dh.T @ dh / SD**2, rtol=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5)
+    t_rows, _, pred = obj.predictions(u)["e"]
+    np.testing.assert_allclose(pred[np.isinf(t_rows)], k1 / k2, rtol=RTOL)
+
+
+def test_observable_of_two_states_with_an_estimated_noise_parameter():
+    # x_ss = k1/k2, y_ss = k3 k1 / (k2 k4); observed: x + y, log-normal with an estimated sd; and x
+    # alone at finite times (x(t) = k1/k2 + (x0 - k1/k2) e^{-k2 t})
+    m = cascade.observe({"tot": "x + y", "xo": "x"},
+                        noise={"tot": oi.Normal(sigma="sd", scale="log"), "xo": oi.Normal(sigma=SD)}, params=["sd"])
+    t = np.array([0.4, 1.0, np.inf, np.inf])
+    y = np.array([[np.nan, 0.9], [np.nan, 1.3], [4.6, np.nan], [5.3, 2.1]])
+    d = oi.Data(t, y, ["tot", "xo"], t0=0.0, replicates=True, steady_state=True, name="e")
+    vals = dict(k1=2.0, k2=1.0, k3=1.5, k4=0.5, sd=0.2)
+    prob = oi.FitProblem(m, d, {k: oi.Param(v, 1e-3, 1e3) for k, v in vals.items()}, x0={"x": 0.5, "y": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    u = np.array([vals[n] for n in prob.estimated])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    xs = 2.0 / 1.0
+    tot = xs + 1.5 * 2.0 / (1.0 * 0.5)
+    x_fin = xs + (0.5 - xs) * np.exp(-1.0 * np.array([0.4, 1.0]))
+    ref = -np.sum(stats.norm.logpdf(np.log([4.6, 5.3]), np.log(tot), 0.2)) + np.sum(np.log([4.6, 5.3]))
+    ref -= np.sum(stats.norm.logpdf([0.9, 1.3, 2.1], np.r_[x_fin, xs], SD))
+    assert ev.nll == pytest.approx(ref, rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+# -- the steady state is reached from the end of the trajectory -----------------------------------
+def test_the_steady_state_keeps_what_the_trajectory_reached():
+    # A <-> B conserves A + B: the steady state depends on where the run to it starts. A dose of amt
+    # into A at t = 1 raises the total from tot to tot + amt, so A_ss = (tot + amt) kb / (kf + kb),
+    # with or without a finite measurement after the dose
+    m = iso.observe({"Ao": "A"}, noise=oi.Normal(sigma=SD))
+    kf, kb, tot, amt = 2.0, 1.0, 3.0, 1.5
+    cond = oi.Condition(doses=[oi.Dose(1.0, "A", "amt")])
+    params = {"kf": oi.Param(kf, 0.01, 100.0), "kb": oi.Param(kb, 0.01, 100.0), "tot": oi.Param(tot, 0.0, 10.0),
+              "amt": oi.Param(amt, 0.0, 10.0)}
+    a_ss = (tot + amt) * kb / (kf + kb)
+    for t, y in (([np.inf], [2.1]), ([2.0, np.inf], [2.4, 2.1])):
+        d = oi.Data(t, y, "Ao", t0=0.0, steady_state=True, name="e")
+        prob = oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), params, x0={"A": "tot", "B": 0.0})
+        obj = oi.Objective(prob, solver=tight())
+        u = np.array([{"kf": kf, "kb": kb, "tot": tot, "amt": amt}[n] for n in prob.estimated])
+        ev = obj(u)
+        assert ev.ok, ev.failure
+        h = [a_ss]
+        if len(t) == 2:  # A(t) = a_ss + (A(1+) - a_ss) e^{-(kf + kb)(t - 1)}, A(1+) = A(1) + amt
+            a_inf0 = tot * kb / (kf + kb)
+            a1 = a_inf0 + (tot - a_inf0) * math.exp(-(kf + kb)) + amt
+            h = [a_ss + (a1 - a_ss) * math.exp(-(kf + kb) * 1.0), a_ss]
+        assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
+        np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_the_run_to_steady_state_starts_at_the_end_of_the_trajectory_in_time_too():
+    # an inflow u into A until t = T (a fixed switch time) raises the total by u T; measured at t = 5 > T
+    # and at steady state: A_ss = (tot + u T) kb / (kf + kb). A run to steady state restarted at t = 0
+    # would add the inflow twice
+    @oi.model(states=["A", "B"], params=["kf", "kb", "u", "T_off"])
+    def fed(t, y, p):
+        return {"A": -p.kf * y.A + p.kb * y.B + oi.math.where(t <= p.T_off, p.u, 0.0), "B": p.kf * y.A - p.kb * y.B}
+
+    m = fed.observe({"tot": "A + B", "Ao": "A"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([5.0, np.inf], [[3.9, np.nan], [np.nan, 1.2]], ["tot", "Ao"], t0=0.0, steady_state=True, name="e")
+    params = {"kf": oi.Param(2.0, 0.01, 100.0), "kb": oi.Param(1.0, 0.01, 100.0), "u": oi.Param(0.5, 0.0, 10.0),
+              "T_off": 2.0}
+    prob = oi.FitProblem(m, d, params, x0={"A": 3.0, "B": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    assert prob.estimated == ("kf", "kb", "u")
+    u = np.array([2.0, 1.0, 0.5])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    total = 3.0 + 0.5 * 2.0
+    ref = -stats.norm.logpdf(3.9, total, SD) - stats.norm.logpdf(1.2, total * 1.0 / 3.0, SD)
+    assert ev.nll == pytest.approx(ref, rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_after_a_pre_equilibration_the_simulation_condition_sets_the_steady_state():
+    # pre-equilibrated with k1 = a_pre (x = a_pre / k2), then k1 = a: x(t) = a/k2 + (a_pre - a)/k2 e^{-k2 t}
+    # and the steady state a / k2
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    cond = oi.Condition(params={"k1": "a"}, preequilibrate=oi.Condition(params={"k1": "a_pre"}))
+    d = oi.Data([1.0, np.inf], [2.6, 1.1], "xo", t0=0.0, steady_state=True, name="e")
+    params = {"k2": oi.Param(2.0, 0.01, 10.0), "a": oi.Param(2.0, 0.0, 10.0), "a_pre": oi.Param(6.0, 0.0, 10.0)}
+    prob = oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), params, x0={"x": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    u = np.array([{"k2": 2.0, "a": 2.0, "a_pre": 6.0}[n] for n in prob.estimated])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    h = [1.0 + 2.0 * math.exp(-2.0), 1.0]
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf([2.6, 1.1], h, SD)), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
+    @oi.model(states=["x", "y"], params=["w"])
+    def osc(t, y, p):
+        return {"x": p.w * y.y, "y": -p.w * y.x}
+
+    m = osc.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [0.5, 1.0], "xo", t0=0.0, steady_state=True, name="e")
+    prob = oi.FitProblem(m, d, {"w": oi.Param(1.0)}, x0={"x": 1.0, "y": 0.0})
+    obj = oi.Objective(prob)
+    ev = obj(np.array([1.0]))
+    assert not ev.ok
+    assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
+                                 "steady state"), ev.failure
+    assert "the solver stopped at t=" in ev.failure and "times the tolerance" in ev.failure, ev.failure
+    with pytest.raises(SolverError, match=r"the run to steady state \(measurements at t = inf\) did not reach"):
+        obj.predictions(np.array([1.0]))
+
+
+# -- what is refused -------------------------------------------------------------------------------
+def test_data_at_inf_needs_steady_state_true_and_a_start():
+    with pytest.raises(DataError, match=r"`t` must be finite; received inf at index 1\. .*need "
+                                        r"Data\(\.\.\., steady_state=True\)"):
+        oi.Data([0.0, np.inf], [1.0, 2.0], "x")
+    with pytest.raises(DataError, match=r"`t` must be finite or inf; received -inf at index 0"):
+        oi.Data([-np.inf, 1.0], [1.0, 2.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`t0` is needed: every time in `t` is inf"):
+        oi.Data([np.inf], [1.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`t` has duplicated times inf; .*replicates=True"):
+        oi.Data([0.0, np.inf, np.inf], [1.0, 2.0, 3.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`steady_state` must be True or False; received 'yes'"):
+        oi.Data([0.0], [1.0], "x", steady_state="yes")
+    d = oi.Data([0.0, np.inf], [1.0, 2.0], "x", steady_state=True, name="d")
+    import pickle
+
+    for same in (pickle.loads(pickle.dumps(d)), d.rename({"x": "z"}), d.select("x"),
+                 oi.Experiments([d], names=["other"])[0]):
+        assert same.steady_state and np.isinf(same.t[-1])
+
+
+def test_an_input_with_a_steady_state_measurement_is_refused():
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [1.0, 2.0], "xo", t0=0.0, steady_state=True, name="e")
+    cond = oi.Condition(params={"k1": oi.Input([0.0, 2.0], [1.0, 3.0], kind="step")})
+    with pytest.raises(InputError, match=r"conditions\['e'\]\.params: \['k1'\] are driven by an Input, but experiment "
+                                         r"'e' has measurements at the steady state"):
+        oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), {"k2": oi.Param(1.0)}, x0={"x": 0.0})
+
+
+def test_methods_without_steady_states_refuse_such_data():
+    prob = _prod_deg_problem(True)
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), which "
+                                         r"multiple shooting \(segments > 1\) does not support"):
+        oi.Embedding(segments=2).fit(prob)
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), which "
+                                         "the simultaneous \\(collocation\\) likelihood does not support"):
+        oi.Simultaneous().fit(prob)
+    d = prob.experiments[0]
+    with pytest.raises(DataError, match=r"data: experiment 'e' has measurements at the steady state \(t = inf\), "
+                                        "which Embedding cannot use"):
+        oi.Embedding().fit(prod_deg, d.rename({"xo": "x"}), start={"k1": 1.0, "k2": 1.0}, x0={"x": 0.0})
+    with pytest.raises(DataError, match=r"has measurements at the steady state \(t = inf\), which oi\.bayes"):
+        oi.bayes.build_model(prod_deg, d.rename({"xo": "x"}))
