@@ -245,3 +245,89 @@ def test_methods_without_steady_states_refuse_such_data():
         oi.Embedding().fit(prod_deg, d.rename({"xo": "x"}), start={"k1": 1.0, "k2": 1.0}, x0={"x": 0.0})
     with pytest.raises(DataError, match=r"has measurements at the steady state \(t = inf\), which oi\.bayes"):
         oi.bayes.build_model(prod_deg, d.rename({"xo": "x"}))
+
+
+# -- PEtab: time = inf -----------------------------------------------------------------------------
+def _petab_cascade(tmp_path):
+    """A PEtab problem of the cascade X' = k1 - k2 X, Y' = k3 X - k4 Y (SBML written here): conditions c1
+    and c2 (k1 = 4); obs_x = X (sd 0.1), obs_sum = X + Y (log-normal, sd estimated); finite and steady-state
+    rows, and a pre-equilibration under c1 before c2."""
+    libsbml = pytest.importorskip("libsbml")
+
+    def ml(formula):
+        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+
+    def reaction(rid, law, reactant="", product="", modifier=""):
+        ref = 'speciesReference species="{}" stoichiometry="1" constant="true"'
+        return (f'<reaction id="{rid}" reversible="false">'
+                + (f'<listOfReactants><{ref.format(reactant)}/></listOfReactants>' if reactant else "")
+                + (f'<listOfProducts><{ref.format(product)}/></listOfProducts>' if product else "")
+                + (f'<listOfModifiers><modifierSpeciesReference species="{modifier}"/></listOfModifiers>'
+                   if modifier else "")
+                + f'<kineticLaw>{ml(law)}</kineticLaw></reaction>')
+
+    species = "".join(f'<species id="{s}" compartment="C" initialConcentration="{v}" hasOnlySubstanceUnits="false" '
+                      'boundaryCondition="false" constant="false"/>' for s, v in (("X", 0.5), ("Y", 0.0)))
+    params = "".join(f'<parameter id="{k}" value="1" constant="true"/>' for k in ("k1", "k2", "k3", "k4"))
+    sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
+            'level="3" version="2"><model id="cascade"><listOfCompartments><compartment id="C" spatialDimensions="3" '
+            f'size="1" constant="true"/></listOfCompartments><listOfSpecies>{species}</listOfSpecies>'
+            f'<listOfParameters>{params}</listOfParameters><listOfReactions>'
+            + reaction("pX", "k1 * C", product="X") + reaction("dX", "k2 * X * C", reactant="X")
+            + reaction("pY", "k3 * X * C", product="Y", modifier="X") + reaction("dY", "k4 * Y * C", reactant="Y")
+            + '</listOfReactions></model></sbml>\n')
+    folder = tmp_path / "cascade"
+    folder.mkdir()
+    (folder / "model.xml").write_text(sbml)
+    (folder / "conditions.tsv").write_text("conditionId\tk1\nc1\t\nc2\t4\n")
+    (folder / "observables.tsv").write_text(
+        "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\n"
+        "obs_x\tX\t0.1\tlin\nobs_sum\tX + Y\tnoiseParameter1_obs_sum\tlog\n")
+    rows = [("obs_x", "", "c1", 1.0, 1.4), ("obs_x", "", "c1", math.inf, 2.1), ("obs_sum", "", "c1", math.inf, 7.5),
+            ("obs_sum", "", "c1", math.inf, 8.6), ("obs_x", "c1", "c2", 0.5, 2.9), ("obs_x", "c1", "c2", math.inf, 3.8)]
+    (folder / "measurements.tsv").write_text(
+        "observableId\tpreequilibrationConditionId\tsimulationConditionId\ttime\tmeasurement\tnoiseParameters\n"
+        + "".join(f"{o}\t{p}\t{s}\t{t}\t{y}\t{'sd' if o == 'obs_sum' else ''}\n" for o, p, s, t, y in rows))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k1\tlog10\t0.01\t100\t2\t1\nk2\tlin\t0.01\t10\t1\t1\nk3\tlin\t0.01\t10\t1.5\t1\n"
+        "k4\tlin\t0.01\t10\t0.5\t1\nsd\tlog10\t0.001\t10\t0.2\t1\n")
+    (folder / "cascade.yaml").write_text(
+        "format_version: 1\nparameter_file: parameters.tsv\nproblems:\n- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n  observable_files: [observables.tsv]\n  sbml_files: [model.xml]\n")
+    return folder / "cascade.yaml", rows
+
+
+def test_petab_steady_state_measurements_match_the_closed_form(tmp_path):
+    yaml_path, rows = _petab_cascade(tmp_path)
+    pp = oi.petab.load(yaml_path)
+    d = pp.experiments["c1"]
+    assert d.steady_state and d.mask[np.isinf(d.t)].sum() == 3  # three measurements at t = inf
+
+    def predicted(k1, k2, k3, k4, pre, t):
+        if not pre:  # from the SBML initial state X = 0.5
+            xs = k1 / k2
+            return xs + (0.5 - xs) * math.exp(-k2 * t), k3 * xs / k4
+        xs1, xs2 = k1 / k2, 4.0 / k2  # from c1's steady state under c2's k1 = 4
+        return xs2 + (xs1 - xs2) * math.exp(-k2 * t), None
+
+    def nll(k1, k2, k3, k4, sd):
+        out = 0.0
+        for o, pre, _, t, y in rows:
+            x, ys = predicted(k1, k2, k3, k4, pre, t)
+            if o == "obs_x":
+                out -= stats.norm.logpdf(y, x, 0.1)
+            else:
+                out -= stats.norm.logpdf(math.log(y), math.log(x + ys), sd) - math.log(y)
+        return out
+
+    ev = pp.objective(tight())(pp.u_nominal)
+    assert ev.ok, ev.failure
+    assert ev.nll == pytest.approx(nll(2.0, 1.0, 1.5, 0.5, 0.2), rel=RTOL)
+    u = pp.u_nominal + np.array([0.1, -0.2, 0.3, 0.1, -0.1])
+    obj = pp.objective(tight())
+    assert pp.problem.estimated == ("k1", "k2", "k3", "k4", "sd")  # k1 and sd on the log10 scale
+    theta = dict(k1=10.0 ** u[0], k2=u[1], k3=u[2], k4=u[3], sd=10.0 ** u[4])
+    ev = obj(u)
+    assert ev.nll == pytest.approx(nll(**theta), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
