@@ -414,7 +414,7 @@ def test_measurement_values_and_overrides_are_checked(tmp_path):
     original = table.read_text()
     table.write_text(original.replace("7.90107299873911\t0.0", "7.90107299873911\t-inf", 1))
     with pytest.raises(PetabError, match=r"line 2: column 'time' is not finite; give a finite number or inf \(a "
-                                         "measurement at the steady state\)"):
+                                         r"measurement at the steady state\)"):
         load(yaml)
     table.write_text(original.replace("7.90107299873911", SECRET, 1))
     with pytest.raises(PetabError, match=r"line 2: column 'measurement' is not a number") as err:
