@@ -331,3 +331,20 @@ def test_petab_steady_state_measurements_match_the_closed_form(tmp_path):
     ev = obj(u)
     assert ev.nll == pytest.approx(nll(**theta), rel=RTOL)
     np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_a_fit_with_steady_state_rows_plots_its_trajectory_up_to_the_last_finite_time():
+    # the maximum-likelihood fit of the mixed production-degradation data; its plot draws the trajectory
+    # over [t0, the last finite time], the steady-state rows being no point of it
+    prob = _prod_deg_problem(True)
+    fit = oi.Embedding().fit(prob, start={"k1": 2.0, "k2": 1.0})
+    assert fit.converged
+    obj = oi.Objective(prob, solver=tight())
+    ev = obj(np.array([math.log(fit.params["k1"]), fit.params["k2"]]))
+    assert np.max(np.abs(ev.grad)) < 1e-4  # a stationary point of the (closed-form-checked) likelihood
+    assert prob.plans[0].t_last == 1.5
+    fig = oi.plots.observables(fit)
+    (ax,) = fig.axes
+    data, line = ax.get_lines()
+    assert line.get_xdata()[0] == 0.0 and line.get_xdata()[-1] == 1.5
+    np.testing.assert_array_equal(data.get_xdata(), np.r_[T_FIN, [np.inf] * Y_SS.size])

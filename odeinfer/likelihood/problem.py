@@ -45,6 +45,13 @@ class Plan:
     inputs: dict             # model-parameter index -> Input
     preequilibrate: bool
 
+    @property
+    def t_last(self) -> float:
+        """The last finite measurement time (``t0`` without any): where a plot of the trajectory ends
+        (rows at ``t = inf`` are at the steady state)."""
+        finite = self.t_rows[np.isfinite(self.t_rows)]
+        return float(finite.max()) if finite.size else self.t0
+
 
 class FitProblem:
     """What is fitted: a model with observables, experiments and their conditions, parameters.
