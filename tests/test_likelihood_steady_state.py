@@ -199,6 +199,16 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
     assert "the solver stopped at t=" in ev.failure and "times the tolerance" in ev.failure, ev.failure
     with pytest.raises(SolverError, match=r"the run to steady state \(measurements at t = inf\) did not reach"):
         obj.predictions(np.array([1.0]))
+    # a run that ends its stages without a steady state (here: cut to the first stage, t in [1, 2], where
+    # x' = 2 - x from x(1) = 2 (1 - e^-1) is still far from x_ss = 2) says how far it got
+    prob = _prod_deg_problem(True)
+    obj = oi.Objective(prob, solver=tight())
+    stages = obj.steady._solvers
+    obj.steady._solvers = lambda held, t0=0.0: stages(held, t0)[:1]
+    ev = obj(np.array([math.log(2.0), 1.0]))
+    assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
+                                 "steady state by t="), ev.failure
+    assert ev.failure.endswith("may oscillate or grow under this condition: check its parameters"), ev.failure
 
 
 # -- what is refused -------------------------------------------------------------------------------

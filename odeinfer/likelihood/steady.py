@@ -81,14 +81,14 @@ class SteadyState:
                 self._recent.pop(next(iter(self._recent)))
             self._recent[key] = res
         if isinstance(res, str):
-            return f"{what} {res}".replace("{what}", what)
+            return f"{what} {res}"
         xs, sens = res
         n_p = p.size
         return xs.copy(), sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
 
     def _integrate(self, p, x, held, t0=0.0):
         """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message to follow the
-        steady state's name, with ``{what}`` for it)."""
+        steady state's name)."""
         n_p, n = p.size, x.size
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
         worst = np.inf
@@ -116,4 +116,4 @@ class SteadyState:
             worst = min(worst, err)
         return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: |dx/dt| is still "
                 f"{worst:.3g} times the tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|); the model may "
-                "oscillate or grow under the condition of the {{what}}: check its parameters")
+                "oscillate or grow under this condition: check its parameters")
