@@ -343,9 +343,10 @@ def test_petab_steady_state_measurements_match_the_closed_form(tmp_path):
     np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
-def test_a_fit_with_steady_state_rows_plots_its_trajectory_up_to_the_last_finite_time():
+def test_a_fit_with_steady_state_rows_plots_and_reloads():
     # the maximum-likelihood fit of the mixed production-degradation data; its plot draws the trajectory
-    # over [t0, the last finite time], the steady-state rows being no point of it
+    # over [t0, the last finite time], the steady-state rows being no point of it; its JSON brings the
+    # rows at t = inf back (the rebuilt objective has the fit's value)
     prob = _prod_deg_problem(True)
     fit = oi.Embedding().fit(prob, start={"k1": 2.0, "k2": 1.0})
     assert fit.converged
@@ -358,3 +359,7 @@ def test_a_fit_with_steady_state_rows_plots_its_trajectory_up_to_the_last_finite
     data, line = ax.get_lines()
     assert line.get_xdata()[0] == 0.0 and line.get_xdata()[-1] == 1.5
     np.testing.assert_array_equal(data.get_xdata(), np.r_[T_FIN, [np.inf] * Y_SS.size])
+    back = oi.Estimate.from_json(fit.to_json())
+    d = back._objective.problem.experiments[0]
+    assert d.steady_state and np.isinf(d.t).sum() == Y_SS.size
+    assert back._objective(np.asarray(back.extras["u"], float)).nll == pytest.approx(fit.cost, rel=1e-10)
