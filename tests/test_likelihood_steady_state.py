@@ -241,6 +241,25 @@ def test_an_input_with_a_steady_state_measurement_is_refused():
         oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), {"k2": oi.Param(1.0)}, x0={"x": 0.0})
 
 
+def test_a_switch_time_estimated_in_an_experiment_with_steady_state_rows_is_refused():
+    # the run to steady state cuts no switch: the time of a jump it may cross must be held fixed
+    @oi.model(states=["x"], params=["k", "tau"])
+    def step_on(t, y, p):
+        return {"x": -y.x + oi.math.where(t >= p.tau, p.k, 0.0)}
+
+    m = step_on.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [0.5, 0.9], "xo", t0=0.0, steady_state=True, name="e")
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), but the "
+                                         r"run to steady state cannot differentiate .*\['tau'\] move a jump.*fix those "
+                                         "parameters in the experiment's condition or drop the rows at t = inf"):
+        oi.Objective(oi.FitProblem(m, d, {"k": oi.Param(0.8), "tau": oi.Param(2.0)}, x0={"x": 0.0}))
+    # held fixed (switching on at tau = 2, after the last finite time): x_ss = k
+    obj = oi.Objective(oi.FitProblem(m, d, {"k": oi.Param(0.8), "tau": 2.0}, x0={"x": 0.0}), solver=tight())
+    ev = obj(np.array([0.8]))
+    assert ev.nll == pytest.approx(-stats.norm.logpdf(0.5, 0.0, SD) - stats.norm.logpdf(0.9, 0.8, SD), rel=RTOL)
+    assert ev.grad[0] == pytest.approx((0.8 - 0.9) / SD**2, rel=RTOL)  # d x_ss / dk = 1; x(1) = 0
+
+
 def test_methods_without_steady_states_refuse_such_data():
     prob = _prod_deg_problem(True)
     with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), which "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -116,7 +117,13 @@ class _Run:
         # under the experiment's parameters (no switch is cut there either: their parameters must be held)
         self.steady = obj.steady if self.at_inf.size else None
         if self.steady is not None:
-            self.steady.prepare(held)
+            try:
+                self.steady.prepare(held)
+            except InputError as exc:
+                raise InputError(f"experiment {plan.name!r} has measurements at the steady state (t = inf), but the run "
+                                 "to steady state cannot differentiate through a jump that an estimated parameter "
+                                 f"moves ({exc}); fix those parameters in the experiment's condition or drop the "
+                                 "rows at t = inf") from None
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
