@@ -11,7 +11,11 @@ dose adds its amount to the state (and the amount's gradient to the state's sens
 jump condition of a bolus at a fixed time). A jump of the right-hand side at a time that is a
 function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
 cuts the integration too, at cut times that move with the parameters (segments cached by them),
-and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Observables and noise models (exact derivatives)
+and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Measurements at ``t = inf``
+(:class:`~odeinfer.Data` ``steady_state=True``) see the steady state that
+:class:`~odeinfer.likelihood.steady.SteadyState` reaches under the experiment's parameters from the end of
+its finite-time trajectory (the last finite measurement or dose), chained with its sensitivities
+``d x_ss / d(p, x_end)``. Observables and noise models (exact derivatives)
 give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
 and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
 gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
