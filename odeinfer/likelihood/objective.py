@@ -124,10 +124,10 @@ class _Run:
             try:
                 self.steady.prepare(held)
             except InputError as exc:
-                raise InputError(f"experiment {plan.name!r} has measurements at the steady state (t = inf), but the run "
-                                 "to steady state cannot differentiate through a jump that an estimated parameter "
-                                 f"moves ({exc}); fix those parameters in the experiment's condition or drop the "
-                                 "rows at t = inf") from None
+                raise InputError(f"experiment {plan.name!r} has measurements at the steady state (t = inf), but the "
+                                 "run to steady state cannot differentiate through a jump that an estimated "
+                                 f"parameter moves ({exc}); fix those parameters in the experiment's condition or "
+                                 "drop the rows at t = inf") from None
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
