@@ -412,9 +412,9 @@ def test_measurement_values_and_overrides_are_checked(tmp_path):
     folder, yaml = copy_problem(tmp_path)
     table = folder / "measurementData_Boehm_JProteomeRes2014.tsv"
     original = table.read_text()
-    table.write_text(original.replace("7.90107299873911\t0.0", "7.90107299873911\tinf", 1))
-    with pytest.raises(PetabError, match=r"line 2: column 'time' is inf \(a steady-state measurement\); steady-state "
-                                         "measurements are not supported"):
+    table.write_text(original.replace("7.90107299873911\t0.0", "7.90107299873911\t-inf", 1))
+    with pytest.raises(PetabError, match=r"line 2: column 'time' is not finite; give a finite number or inf \(a "
+                                         r"measurement at the steady state\)"):
         load(yaml)
     table.write_text(original.replace("7.90107299873911", SECRET, 1))
     with pytest.raises(PetabError, match=r"line 2: column 'measurement' is not a number") as err:

@@ -169,6 +169,7 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     from odeinfer.bayes.dde_problem import DDEProblem
     from odeinfer.bayes.op import ODEOp, ODEProblem
     from odeinfer.data import as_experiments
+    from odeinfer.data.experiments import refuse_steady_state
     from odeinfer.model import CompiledModel, Model
 
     if isinstance(model, CompiledModel):
@@ -176,6 +177,7 @@ def build_model(model, data, *, priors=None, likelihood=None, init=None, x0=None
     if not isinstance(model, Model):
         raise InputError(f"model: expected an odeinfer Model (from @oi.model), got {type(model).__name__}")
     exps = as_experiments(data)
+    refuse_steady_state(exps, "oi.bayes (the ODE Op)")
     solver = as_solver(solver, delays=bool(model.delays), role="sample")
     gradient = as_gradient(gradient)
     if isinstance(gradient, Adjoint) and isinstance(solver, Rodas):

@@ -154,8 +154,9 @@ def check_states(states):
     return names
 
 
-def check_t(t, replicates):
-    """Validate observation times; return a float64 read-only copy of shape (n_times,)."""
+def check_t(t, replicates, *, steady_state=False):
+    """Validate observation times; return a float64 read-only copy of shape (n_times,)
+    (``steady_state``: ``+inf`` allowed, a measurement at the steady state)."""
     arr = to_float64(t, "t")
     if arr.ndim != 1:
         raise DataError(
@@ -167,13 +168,17 @@ def check_t(t, replicates):
             "`t` is empty; expected at least one observation time. "
             "Check that the data frame or arrays are not empty."
         )
-    bad = np.flatnonzero(~np.isfinite(arr))
+    bad = np.flatnonzero(~(np.isfinite(arr) | (steady_state & (arr == np.inf))))
     if bad.size:
+        hint = ("" if steady_state or not np.all(arr[bad] == np.inf) else
+                " Measurements at the steady state (t = inf) need Data(..., steady_state=True).")
         raise DataError(
-            f"`t` must be finite; received {arr[bad[0]]} at index {_listed(bad)}. "
-            f"Drop rows with a missing time (e.g. df.dropna(subset=[time]))."
+            f"`t` must be finite{' or inf' if steady_state else ''}; received {arr[bad[0]]} at index "
+            f"{_listed(bad)}. Drop rows with a missing time (e.g. df.dropna(subset=[time]))." + hint
         )
-    dec = np.flatnonzero(np.diff(arr) < 0)
+    with np.errstate(invalid="ignore"):  # inf - inf between steady-state rows
+        step = np.diff(arr)
+    dec = np.flatnonzero(step < 0)
     if dec.size:
         i = int(dec[0]) + 1
         raise DataError(
@@ -181,7 +186,7 @@ def check_t(t, replicates):
             f"(t[{i - 1}] = {arr[i - 1]:g}, t[{i}] = {arr[i]:g}). "
             f"Sort the frame by time first, e.g. df.sort_values(time)."
         )
-    dup = np.flatnonzero(np.diff(arr) == 0)
+    dup = np.flatnonzero((step == 0) | (np.isinf(arr[1:]) & np.isinf(arr[:-1])))
     if dup.size and not replicates:
         times = np.unique(arr[dup])
         raise DataError(
@@ -246,6 +251,11 @@ def check_y(y, n_times, states):
 def check_t0(t0, t):
     """Validate the initial time ``t0``; default ``t[0]``."""
     if t0 is None:
+        if not np.isfinite(t[0]):
+            raise DataError(
+                "`t0` is needed: every time in `t` is inf (the steady state), so the start cannot "
+                "be taken from t[0]. Pass t0=..., the time at which the initial state applies."
+            )
         return float(t[0])
     if isinstance(t0, (bool, np.bool_)) or not isinstance(t0, numbers.Real):
         raise DataError(

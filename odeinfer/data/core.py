@@ -14,8 +14,8 @@ from ._validate import check_states, check_t, check_t0, check_y, close_matches
 __all__ = ["Data"]
 
 
-def _rebuild(t, y, states, t0, name, replicates):
-    return Data(t, y, states, t0=t0, name=name, replicates=replicates)
+def _rebuild(t, y, states, t0, name, replicates, steady_state=False):
+    return Data(t, y, states, t0=t0, name=name, replicates=replicates, steady_state=steady_state)
 
 
 class Data:
@@ -25,7 +25,7 @@ class Data:
     ----------
     t : array_like, shape (n_times,)
         Observation times, finite and non-decreasing (strictly increasing unless
-        ``replicates=True``).
+        ``replicates=True``); with ``steady_state=True`` the last ones may be ``inf``.
     y : array_like, shape (n_times, n_observed)
         Observations, time first, one column per name in ``states``. NaN marks a
         missing value. A 1-D ``y`` of shape (n_times,) is accepted when exactly one
@@ -40,6 +40,11 @@ class Data:
         Label of the experiment (used by :class:`Experiments`). Default None.
     replicates : bool, default False
         Allow repeated times (replicate measurements at the same time).
+    steady_state : bool, default False
+        Allow ``t = inf``: measurements at the steady state of the experiment's condition
+        (PEtab's steady-state measurements). Only the likelihood
+        (:class:`~odeinfer.FitProblem`, :class:`~odeinfer.Objective`) evaluates them; the
+        other estimators refuse such data. ``t0`` must then be given if every time is ``inf``.
 
     Raises
     ------
@@ -64,13 +69,18 @@ class Data:
     [False, True]
     """
 
-    __slots__ = ("_t", "_y", "_mask", "_states", "_t0", "_name", "_replicates")
+    __slots__ = ("_t", "_y", "_mask", "_states", "_t0", "_name", "_replicates", "_steady_state")
 
-    def __init__(self, t, y, states, *, t0=None, name=None, replicates=False):
+    def __init__(self, t, y, states, *, t0=None, name=None, replicates=False, steady_state=False):
         if not isinstance(replicates, (bool, np.bool_)):
             raise DataError(
                 f"`replicates` must be True or False; received {replicates!r}. "
                 f"Pass replicates=True to allow repeated times."
+            )
+        if not isinstance(steady_state, (bool, np.bool_)):
+            raise DataError(
+                f"`steady_state` must be True or False; received {steady_state!r}. "
+                f"Pass steady_state=True to allow measurements at t = inf (the steady state)."
             )
         if name is not None and not isinstance(name, str):
             raise DataError(
@@ -78,7 +88,7 @@ class Data:
                 f"Pass e.g. name=str(value)."
             )
         states = check_states(states)
-        t_arr = check_t(t, bool(replicates))
+        t_arr = check_t(t, bool(replicates), steady_state=bool(steady_state))
         y_arr = check_y(y, t_arr.size, states)
         mask = ~np.isnan(y_arr)
         mask.flags.writeable = False
@@ -90,6 +100,7 @@ class Data:
         set_(self, "_t0", check_t0(t0, t_arr))
         set_(self, "_name", name)
         set_(self, "_replicates", bool(replicates))
+        set_(self, "_steady_state", bool(steady_state))
 
     # -- immutability -----------------------------------------------------------
     def __setattr__(self, key, value):
@@ -101,7 +112,8 @@ class Data:
         raise AttributeError(f"Data is immutable; cannot delete {key!r}.")
 
     def __reduce__(self):
-        return (_rebuild, (self._t, self._y, self._states, self._t0, self._name, self._replicates))
+        return (_rebuild, (self._t, self._y, self._states, self._t0, self._name, self._replicates,
+                           self._steady_state))
 
     # -- properties -------------------------------------------------------------
     @property
@@ -138,6 +150,11 @@ class Data:
     def replicates(self):
         """bool: whether repeated times were allowed."""
         return self._replicates
+
+    @property
+    def steady_state(self):
+        """bool: whether ``t`` may hold ``inf`` (measurements at the steady state)."""
+        return self._steady_state
 
     @property
     def n_times(self):
@@ -275,7 +292,8 @@ class Data:
                 f"{list(self._states)}.{close_matches(unknown[0], self._states)}"
             )
         states = [mapping.get(s, s) for s in self._states]
-        return Data(self._t, self._y, states, t0=self._t0, name=self._name, replicates=self._replicates)
+        return Data(self._t, self._y, states, t0=self._t0, name=self._name, replicates=self._replicates,
+                    steady_state=self._steady_state)
 
     def select(self, states):
         """Return a new Data with only the given observed states, in the given order.
@@ -294,7 +312,7 @@ class Data:
             )
         cols = [self._states.index(s) for s in wanted]
         return Data(self._t, self._y[:, cols], wanted, t0=self._t0, name=self._name,
-                    replicates=self._replicates)
+                    replicates=self._replicates, steady_state=self._steady_state)
 
     def check_states(self, model_states):
         """Raise DataError if an observed state is not one of ``model_states``.

@@ -12,13 +12,14 @@ from . import _display
 from ._validate import close_matches
 from .core import Data
 
-__all__ = ["Experiments", "as_experiments"]
+__all__ = ["Experiments", "as_experiments", "refuse_steady_state"]
 
 
 def _with_name(data, name):
     if data.name == name:
         return data
-    return Data(data.t, data.y, data.states, t0=data.t0, name=name, replicates=data.replicates)
+    return Data(data.t, data.y, data.states, t0=data.t0, name=name, replicates=data.replicates,
+                steady_state=data.steady_state)
 
 
 class Experiments(Sequence):
@@ -282,3 +283,16 @@ def as_experiments(data):
         f"`data` must be a Data, an Experiments or a list of Data; received "
         f"{type(data).__name__}. Build it with Data(t, y, states) or Data.from_frame(df, ...)."
     )
+
+
+def refuse_steady_state(data, who):
+    """Raise :class:`DataError` when ``data`` (Data or Experiments) holds measurements at the steady
+    state (``t = inf``, :class:`Data` ``steady_state=True``), which only the likelihood evaluates;
+    ``who`` names the estimator in the message."""
+    exps = data if isinstance(data, Experiments) else as_experiments(data)
+    for name, d in zip(exps.names, exps):
+        if d.steady_state and np.isinf(d.t).any():
+            raise DataError(
+                f"data: experiment {name!r} has measurements at the steady state (t = inf), which {who} cannot "
+                "use (it fits trajectories at finite times); fit them with the likelihood (oi.FitProblem and "
+                "oi.Objective, or oi.petab.load) or drop those rows")

@@ -55,6 +55,9 @@ class DelayLikelihood:
             if exps is None or len(exps) != 1:
                 raise DataError("data: AdjointDDE fits one experiment (oi.Data with the observables as columns)")
             data = exps[0]
+        from odeinfer.data.experiments import refuse_steady_state
+
+        refuse_steady_state(data, "AdjointDDE")
         if history is None:
             raise InputError("history: a model with observables needs history=... (a History family such as "
                              "oi.History.constant(...), or known values); the default starts from the first "

@@ -20,6 +20,7 @@ import numpy as np
 import sympy as sp
 
 from odeinfer.data import Data, Experiments, as_experiments
+from odeinfer.data.experiments import refuse_steady_state
 from odeinfer.errors import DataError, InputError, ModelDefinitionError, OdeinferWarning
 from odeinfer.model import CompiledModel, Model
 from odeinfer.results import Estimate
@@ -224,6 +225,7 @@ def prepare(model, data, *, start=None, fixed=None, x0=None, require_all_observe
     if model.observables and estimator != "Embedding":
         _refuse_observables(model, estimator)
     exps = as_experiments(data)
+    refuse_steady_state(exps, estimator)
     for d in exps:
         d.check_states(model.states)
     if require_all_observed:

@@ -11,7 +11,11 @@ dose adds its amount to the state (and the amount's gradient to the state's sens
 jump condition of a bolus at a fixed time). A jump of the right-hand side at a time that is a
 function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
 cuts the integration too, at cut times that move with the parameters (segments cached by them),
-and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Observables and noise models (exact derivatives)
+and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Measurements at ``t = inf``
+(:class:`~odeinfer.Data` ``steady_state=True``) see the steady state that
+:class:`~odeinfer.likelihood.steady.SteadyState` reaches under the experiment's parameters from the end of
+its finite-time trajectory (the last finite measurement or dose), chained with its sensitivities
+``d x_ss / d(p, x_end)``. Observables and noise models (exact derivatives)
 give the NLL terms (:mod:`odeinfer.likelihood.noise`); per experiment, the observables' values
 and partial derivatives are written into buffers that one numba kernel turns into the NLL, the
 gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -106,8 +111,23 @@ class _Run:
         else:  # the union of the times of the experiments that share this one's trajectory
             self.times, self.row_out = times, np.searchsorted(times, plan.t_rows)
         self.share = share
-        t_end = float(self.times[-1]) if self.times.size else t0
-        self.t0, self.t_end = t0, t_end
+        finite = self.times[np.isfinite(self.times)]
+        self.at_inf = np.flatnonzero(np.isinf(self.times))  # the rows of the steady state
+        # the finite-time trajectory ends at the last finite time (or, before a steady state, the last dose)
+        t_end = max([t0, *finite[-1:], *[d.time for d in plan.doses]]) if self.at_inf.size else (
+            float(self.times[-1]) if self.times.size else t0)
+        self.t0, self.t_end = t0, float(t_end)
+        # measurements at t = inf: the steady state reached from the end of the finite-time trajectory
+        # under the experiment's parameters (no switch is cut there either: their parameters must be held)
+        self.steady = obj.steady if self.at_inf.size else None
+        if self.steady is not None:
+            try:
+                self.steady.prepare(held)
+            except InputError as exc:
+                raise InputError(f"experiment {plan.name!r} has measurements at the steady state (t = inf), but the "
+                                 "run to steady state cannot differentiate through a jump that an estimated "
+                                 f"parameter moves ({exc}); fix those parameters in the experiment's condition or "
+                                 "drop the rows at t = inf") from None
         cuts = {d.time for d in plan.doses if d.time > t0}
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
@@ -284,6 +304,11 @@ class _Run:
             for i, a in seg.jumps:
                 x[i] += v[od + a]
                 dx[i] += Jv[od + a]
+        if self.at_inf.size:
+            res = self.steady(p, x, dp, dx, what="the run to steady state (measurements at t = inf)", t0=self.t_end)
+            if isinstance(res, str):
+                return f"experiment {self.name!r}: {res}"
+            X[self.at_inf], dX[self.at_inf] = res
         return X, dX
 
 

@@ -45,6 +45,13 @@ class Plan:
     inputs: dict             # model-parameter index -> Input
     preequilibrate: bool
 
+    @property
+    def t_last(self) -> float:
+        """The last finite measurement time (``t0`` without any): where a plot of the trajectory ends
+        (rows at ``t = inf`` are at the steady state)."""
+        finite = self.t_rows[np.isfinite(self.t_rows)]
+        return float(finite.max()) if finite.size else self.t0
+
 
 class FitProblem:
     """What is fitted: a model with observables, experiments and their conditions, parameters.
@@ -140,7 +147,8 @@ class FitProblem:
             a, k = np.nonzero(np.asarray(d.mask))
             y = np.full(np.shape(d.y), np.nan)
             y[a, k] = v
-            datas.append(Data(d.t, y, d.states, t0=d.t0, name=d.name, replicates=d.replicates))
+            datas.append(Data(d.t, y, d.states, t0=d.t0, name=d.name, replicates=d.replicates,
+                              steady_state=d.steady_state))
         out.experiments = Experiments(datas, names=list(self.experiments.names),
                                       conditions=self.experiments.conditions or None)
         return out
@@ -223,6 +231,11 @@ class FitProblem:
                                  "pre-equilibration; give them in FitProblem(x0=...) or its x0")
             exprs += [value(f"preequilibrate.x0[{s!r}]", x0p[s], s) for s in m.states]
         inputs = {m.params.index(k): v for k, v in cond.params.items() if isinstance(v, Input)}
+        if inputs and np.any(np.isinf(t)):
+            raise InputError(
+                f"conditions[{name!r}].params: {[m.params[k] for k in inputs]} are driven by an Input, but experiment "
+                f"{name!r} has measurements at the steady state (t = inf), which needs constant parameters; give "
+                "them constant values or drop the rows at t = inf")
         return Plan(name, t0, t_rows, obs_rows, y_rows, tuple(exprs), keep, cond.doses, inputs, pre is not None)
 
     def _parser(self, experiment):
@@ -248,6 +261,18 @@ class FitProblem:
     def __repr__(self):
         return (f"FitProblem(model={self.model.name!r}, experiments={list(self.experiments.names)}, "
                 f"estimated={list(self.estimated)})")
+
+
+def refuse_steady_state(problem, who):
+    """Raise :class:`~odeinfer.errors.InputError` when an experiment of ``problem`` has measurements at
+    the steady state (``t = inf``), which only the :class:`~odeinfer.Objective` evaluates (``who``: the
+    method that cannot, for the message)."""
+    for plan in problem.plans:
+        if np.any(np.isinf(plan.t_rows)):
+            raise InputError(
+                f"problem: experiment {plan.name!r} has measurements at the steady state (t = inf), which {who} "
+                "does not support; fit the problem with the single-shooting likelihood (oi.Objective, the "
+                "default) or drop those rows")
 
 
 def _with_linear_inputs(model, conds):

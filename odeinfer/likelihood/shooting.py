@@ -71,6 +71,9 @@ def segmented_problem(problem, segments):
     from odeinfer.model.observables import Normal, Observable
     from odeinfer.model.trace import symbols_for
 
+    from odeinfer.likelihood.problem import refuse_steady_state
+
+    refuse_steady_state(problem, "multiple shooting (segments > 1)")
     m = problem.model
     states = m.states
     cont, nxt, sds = ([f"{s}{k}" for s in states] for k in (_CONT, _NEXT, _SD))

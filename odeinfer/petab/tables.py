@@ -30,7 +30,11 @@ measurement table
     experiment is split into parts with one set of overrides per observable, named
     ``"<name>#1"``, ``"<name>#2"``, ... in the order of first appearance (each part is solved on
     its own). Placeholders of observables an experiment does not measure are set to 1 there
-    (they enter no term).
+    (they enter no term). ``time = inf`` is a steady-state measurement (:class:`~odeinfer.Data`
+    ``steady_state=True``): taken at the steady state the model reaches under the simulation
+    condition from the end of the experiment's finite-time trajectory (its last finite
+    measurement or event; without any, its start, after the pre-equilibration if it has one),
+    with the steady state's sensitivities (:class:`~odeinfer.Objective`).
 condition table
     Columns naming SBML parameters or compartments override them (a number or a parameter id;
     empty or NaN: no override); columns naming species set their initial value (empty or NaN:
@@ -65,10 +69,9 @@ names
     refused.
 
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
-format version 2, more than one SBML file or problem, mapping files, steady-state measurements
-(``time`` = ``inf``), condition-table columns that name assignment-rule targets or unknown ids,
-and the PEtab math functions outside odeinfer's expression language (e.g. ``log10``,
-``piecewise`` in formulas).
+format version 2, more than one SBML file or problem, mapping files, condition-table columns
+that name assignment-rule targets or unknown ids, and the PEtab math functions outside
+odeinfer's expression language (e.g. ``log10``, ``piecewise`` in formulas).
 
 Files are read safely: each must lie in ``root`` (default: the YAML's folder; symbolic links
 resolved); the YAML is at most :data:`MAX_YAML_BYTES` and each table at most
@@ -734,11 +737,9 @@ class _Loader:
                 v = _number(r[col])
                 if v is None or math.isnan(v):
                     self.fail(f"{where}: column {col!r} is not a number")
-                if col == "time" and math.isinf(v):
-                    self.fail(f"{where}: column 'time' is inf (a steady-state measurement); steady-state "
-                              "measurements are not supported yet: remove the row or give a finite time")
-                if not math.isfinite(v):
-                    self.fail(f"{where}: column {col!r} is not finite; give a finite number")
+                if not math.isfinite(v) and not (col == "time" and v == math.inf):  # inf: the steady state
+                    self.fail(f"{where}: column {col!r} is not finite; give a finite number"
+                              + (" or inf (a measurement at the steady state)" if col == "time" else ""))
                 r[col] = v
             n_obs, n_noise, _ = counts[oid]
             over = {}
@@ -812,4 +813,5 @@ def _data(rows, columns, name, Data):
             t.append(r["time"])
             y.append([math.nan] * len(columns))
         y[start + k][columns.index(r["observableId"])] = r["measurement"]
-    return Data(np.array(t), np.array(y), list(columns), t0=0.0, name=name, replicates=True)
+    return Data(np.array(t), np.array(y), list(columns), t0=0.0, name=name, replicates=True,
+                steady_state=math.inf in t)

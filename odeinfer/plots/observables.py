@@ -48,7 +48,7 @@ def observables(fit, *, experiments=None, t=None, alpha=0.05, log_scale=None):
     for j, name in enumerate(names):
         plan = plans[name]
         color = COLORS[j % len(COLORS)]
-        t_end = float(plan.t_rows.max()) if plan.t_rows.size else plan.t0
+        t_end = plan.t_last
         tt = np.linspace(plan.t0, t_end, 200) if t is None else np.asarray(t, float)
         pred = fit.predict(tt, experiment=name, alpha=alpha)
         for k, o in enumerate(model.observables):

@@ -187,7 +187,7 @@ def _observables(estimates, labels, alpha, notes):
             continue
         model = obj.problem.model
         for plan in obj.problem.plans:
-            t_end = float(plan.t_rows.max()) if plan.t_rows.size else plan.t0
+            t_end = plan.t_last
             try:
                 pred = e.predict(np.linspace(plan.t0, t_end, 200), experiment=plan.name, alpha=alpha)
             except Exception as err:

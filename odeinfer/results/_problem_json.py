@@ -112,6 +112,7 @@ def problem_to_dict(objective) -> dict:
     return {
         "experiments": [{"name": n, "t": np.asarray(d.t).tolist(), "y": np.asarray(d.y).tolist(),
                          "states": list(d.states), "t0": float(d.t0), "replicates": bool(d.replicates),
+                         "steady_state": bool(d.steady_state),
                          "condition": _condition(exps.conditions.get(n))} for n, d in zip(exps.names, exps)],
         "parameters": {n: [p.value, p.lower, p.upper, p.scale, bool(p.estimate)] for n, p in problem.params.items()},
         "x0": _default_x0(problem),
@@ -167,7 +168,8 @@ def objective_from_dict(model, stored, where):
         for e in stored["experiments"]:
             y = np.array(e["y"], dtype=float)
             datas.append(Data(np.array(e["t"], dtype=float), y, [str(s) for s in e["states"]], t0=float(e["t0"]),
-                              name=str(e["name"]), replicates=bool(e["replicates"])))
+                              name=str(e["name"]), replicates=bool(e["replicates"]),
+                              steady_state=bool(e.get("steady_state", False))))
             names.append(str(e["name"]))
             c = _load_condition(e["condition"])
             if c is not None:

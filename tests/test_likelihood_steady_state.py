@@ -1,0 +1,384 @@
+"""Measurements at the steady state (``t = inf``, PEtab's steady-state measurements): the likelihood
+of a FitProblem whose data hold them, and the PEtab import of ``time = inf``.
+
+References, all outside odeinfer: closed-form steady states (production and degradation
+``x' = k1 - k2 x``: ``x_ss = k1 / k2``; a two-state cascade; an isomerisation ``A <-> B`` whose
+steady state ``A_ss = total kb / (kf + kb)`` keeps the total the trajectory reached, doses and a
+timed inflow included) and closed-form trajectories for the finite times; the NLL from
+scipy.stats; gradients in closed form and against central finite differences; the Fisher
+information in closed form (``sum_r Dh_r Dh_r^T / sigma^2`` for normal noise with a known sd).
+Tolerances (fixed before the runs): ``rtol=1e-8`` on NLLs and closed-form gradients with the
+tight Rodas below; ``rtol=1e-5`` against central differences.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import odeinfer as oi
+from odeinfer.errors import DataError, InputError, SolverError
+
+RTOL = 1e-8
+
+
+def tight():
+    return oi.Rodas(rtol=1e-10, atol=1e-12)
+
+
+def _fd_grad(obj, u, eps=1e-6):
+    g = np.empty(u.size)
+    for i in range(u.size):
+        e = np.zeros(u.size)
+        e[i] = eps * max(1.0, abs(u[i]))
+        g[i] = (obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / (2 * e[i])
+    return g
+
+
+@oi.model(states=["x"], params=["k1", "k2"])
+def prod_deg(t, y, p):
+    return {"x": p.k1 - p.k2 * y.x}
+
+
+@oi.model(states=["x", "y"], params=["k1", "k2", "k3", "k4"])
+def cascade(t, y, p):
+    return {"x": p.k1 - p.k2 * y.x, "y": p.k3 * y.x - p.k4 * y.y}
+
+
+@oi.model(states=["A", "B"], params=["kf", "kb"])
+def iso(t, y, p):
+    return {"A": -p.kf * y.A + p.kb * y.B, "B": p.kf * y.A - p.kb * y.B}
+
+
+# -- production and degradation -----------------------------------------------------------------
+T_FIN = np.array([0.5, 1.5])
+Y_FIN = np.array([0.75, 1.5])
+Y_SS = np.array([1.9, 2.15, 2.05])
+SD = 0.1
+
+
+def _prod_deg_problem(finite):
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    t = np.r_[T_FIN, [np.inf] * Y_SS.size] if finite else np.full(Y_SS.size, np.inf)
+    y = np.r_[Y_FIN, Y_SS] if finite else Y_SS
+    d = oi.Data(t, y, "xo", t0=0.0, replicates=True, steady_state=True, name="e")
+    params = {"k1": oi.Param(2.0, 1e-3, 1e3, scale="log"), "k2": oi.Param(1.0, 0.01, 10.0)}
+    return oi.FitProblem(m, d, params, x0={"x": 0.0})
+
+
+@pytest.mark.parametrize("finite", [False, True], ids=["inf-only", "mixed"])
+def test_production_degradation_matches_the_closed_form(finite):
+    prob = _prod_deg_problem(finite)
+    obj = oi.Objective(prob, solver=tight())
+    k1, k2 = 2.0, 1.0
+    assert prob.estimated == ("k1", "k2")
+    u = np.array([math.log(k1), k2])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    # x(t) = k1/k2 (1 - e^{-k2 t}) from x0 = 0; x_ss = k1/k2. Derivatives on the estimation scale
+    # (log k1, k2): dh/dlog k1 = k1 dh/dk1
+    t = T_FIN if finite else np.empty(0)
+    e = np.exp(-k2 * t)
+    h = np.r_[k1 / k2 * (1 - e), np.full(Y_SS.size, k1 / k2)]
+    dh = np.column_stack([np.r_[k1 / k2 * (1 - e), np.full(Y_SS.size, k1 / k2)],
+                          np.r_[-k1 / k2**2 * (1 - e) + k1 / k2 * t * e, np.full(Y_SS.size, -k1 / k2**2)]])
+    y = np.r_[Y_FIN, Y_SS] if finite else Y_SS
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, dh.T @ ((h - y) / SD**2), rtol=RTOL)
+    np.testing.assert_allclose(ev.fim, dh.T @ dh / SD**2, rtol=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5)
+    t_rows, _, pred = obj.predictions(u)["e"]
+    np.testing.assert_allclose(pred[np.isinf(t_rows)], k1 / k2, rtol=RTOL)
+
+
+def test_observable_of_two_states_with_an_estimated_noise_parameter():
+    # x_ss = k1/k2, y_ss = k3 k1 / (k2 k4); observed: x + y, log-normal with an estimated sd; and x
+    # alone at finite times (x(t) = k1/k2 + (x0 - k1/k2) e^{-k2 t})
+    m = cascade.observe({"tot": "x + y", "xo": "x"},
+                        noise={"tot": oi.Normal(sigma="sd", scale="log"), "xo": oi.Normal(sigma=SD)}, params=["sd"])
+    t = np.array([0.4, 1.0, np.inf, np.inf])
+    y = np.array([[np.nan, 0.9], [np.nan, 1.3], [4.6, np.nan], [5.3, 2.1]])
+    d = oi.Data(t, y, ["tot", "xo"], t0=0.0, replicates=True, steady_state=True, name="e")
+    vals = dict(k1=2.0, k2=1.0, k3=1.5, k4=0.5, sd=0.2)
+    prob = oi.FitProblem(m, d, {k: oi.Param(v, 1e-3, 1e3) for k, v in vals.items()}, x0={"x": 0.5, "y": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    u = np.array([vals[n] for n in prob.estimated])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    xs = 2.0 / 1.0
+    tot = xs + 1.5 * 2.0 / (1.0 * 0.5)
+    x_fin = xs + (0.5 - xs) * np.exp(-1.0 * np.array([0.4, 1.0]))
+    ref = -np.sum(stats.norm.logpdf(np.log([4.6, 5.3]), np.log(tot), 0.2)) + np.sum(np.log([4.6, 5.3]))
+    ref -= np.sum(stats.norm.logpdf([0.9, 1.3, 2.1], np.r_[x_fin, xs], SD))
+    assert ev.nll == pytest.approx(ref, rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+# -- the steady state is reached from the end of the trajectory -----------------------------------
+def test_the_steady_state_keeps_what_the_trajectory_reached():
+    # A <-> B conserves A + B: the steady state depends on where the run to it starts. A dose of amt
+    # into A at t = 1 raises the total from tot to tot + amt, so A_ss = (tot + amt) kb / (kf + kb),
+    # with or without a finite measurement after the dose
+    m = iso.observe({"Ao": "A"}, noise=oi.Normal(sigma=SD))
+    kf, kb, tot, amt = 2.0, 1.0, 3.0, 1.5
+    cond = oi.Condition(doses=[oi.Dose(1.0, "A", "amt")])
+    params = {"kf": oi.Param(kf, 0.01, 100.0), "kb": oi.Param(kb, 0.01, 100.0), "tot": oi.Param(tot, 0.0, 10.0),
+              "amt": oi.Param(amt, 0.0, 10.0)}
+    a_ss = (tot + amt) * kb / (kf + kb)
+    for t, y in (([np.inf], [2.1]), ([2.0, np.inf], [2.4, 2.1])):
+        d = oi.Data(t, y, "Ao", t0=0.0, steady_state=True, name="e")
+        prob = oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), params, x0={"A": "tot", "B": 0.0})
+        obj = oi.Objective(prob, solver=tight())
+        u = np.array([{"kf": kf, "kb": kb, "tot": tot, "amt": amt}[n] for n in prob.estimated])
+        ev = obj(u)
+        assert ev.ok, ev.failure
+        h = [a_ss]
+        if len(t) == 2:  # A(t) = a_ss + (A(1+) - a_ss) e^{-(kf + kb)(t - 1)}, A(1+) = A(1) + amt
+            a_inf0 = tot * kb / (kf + kb)
+            a1 = a_inf0 + (tot - a_inf0) * math.exp(-(kf + kb)) + amt
+            h = [a_ss + (a1 - a_ss) * math.exp(-(kf + kb) * 1.0), a_ss]
+        assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
+        np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_the_run_to_steady_state_starts_at_the_end_of_the_trajectory_in_time_too():
+    # an inflow u into A until t = T (a fixed switch time) raises the total by u T; measured at t = 5 > T
+    # and at steady state: A_ss = (tot + u T) kb / (kf + kb). A run to steady state restarted at t = 0
+    # would add the inflow twice
+    @oi.model(states=["A", "B"], params=["kf", "kb", "u", "T_off"])
+    def fed(t, y, p):
+        return {"A": -p.kf * y.A + p.kb * y.B + oi.math.where(t <= p.T_off, p.u, 0.0), "B": p.kf * y.A - p.kb * y.B}
+
+    m = fed.observe({"tot": "A + B", "Ao": "A"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([5.0, np.inf], [[3.9, np.nan], [np.nan, 1.2]], ["tot", "Ao"], t0=0.0, steady_state=True, name="e")
+    params = {"kf": oi.Param(2.0, 0.01, 100.0), "kb": oi.Param(1.0, 0.01, 100.0), "u": oi.Param(0.5, 0.0, 10.0),
+              "T_off": 2.0}
+    prob = oi.FitProblem(m, d, params, x0={"A": 3.0, "B": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    assert prob.estimated == ("kf", "kb", "u")
+    u = np.array([2.0, 1.0, 0.5])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    total = 3.0 + 0.5 * 2.0
+    ref = -stats.norm.logpdf(3.9, total, SD) - stats.norm.logpdf(1.2, total * 1.0 / 3.0, SD)
+    assert ev.nll == pytest.approx(ref, rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_after_a_pre_equilibration_the_simulation_condition_sets_the_steady_state():
+    # pre-equilibrated with k1 = a_pre (x = a_pre / k2), then k1 = a: x(t) = a/k2 + (a_pre - a)/k2 e^{-k2 t}
+    # and the steady state a / k2
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    cond = oi.Condition(params={"k1": "a"}, preequilibrate=oi.Condition(params={"k1": "a_pre"}))
+    d = oi.Data([1.0, np.inf], [2.6, 1.1], "xo", t0=0.0, steady_state=True, name="e")
+    params = {"k2": oi.Param(2.0, 0.01, 10.0), "a": oi.Param(2.0, 0.0, 10.0), "a_pre": oi.Param(6.0, 0.0, 10.0)}
+    prob = oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), params, x0={"x": 0.0})
+    obj = oi.Objective(prob, solver=tight())
+    u = np.array([{"k2": 2.0, "a": 2.0, "a_pre": 6.0}[n] for n in prob.estimated])
+    ev = obj(u)
+    assert ev.ok, ev.failure
+    h = [1.0 + 2.0 * math.exp(-2.0), 1.0]
+    assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf([2.6, 1.1], h, SD)), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
+    @oi.model(states=["x", "y"], params=["w"])
+    def osc(t, y, p):
+        return {"x": p.w * y.y, "y": -p.w * y.x}
+
+    m = osc.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [0.5, 1.0], "xo", t0=0.0, steady_state=True, name="e")
+    prob = oi.FitProblem(m, d, {"w": oi.Param(1.0)}, x0={"x": 1.0, "y": 0.0})
+    obj = oi.Objective(prob)
+    ev = obj(np.array([1.0]))
+    assert not ev.ok
+    assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
+                                 "steady state"), ev.failure
+    assert "the solver stopped at t=" in ev.failure and "times the tolerance" in ev.failure, ev.failure
+    with pytest.raises(SolverError, match=r"the run to steady state \(measurements at t = inf\) did not reach"):
+        obj.predictions(np.array([1.0]))
+    # a run that ends its stages without a steady state (here: cut to the first stage, t in [1, 2], where
+    # x' = 2 - x from x(1) = 2 (1 - e^-1) is still far from x_ss = 2) says how far it got
+    prob = _prod_deg_problem(True)
+    obj = oi.Objective(prob, solver=tight())
+    stages = obj.steady._solvers
+    obj.steady._solvers = lambda held, t0=0.0: stages(held, t0)[:1]
+    ev = obj(np.array([math.log(2.0), 1.0]))
+    assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
+                                 "steady state by t="), ev.failure
+    assert ev.failure.endswith("may oscillate or grow under this condition: check its parameters"), ev.failure
+
+
+# -- what is refused -------------------------------------------------------------------------------
+def test_data_at_inf_needs_steady_state_true_and_a_start():
+    with pytest.raises(DataError, match=r"`t` must be finite; received inf at index 1\. .*need "
+                                        r"Data\(\.\.\., steady_state=True\)"):
+        oi.Data([0.0, np.inf], [1.0, 2.0], "x")
+    with pytest.raises(DataError, match=r"`t` must be finite or inf; received -inf at index 0"):
+        oi.Data([-np.inf, 1.0], [1.0, 2.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`t0` is needed: every time in `t` is inf"):
+        oi.Data([np.inf], [1.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`t` has duplicated times inf; .*replicates=True"):
+        oi.Data([0.0, np.inf, np.inf], [1.0, 2.0, 3.0], "x", steady_state=True)
+    with pytest.raises(DataError, match=r"`steady_state` must be True or False; received 'yes'"):
+        oi.Data([0.0], [1.0], "x", steady_state="yes")
+    d = oi.Data([0.0, np.inf], [1.0, 2.0], "x", steady_state=True, name="d")
+    import pickle
+
+    for same in (pickle.loads(pickle.dumps(d)), d.rename({"x": "z"}), d.select("x"),
+                 oi.Experiments([d], names=["other"])[0]):
+        assert same.steady_state and np.isinf(same.t[-1])
+
+
+def test_an_input_with_a_steady_state_measurement_is_refused():
+    m = prod_deg.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [1.0, 2.0], "xo", t0=0.0, steady_state=True, name="e")
+    cond = oi.Condition(params={"k1": oi.Input([0.0, 2.0], [1.0, 3.0], kind="step")})
+    with pytest.raises(InputError, match=r"conditions\['e'\]\.params: \['k1'\] are driven by an Input, but experiment "
+                                         r"'e' has measurements at the steady state"):
+        oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), {"k2": oi.Param(1.0)}, x0={"x": 0.0})
+
+
+def test_a_switch_time_estimated_in_an_experiment_with_steady_state_rows_is_refused():
+    # the run to steady state cuts no switch: the time of a jump it may cross must be held fixed
+    @oi.model(states=["x"], params=["k", "tau"])
+    def step_on(t, y, p):
+        return {"x": -y.x + oi.math.where(t >= p.tau, p.k, 0.0)}
+
+    m = step_on.observe({"xo": "x"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([1.0, np.inf], [0.5, 0.9], "xo", t0=0.0, steady_state=True, name="e")
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), but the "
+                                         r"run to steady state cannot differentiate .*\['tau'\] move a jump.*fix those "
+                                         "parameters in the experiment's condition or drop the rows at t = inf"):
+        oi.Objective(oi.FitProblem(m, d, {"k": oi.Param(0.8), "tau": oi.Param(2.0)}, x0={"x": 0.0}))
+    # held fixed (switching on at tau = 2, after the last finite time): x_ss = k
+    obj = oi.Objective(oi.FitProblem(m, d, {"k": oi.Param(0.8), "tau": 2.0}, x0={"x": 0.0}), solver=tight())
+    ev = obj(np.array([0.8]))
+    assert ev.nll == pytest.approx(-stats.norm.logpdf(0.5, 0.0, SD) - stats.norm.logpdf(0.9, 0.8, SD), rel=RTOL)
+    assert ev.grad[0] == pytest.approx((0.8 - 0.9) / SD**2, rel=RTOL)  # d x_ss / dk = 1; x(1) = 0
+
+
+def test_methods_without_steady_states_refuse_such_data():
+    prob = _prod_deg_problem(True)
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), which "
+                                         r"multiple shooting \(segments > 1\) does not support"):
+        oi.Embedding(segments=2).fit(prob)
+    with pytest.raises(InputError, match=r"experiment 'e' has measurements at the steady state \(t = inf\), which "
+                                         "the simultaneous \\(collocation\\) likelihood does not support"):
+        oi.Simultaneous().fit(prob)
+    d = prob.experiments[0]
+    with pytest.raises(DataError, match=r"data: experiment 'e' has measurements at the steady state \(t = inf\), "
+                                        "which Embedding cannot use"):
+        oi.Embedding().fit(prod_deg, d.rename({"xo": "x"}), start={"k1": 1.0, "k2": 1.0}, x0={"x": 0.0})
+    with pytest.raises(DataError, match=r"has measurements at the steady state \(t = inf\), which oi\.bayes"):
+        oi.bayes.build_model(prod_deg, d.rename({"xo": "x"}))
+
+
+# -- PEtab: time = inf -----------------------------------------------------------------------------
+def _petab_cascade(tmp_path):
+    """A PEtab problem of the cascade X' = k1 - k2 X, Y' = k3 X - k4 Y (SBML written here): conditions c1
+    and c2 (k1 = 4); obs_x = X (sd 0.1), obs_sum = X + Y (log-normal, sd estimated); finite and steady-state
+    rows, and a pre-equilibration under c1 before c2."""
+    libsbml = pytest.importorskip("libsbml")
+
+    def ml(formula):
+        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+
+    def reaction(rid, law, reactant="", product="", modifier=""):
+        ref = 'speciesReference species="{}" stoichiometry="1" constant="true"'
+        return (f'<reaction id="{rid}" reversible="false">'
+                + (f'<listOfReactants><{ref.format(reactant)}/></listOfReactants>' if reactant else "")
+                + (f'<listOfProducts><{ref.format(product)}/></listOfProducts>' if product else "")
+                + (f'<listOfModifiers><modifierSpeciesReference species="{modifier}"/></listOfModifiers>'
+                   if modifier else "")
+                + f'<kineticLaw>{ml(law)}</kineticLaw></reaction>')
+
+    species = "".join(f'<species id="{s}" compartment="C" initialConcentration="{v}" hasOnlySubstanceUnits="false" '
+                      'boundaryCondition="false" constant="false"/>' for s, v in (("X", 0.5), ("Y", 0.0)))
+    params = "".join(f'<parameter id="{k}" value="1" constant="true"/>' for k in ("k1", "k2", "k3", "k4"))
+    sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
+            'level="3" version="2"><model id="cascade"><listOfCompartments><compartment id="C" spatialDimensions="3" '
+            f'size="1" constant="true"/></listOfCompartments><listOfSpecies>{species}</listOfSpecies>'
+            f'<listOfParameters>{params}</listOfParameters><listOfReactions>'
+            + reaction("pX", "k1 * C", product="X") + reaction("dX", "k2 * X * C", reactant="X")
+            + reaction("pY", "k3 * X * C", product="Y", modifier="X") + reaction("dY", "k4 * Y * C", reactant="Y")
+            + '</listOfReactions></model></sbml>\n')
+    folder = tmp_path / "cascade"
+    folder.mkdir()
+    (folder / "model.xml").write_text(sbml)
+    (folder / "conditions.tsv").write_text("conditionId\tk1\nc1\t\nc2\t4\n")
+    (folder / "observables.tsv").write_text(
+        "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\n"
+        "obs_x\tX\t0.1\tlin\nobs_sum\tX + Y\tnoiseParameter1_obs_sum\tlog\n")
+    rows = [("obs_x", "", "c1", 1.0, 1.4), ("obs_x", "", "c1", math.inf, 2.1), ("obs_sum", "", "c1", math.inf, 7.5),
+            ("obs_sum", "", "c1", math.inf, 8.6), ("obs_x", "c1", "c2", 0.5, 2.9), ("obs_x", "c1", "c2", math.inf, 3.8)]
+    (folder / "measurements.tsv").write_text(
+        "observableId\tpreequilibrationConditionId\tsimulationConditionId\ttime\tmeasurement\tnoiseParameters\n"
+        + "".join(f"{o}\t{p}\t{s}\t{t}\t{y}\t{'sd' if o == 'obs_sum' else ''}\n" for o, p, s, t, y in rows))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k1\tlog10\t0.01\t100\t2\t1\nk2\tlin\t0.01\t10\t1\t1\nk3\tlin\t0.01\t10\t1.5\t1\n"
+        "k4\tlin\t0.01\t10\t0.5\t1\nsd\tlog10\t0.001\t10\t0.2\t1\n")
+    (folder / "cascade.yaml").write_text(
+        "format_version: 1\nparameter_file: parameters.tsv\nproblems:\n- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n  observable_files: [observables.tsv]\n  sbml_files: [model.xml]\n")
+    return folder / "cascade.yaml", rows
+
+
+def test_petab_steady_state_measurements_match_the_closed_form(tmp_path):
+    yaml_path, rows = _petab_cascade(tmp_path)
+    pp = oi.petab.load(yaml_path)
+    d = pp.experiments["c1"]
+    assert d.steady_state and d.mask[np.isinf(d.t)].sum() == 3  # three measurements at t = inf
+
+    def predicted(k1, k2, k3, k4, pre, t):
+        if not pre:  # from the SBML initial state X = 0.5
+            xs = k1 / k2
+            return xs + (0.5 - xs) * math.exp(-k2 * t), k3 * xs / k4
+        xs1, xs2 = k1 / k2, 4.0 / k2  # from c1's steady state under c2's k1 = 4
+        return xs2 + (xs1 - xs2) * math.exp(-k2 * t), None
+
+    def nll(k1, k2, k3, k4, sd):
+        out = 0.0
+        for o, pre, _, t, y in rows:
+            x, ys = predicted(k1, k2, k3, k4, pre, t)
+            if o == "obs_x":
+                out -= stats.norm.logpdf(y, x, 0.1)
+            else:
+                out -= stats.norm.logpdf(math.log(y), math.log(x + ys), sd) - math.log(y)
+        return out
+
+    ev = pp.objective(tight())(pp.u_nominal)
+    assert ev.ok, ev.failure
+    assert ev.nll == pytest.approx(nll(2.0, 1.0, 1.5, 0.5, 0.2), rel=RTOL)
+    u = pp.u_nominal + np.array([0.1, -0.2, 0.3, 0.1, -0.1])
+    obj = pp.objective(tight())
+    assert pp.problem.estimated == ("k1", "k2", "k3", "k4", "sd")  # k1 and sd on the log10 scale
+    theta = dict(k1=10.0 ** u[0], k2=u[1], k3=u[2], k4=u[3], sd=10.0 ** u[4])
+    ev = obj(u)
+    assert ev.nll == pytest.approx(nll(**theta), rel=RTOL)
+    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+
+
+def test_a_fit_with_steady_state_rows_plots_and_reloads():
+    # the maximum-likelihood fit of the mixed production-degradation data; its plot draws the trajectory
+    # over [t0, the last finite time], the steady-state rows being no point of it; its JSON brings the
+    # rows at t = inf back (the rebuilt objective has the fit's value)
+    prob = _prod_deg_problem(True)
+    fit = oi.Embedding().fit(prob, start={"k1": 2.0, "k2": 1.0})
+    assert fit.converged
+    obj = oi.Objective(prob, solver=tight())
+    ev = obj(np.array([math.log(fit.params["k1"]), fit.params["k2"]]))
+    assert np.max(np.abs(ev.grad)) < 1e-4  # a stationary point of the (closed-form-checked) likelihood
+    assert prob.plans[0].t_last == 1.5
+    fig = oi.plots.observables(fit)
+    (ax,) = fig.axes
+    data, line = ax.get_lines()
+    assert line.get_xdata()[0] == 0.0 and line.get_xdata()[-1] == 1.5
+    np.testing.assert_array_equal(data.get_xdata(), np.r_[T_FIN, [np.inf] * Y_SS.size])
+    back = oi.Estimate.from_json(fit.to_json())
+    d = back._objective.problem.experiments[0]
+    assert d.steady_state and np.isinf(d.t).sum() == Y_SS.size
+    assert back._objective(np.asarray(back.extras["u"], float)).nll == pytest.approx(fit.cost, rel=1e-10)
