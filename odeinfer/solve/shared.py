@@ -282,11 +282,17 @@ def jit_kernel(compiled, kernel: str, sig: tuple):
     if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
         tier, callee = "model", getattr(compiled.module, kernel)
     else:
-        ptr, handle = shared_kernel(kernel), linked_handle(compiled, needs_full_handle(kernel))
+        import numba
 
-        @njit(error_model="numpy", fastmath=False)
-        def callee(*args):
-            return ptr(handle(), *args)
+        from odeinfer.solve.entry import entry_callee
+
+        ptr, full = shared_kernel(kernel), needs_full_handle(kernel)
+        handle = linked_handle(compiled, full)
+        callee = entry_callee(kernel, handle, numba.typeof(model_handle(compiled, full)), sig)
+        if callee is None:
+            @njit(error_model="numpy", fastmath=False)
+            def callee(*args):
+                return ptr(handle(), *args)
 
         tier = "shared"
     tiers = getattr(_RECORD, "tiers", None)
