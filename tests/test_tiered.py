@@ -260,6 +260,37 @@ def test_shared_mode_never_compiles_the_model_kernel(monkeypatch):
     np.testing.assert_allclose(y[:, 0], _exact(t, 0.5, c, 1.0), rtol=1e-5)
 
 
+def test_numba_code_calls_the_shared_kernel_through_its_c_entry(monkeypatch):
+    """What the numba Ops call on the shared tier (:func:`shared.jit_kernel`) holds a call to the kernel's
+    C entry (a linker symbol, :mod:`odeinfer.solve.entry`), not the kernel: so the levels of a PyTensor
+    graph above it do not optimise and compile the solver again. It gives the Python path's bits."""
+    from numba import njit, types
+
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    eqs, params = _fresh_nonlinear()
+    cm = oi.Model.from_equations(eqs, params=params).compile()
+    f8, i8, b1 = types.float64, types.int64, types.boolean
+    c1, c2, ro1 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C"), types.Array(f8, 1, "C", readonly=True)
+    callee = shared.jit_kernel(cm, "dopri5_solve_sens", (f8, ro1, c1, c1, b1, f8, f8, f8, i8, c2, c1, c1))
+    t = np.linspace(0.0, 12.0, 25)
+    t.flags.writeable = False
+
+    @njit(fastmath=True)  # as PyTensor's NUMBA mode compiles the graph that calls it
+    def graph(x0, p, z, work, info):
+        return callee(0.0, t, x0, p, True, 1e-9, 1e-11, 0.0, np.int64(100_000), z, work, info)
+
+    x0, p = np.array([1.0, 0.5]), np.array([1.1, 0.9, 0.2])
+    z, work, info = np.empty((25, 12)), np.empty(10 * 12 + 4 + 6), np.zeros(6)
+    assert graph(x0, p, z, work, info) == Status.SUCCESS
+    ir = "".join(graph.inspect_llvm().values())
+    assert "odeinfer_entry_" in ir and "_dopri5_run" not in ir
+    assert not cm.module.dopri5_solve_sens.overloads  # the model's own kernel was not compiled
+    z_ref, info_ref = np.empty((25, 12)), np.zeros(6)
+    status = shared.shared_kernel("dopri5_solve_sens")(shared.model_handle(cm), 0.0, t, x0, p, True, 1e-9, 1e-11, 0.0,
+                                                       100_000, z_ref, np.empty(work.size), info_ref)
+    assert status == Status.SUCCESS and np.array_equal(z, z_ref) and np.array_equal(info, info_ref)
+
+
 def test_a_bad_tiered_setting_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setenv("ODEINFER_TIERED", "sometimes")
     solver = oi.bind(oi.Problem(oi.zoo.lotka_volterra().model, [0.0, 1.0]))

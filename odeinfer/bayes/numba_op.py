@@ -38,7 +38,7 @@ def _numba_funcify_ode_op(op, node=None, **kwargs):
     problem = op.problem
     with recorded_tiers() as tiers:
         fn = problem.numba_solve(op.sensitivities)
-    return fn, _cache_key("odeinfer-ode-op/4", problem, op.sensitivities, tiers)
+    return fn, _cache_key("odeinfer-ode-op/5", problem, op.sensitivities, tiers)
 
 
 @register_funcify_and_cache_key(VJPOp)
@@ -48,7 +48,7 @@ def _numba_funcify_vjp_op(op, node=None, **kwargs):
     problem = op.problem
     with recorded_tiers() as tiers:
         fn = problem.numba_vjp()
-    return fn, _cache_key("odeinfer-vjp-op/2", problem, None, tiers)
+    return fn, _cache_key("odeinfer-vjp-op/3", problem, None, tiers)
 
 
 def _cache_key(version, problem, sensitivities, tiers):

@@ -280,7 +280,8 @@ def dde_adjoint_gradient_call(kernel, t0, t_end, hkind, hb, hc, tb, tc, wl, pape
 # The adapters are inlined into their caller (numba's inline="always"): each numba function that calls
 # another links the callee's LLVM module into its own and optimises and compiles it again, kernel
 # included, so an adapter as a function of its own cost about a second more per graph on an empty cache
-# (PyTensor's NUMBA mode compiles the log density with the Op's function around these adapters).
+# (PyTensor's NUMBA mode compiles the log density with the Op's function around these adapters). The
+# shared kernels are called through a C entry instead (odeinfer.solve.entry), which nothing links.
 # Closure values reach numba as literals and read-only arrays; the kernels are passed the plain
 # types the Python adapters above pass (int64, bool, writable arrays), so the machine code that
 # numba cached for those signatures is reused instead of compiled again.

@@ -270,10 +270,12 @@ def recorded_tiers():
 def jit_kernel(compiled, kernel: str, sig: tuple):
     """What numba code (the PyTensor Ops' NUMBA mode) calls in place of ``compiled.module.<kernel>``,
     with the model kernel's arguments of numba types ``sig``: the model kernel itself when it runs
-    ``sig`` without compiling (compiled in this process or on disk), else an ``@njit`` closure over the
-    shared ``ptr_<kernel>`` and the model's :func:`linked_handle`, while the model kernel compiles in
-    the background for later processes (the policy of :class:`TieredKernel`, decided once, here: a
-    compiled graph keeps its callee). The choice is recorded (:func:`recorded_tiers`)."""
+    ``sig`` without compiling (compiled in this process or on disk), else an ``@njit`` closure that
+    calls the shared ``ptr_<kernel>`` with the model's :func:`linked_handle` through the kernel's C
+    entry (:func:`odeinfer.solve.entry.entry_callee`: a linker symbol, so the numba functions around
+    it do not compile the kernel again), while the model kernel compiles in the background for later
+    processes (the policy of :class:`TieredKernel`, decided once, here: a compiled graph keeps its
+    callee). The choice is recorded (:func:`recorded_tiers`)."""
     from numba import njit
 
     from odeinfer.solve.abi import needs_full_handle
@@ -282,11 +284,17 @@ def jit_kernel(compiled, kernel: str, sig: tuple):
     if mode == "0" or _specialise(compiled.module, kernel, sig, background=mode == "1") is None:
         tier, callee = "model", getattr(compiled.module, kernel)
     else:
-        ptr, handle = shared_kernel(kernel), linked_handle(compiled, needs_full_handle(kernel))
+        import numba
 
-        @njit(error_model="numpy", fastmath=False)
-        def callee(*args):
-            return ptr(handle(), *args)
+        from odeinfer.solve.entry import entry_callee
+
+        ptr, full = shared_kernel(kernel), needs_full_handle(kernel)
+        handle = linked_handle(compiled, full)
+        callee = entry_callee(kernel, handle, numba.typeof(model_handle(compiled, full)), sig)
+        if callee is None:
+            @njit(error_model="numpy", fastmath=False)
+            def callee(*args):
+                return ptr(handle(), *args)
 
         tier = "shared"
     tiers = getattr(_RECORD, "tiers", None)
