@@ -21,6 +21,18 @@ def test_unknown_kernels_and_bad_jobs_are_refused_before_any_process_starts():
             oi.warmup("dopri5_solve", jobs=jobs)
 
 
+def test_an_entry_is_compiled_after_its_kernel_in_the_same_process():
+    groups = warmup._groups(list(warmup.KERNELS), 2)
+    assert sorted(k for g in groups for k in g) == sorted(warmup.KERNELS) and len(groups) == 2
+    for g in groups:
+        for k in g:
+            if k.startswith("entry_") and k[len("entry_"):] in warmup.KERNELS:
+                assert k[len("entry_"):] in g[:g.index(k)]
+    assert warmup._groups(["entry_rodas_solve_sens"], 4) == [["entry_rodas_solve_sens"]]
+    assert warmup._groups(["dopri5_solve", "rodas_solve"], 1) == [["dopri5_solve", "rodas_solve"]]
+    assert warmup._groups([], 2) == []
+
+
 def test_the_cli_refuses_a_negative_job_count(capsys):
     assert main(["warmup", "--jobs", "-2"]) == 1
     assert "--jobs: expected an integer >= 0" in capsys.readouterr().err

@@ -120,6 +120,9 @@ def _entry(kernel: str, sig: tuple) -> str:
     from odeinfer.model.cache import _PREFIX, load_module
     from odeinfer.solve.abi import SIGNATURES
     from odeinfer.solve.shared import shared_module
+    from odeinfer.solve.warmup import await_kernel
+
+    await_kernel("entry_" + kernel)  # a warm-up process compiling this entry: load its machine code instead
 
     text = _source(shared_module().__name__, kernel, SIGNATURES[kernel], sig)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]

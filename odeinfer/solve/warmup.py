@@ -1,4 +1,5 @@
-"""Compile the shared solver kernels ahead of use, in parallel background processes.
+"""Compile the shared solver kernels (and the C entries numba code calls them through) ahead of use,
+in parallel background processes.
 
 The shared kernels (:mod:`odeinfer.solve.shared`) are compiled once per machine, 10-20 s each, on
 their first use. :func:`warmup` compiles some of them in other processes, one per core, so that a
@@ -34,6 +35,10 @@ KERNELS = {
     "rodas_solve_sens": ("lotka_volterra", "Rodas", "Forward"),
     "dopri5_adjoint_vjp": ("lotka_volterra", "Dopri5", "Adjoint"),
     "dde_solve": ("logistic_delay", "MethodOfSteps", None),
+    # the C entries numba code (the PyMC Op's NUMBA mode) calls the shared kernel through
+    # (odeinfer.solve.entry): compiled in the same process as their kernel, after it
+    "entry_dopri5_solve_sens": ("lotka_volterra", "Dopri5", "entry"),
+    "entry_rodas_solve_sens": ("lotka_volterra", "Rodas", "entry"),
 }
 
 _COMMAND = (sys.executable, "-c", "from odeinfer.solve.warmup import _main\n_main()\n")
@@ -94,10 +99,8 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise InputError(f"jobs: expected a positive int (processes), got {jobs!r}; pass e.g. jobs=2 or None")
     mine = [k for k in names if _take(k)]
-    n = max(1, min(len(mine), jobs or os.cpu_count() or 1))
     procs = []
-    for i in range(n):
-        group = mine[i::n]
+    for group in _groups(mine, jobs or os.cpu_count() or 1):
         env = {**os.environ, "ODEINFER_TIERED": "shared", _CHILD: "1"}
         proc = subprocess.Popen(list(_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env)
@@ -111,6 +114,15 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
         for proc in procs:
             proc.wait()
     return mine
+
+
+def _groups(names: list, jobs: int) -> list:
+    """``names`` dealt out to at most ``jobs`` processes; an entry goes with its kernel, after it (its
+    C wrapper links the kernel compiled in the same process)."""
+    units = [[k] + [e for e in names if e == "entry_" + k] for k in names if not k.startswith("entry_")]
+    units += [[e] for e in names if e.startswith("entry_") and e[len("entry_"):] not in names]
+    n = max(1, min(len(units), jobs))
+    return [[k for unit in units[i::n] for k in unit] for i in range(n)] if units else []
 
 
 def await_kernel(kernel: str) -> None:
@@ -172,6 +184,11 @@ def _compile(kernel: str) -> None:
     zoo, solver, gradient = KERNELS[kernel]
     z = oi.zoo.get(zoo)
     t = np.linspace(0.0, 1.0, 3)
+    if gradient == "entry":  # the shared tier's C entry, as the ODE Op's forward solve asks for it
+        from odeinfer.solve import abi
+
+        abi.njit_ode_solve(z.model.compile(), solver.lower(), True, 0.0, t, 1e-6, 1e-8, 100, False)
+        return
     if solver == "MethodOfSteps":
         problem, solver = oi.Problem(z.model, t, history=z.history), oi.MethodOfSteps(oi.Dopri5())
     else:
