@@ -32,6 +32,17 @@ LONGEST_FIRST = ("test_tiered.py", "test_shared_tier.py", "test_notebooks.py", "
                  "test_problem.py")
 
 
+def pytest_sessionstart(session):
+    """In the run's main process only (not in xdist's workers): start compiling the shared solver kernels
+    and their C entries in background processes (``oi.warmup``; a no-op for those already compiled), so the
+    workers' first tests load them instead of each compiling the same kernels at the same time."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from odeinfer.solve.warmup import warmup
+
+    warmup(wait=False)
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept

@@ -41,6 +41,7 @@ def test_the_cli_refuses_a_negative_job_count(capsys):
 def test_a_warmed_up_kernel_is_not_compiled_again_and_its_callers_do_not_wait():
     # the child solves Lotka-Volterra with Dopri5 (states only): ptr_dopri5_solve in the disk cache
     oi.warmup("dopri5_solve")
+    warmup.await_kernel("dopri5_solve")  # the suite's own warm-up (tests/conftest.py) may be compiling it
     marker, lock = warmup._paths("dopri5_solve")
     assert marker.exists() and not lock.exists()
     assert oi.warmup("dopri5_solve") == []  # warmed up already: no process
@@ -53,6 +54,7 @@ def test_a_warmed_up_kernel_is_not_compiled_again_and_its_callers_do_not_wait():
 def held_kernel():
     """The lock of the ``rodas_solve`` warm-up held by a live sleeping process (as a warm-up child
     holds it), without its marker; both restored afterwards."""
+    warmup.await_kernel("rodas_solve")  # the suite's own warm-up (tests/conftest.py) may be compiling it
     marker, lock = warmup._paths("rodas_solve")
     saved = marker.read_bytes() if marker.exists() else None
     marker.unlink(missing_ok=True)
