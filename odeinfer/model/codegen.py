@@ -89,14 +89,13 @@ def _emit(name, args, ndim, subs, outs, n_in, loads=()):
     """Source of one kernel from its straight-line program: the assignments ``subs`` (those the
     outputs do not need are left out), then ``out[index] = expr`` for ``outs``; see :func:`_kernel`."""
     printer = _Printer()
-    needed = set().union(*(e.free_symbols for _, e in outs))
+    used = {s.name for _, e in outs for s in e.free_symbols}  # by name: _tangent's symbols are real ones
     kept = []
     for sym, e in reversed(subs):
-        if sym in needed:
+        if sym.name in used:
             kept.append((sym, e))
-            needed |= e.free_symbols
+            used |= {s.name for s in e.free_symbols}
     kept.reverse()
-    used = {s.name for s in needed}
     lines = [_DECOR, f"def {name}({', '.join(args)}):"]
     for arr, count in n_in:
         for k in range(count):
@@ -124,8 +123,10 @@ def _tangent(subs, outs, seeds):
     whose tangent is zero are left out.
     """
     dot = dict(seeds)
+    real = {}  # the shared subexpressions' symbols as real ones (as the states are): no re/im in derivatives
 
     def d(e):
+        e = e.xreplace(real)
         terms = [differentiate(e, s) * dot[s] for s in sorted(e.free_symbols & dot.keys(), key=sp.default_sort_key)]
         return sp.Add(*terms)
 
@@ -133,9 +134,10 @@ def _tangent(subs, outs, seeds):
     for sym, e in subs:
         program.append((sym, e))
         de = d(e)
+        real[sym] = sp.Symbol(sym.name, real=True)
         if de != 0:
-            dot[sym] = sp.Symbol(f"_d{sym.name}", real=True)
-            program.append((dot[sym], de))
+            dot[real[sym]] = sp.Symbol(f"_d{sym.name}", real=True)
+            program.append((dot[real[sym]], de))
     outs = [(index, d(e)) for index, e in outs]
     return program, [(index, e) for index, e in outs if e != 0]
 
