@@ -81,8 +81,12 @@ def _kernel(name, args, outputs, rename, n_in, loads=()):
     ``n_in``: (array, count) pairs read as ``_<array><k> = <array>[k]``;
     ``loads``: extra (local name, access text) pairs, e.g. ``("_l0_1", "ylag[0, 1]")``.
     """
-    ndim = 1 + outputs[0][0].count(",") if outputs else 1
-    return _emit(name, args, ndim, *_reduce(name, outputs, rename), n_in, loads)
+    return _emit(name, args, _ndim(outputs), *_reduce(name, outputs, rename), n_in, loads)
+
+
+def _ndim(outputs):
+    """The output array's dimensions, read from the first index (1 when there is none)."""
+    return 1 + outputs[0][0].count(",") if outputs else 1
 
 
 def _emit(name, args, ndim, subs, outs, n_in, loads=()):
@@ -173,19 +177,19 @@ def _model_source(deriv: Derivatives) -> str:
 
     ins = [("y", n), ("p", m)]
     ins_v = ins + [("v", n)]
-    base = ["t", "y", "p", "out"]
+    base, args_v = ["t", "y", "p", "out"], ["t", "y", "p", "v", "out"]
     # the directional second derivatives d/de J(t, y + e v, p) of both Jacobians, from their programs
     along_v = {rename[y]: sp.Symbol(f"_v{k}", real=True) for k, y in enumerate(deriv.state_symbols)}
-    reduced_jy = _reduce("model_jac_y", mat(jy, n, n), rename)
-    reduced_jp = _reduce("model_jac_p", mat(jp, n, m), rename)
+    jy_out, jp_out = mat(jy, n, n), mat(jp, n, m)
+    reduced_jy, reduced_jp = _reduce("model_jac_y", jy_out, rename), _reduce("model_jac_p", jp_out, rename)
     parts = [
         f"N_STATES = {n}\nN_PARAMS = {m}\n",
         _kernel("model_f", base, vec(f), rename, ins),
-        _emit("model_jac_y", base, 2, *reduced_jy, ins),
-        _emit("model_jac_p", base, 2, *reduced_jp, ins),
+        _emit("model_jac_y", base, _ndim(jy_out), *reduced_jy, ins),
+        _emit("model_jac_p", base, _ndim(jp_out), *reduced_jp, ins),
         _kernel("model_f_t", base, vec(ft), rename, ins),
-        _emit("model_jac_y_dir", ["t", "y", "p", "v", "out"], 2, *_tangent(*reduced_jy, along_v), ins_v),
-        _emit("model_jac_p_dir", ["t", "y", "p", "v", "out"], 2, *_tangent(*reduced_jp, along_v), ins_v),
+        _emit("model_jac_y_dir", args_v, _ndim(jy_out), *_tangent(*reduced_jy, along_v), ins_v),
+        _emit("model_jac_p_dir", args_v, _ndim(jp_out), *_tangent(*reduced_jp, along_v), ins_v),
         _kernel("model_jac_y_t", base, mat(jyt, n, n), rename, ins),
         _kernel("model_jac_p_t", base, mat(jpt, n, m), rename, ins),
     ]
