@@ -444,3 +444,41 @@ def test_derivatives_skip_absent_symbols_and_source_is_generated_once(monkeypatc
     first = model_source(d)
     assert model_source(d) is first  # the kernels and both callback sets share one text
     assert generated == ([] if cached else [d])
+
+
+@oi.model(states=["s", "e", "c"], params=["v", "km", "n", "T"])
+def saturating(t, y, p):
+    """Hill terms, powers of sums, a switch in t and one in a state: the kinds a kinetic (SBML) model has."""
+    hill = p.v * y.s ** p.n / (p.km ** p.n + y.s ** p.n)
+    return [-hill * y.e + om.where(t > p.T, p.km * y.c, 0.0),
+            hill * om.exp(-y.c / p.km) - om.sqrt(1 + (y.e * y.c) ** 2) + om.max(y.s, 0.5 * y.c),
+            om.log(1 + y.s * y.e) / (p.km + y.c) ** 1.5 - om.abs(y.c - p.T) * y.s]
+
+
+@pytest.mark.parametrize("model", [nonlinear, saturating], ids=lambda m: m.name)
+def test_directional_kernels_are_the_second_derivatives_along_v(model):
+    """model_jac_y_dir / model_jac_p_dir (forward-mode through the Jacobian kernels' programs) against the
+    symbolic second derivatives d2_yy . v and d2_py . v, evaluated by sympy's lambdify; generated without
+    computing those second derivatives."""
+    from odeinfer.model.codegen import model_source
+    from odeinfer.model.derivatives import Derivatives
+
+    d = Derivatives(model.t_symbol, model.state_symbols, model.param_symbols, model.exprs)
+    namespace = {"math": math, "np": np, "njit": lambda **options: (lambda fn: fn)}  # plain Python, no numba
+    exec(model_source(d), namespace)
+    assert "d2_yy" not in d.__dict__ and "d2_py" not in d.__dict__
+    n, m = model.n_states, model.n_params
+    ys, ps, t = model.state_symbols, model.param_symbols, model.t_symbol
+    vs = sp.symbols(f"w0:{n}", real=True)
+    jy_dir = sp.Matrix(n, n, lambda i, k: sum(d.d2_yy[i][k][l] * vs[l] for l in range(n)))
+    jp_dir = sp.Matrix(n, m, lambda i, j: sum(d.d2_py[i][j][l] * vs[l] for l in range(n)))
+    expect = sp.lambdify((t, ys, ps, vs), [jy_dir, jp_dir], modules="numpy")
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        ty, y, p, v = rng.uniform(0, 2), rng.uniform(0.2, 2.0, n), rng.uniform(0.5, 2.0, m), rng.normal(size=n)
+        want_y, want_p = (np.array(a, dtype=float) for a in expect(ty, y, p, v))
+        got_y, got_p = np.full((n, n), np.nan), np.full((n, m), np.nan)
+        namespace["model_jac_y_dir"](ty, y, p, v, got_y)
+        namespace["model_jac_p_dir"](ty, y, p, v, got_p)
+        np.testing.assert_allclose(got_y, want_y, rtol=1e-12, atol=1e-13 * np.abs(want_y).max())
+        np.testing.assert_allclose(got_p, want_p, rtol=1e-12, atol=1e-13 * np.abs(want_p).max())
