@@ -14,3 +14,13 @@ def newton_optimum(problem, u, steps=6):
         ev = exact(u)
         u = u - np.linalg.solve(ev.fim, ev.grad)
     return u, exact(u)
+
+
+def fd_grad(obj, u, eps=1e-6):
+    """Central differences of an Objective's NLL at ``u`` (the test oracle of its exact gradient)."""
+    g = np.empty(u.size)
+    for i in range(u.size):
+        e = np.zeros(u.size)
+        e[i] = eps * max(1.0, abs(u[i]))
+        g[i] = (obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / (2 * e[i])
+    return g

@@ -15,6 +15,7 @@ from scipy import stats
 from scipy.optimize import root
 
 import odeinfer as oi
+from likelihood_reference import fd_grad
 from odeinfer.errors import DataError, EquationParseError, InputError, ModelDefinitionError
 
 
@@ -50,15 +51,6 @@ def test_nll_matches_scipy_for_every_noise_model(dist, scale):
     assert obj(u).nll == pytest.approx(ref, rel=1e-10, abs=1e-10)
 
 
-def _fd_grad(obj, u, eps=1e-6):
-    g = np.empty(u.size)
-    for i in range(u.size):
-        e = np.zeros(u.size)
-        e[i] = eps * max(1.0, abs(u[i]))
-        g[i] = (obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / (2 * e[i])
-    return g
-
-
 @oi.model(states=["a", "b"], params=["k1", "k2", "u"])
 def chain(t, y, p):
     return {"a": p.u - p.k1 * y.a, "b": p.k1 * y.a - p.k2 * y.b}
@@ -89,7 +81,7 @@ def test_gradient_with_observables_noise_params_log10_scales_doses_and_step_and_
     u = np.array([math.log10(0.7), math.log(0.3), 0.4, math.log10(1.5), math.log10(0.1), 0.8, math.log(1.4), 0.5])
     ev = obj(u)
     assert ev.ok
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=2e-6, atol=2e-6)
     # the Fisher information is symmetric positive semi-definite
     np.testing.assert_allclose(ev.fim, ev.fim.T, atol=1e-12)
     assert np.linalg.eigvalsh(ev.fim).min() > -1e-9
@@ -156,7 +148,7 @@ def test_preequilibration_matches_scipy_root_and_its_sensitivities():
         dn[j] -= hstep
         fd = (_root_ss(*up) - _root_ss(*dn)) / (2 * hstep)
         np.testing.assert_allclose(dxs[:, j], fd, rtol=1e-5, atol=1e-8)
-    np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(obj(u).grad, fd_grad(obj, u), rtol=1e-5, atol=1e-6)
 
 
 def test_experiments_with_one_pre_condition_share_its_steady_state():
@@ -180,7 +172,7 @@ def test_experiments_with_one_pre_condition_share_its_steady_state():
     for n in names:
         t_rows, _, h = preds[n]
         np.testing.assert_allclose(h[t_rows == 0.0], _root_ss(**vals)[0], rtol=1e-7)
-    np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(obj(u).grad, fd_grad(obj, u), rtol=1e-5, atol=1e-6)
 
 
 def test_preequilibration_with_a_conservation_law_keeps_the_total():
@@ -197,7 +189,7 @@ def test_preequilibration_with_a_conservation_law_keeps_the_total():
     (_, _, h), = obj.predictions(prob.nominal(prob.estimated)).values()
     assert h[0] == pytest.approx(3.0 * 1.0 / 3.0, rel=1e-7)  # A_ss = tot kb / (kf + kb)
     u = prob.nominal(prob.estimated)
-    np.testing.assert_allclose(obj(u).grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(obj(u).grad, fd_grad(obj, u), rtol=1e-5, atol=1e-6)
 
 
 def test_preequilibration_of_a_model_whose_step_time_the_conditions_fix():

@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 import odeinfer as oi
+from likelihood_reference import fd_grad
 from odeinfer.errors import DataError, InputError, SolverError
 
 RTOL = 1e-8
@@ -25,15 +26,6 @@ RTOL = 1e-8
 
 def tight():
     return oi.Rodas(rtol=1e-10, atol=1e-12)
-
-
-def _fd_grad(obj, u, eps=1e-6):
-    g = np.empty(u.size)
-    for i in range(u.size):
-        e = np.zeros(u.size)
-        e[i] = eps * max(1.0, abs(u[i]))
-        g[i] = (obj(u + e, grad=False).nll - obj(u - e, grad=False).nll) / (2 * e[i])
-    return g
 
 
 @oi.model(states=["x"], params=["k1", "k2"])
@@ -87,7 +79,7 @@ def test_production_degradation_matches_the_closed_form(finite):
     assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
     np.testing.assert_allclose(ev.grad, dh.T @ ((h - y) / SD**2), rtol=RTOL)
     np.testing.assert_allclose(ev.fim, dh.T @ dh / SD**2, rtol=RTOL)
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5)
     t_rows, _, pred = obj.predictions(u)["e"]
     np.testing.assert_allclose(pred[np.isinf(t_rows)], k1 / k2, rtol=RTOL)
 
@@ -112,7 +104,7 @@ def test_observable_of_two_states_with_an_estimated_noise_parameter():
     ref = -np.sum(stats.norm.logpdf(np.log([4.6, 5.3]), np.log(tot), 0.2)) + np.sum(np.log([4.6, 5.3]))
     ref -= np.sum(stats.norm.logpdf([0.9, 1.3, 2.1], np.r_[x_fin, xs], SD))
     assert ev.nll == pytest.approx(ref, rel=RTOL)
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 # -- the steady state is reached from the end of the trajectory -----------------------------------
@@ -139,7 +131,7 @@ def test_the_steady_state_keeps_what_the_trajectory_reached():
             a1 = a_inf0 + (tot - a_inf0) * math.exp(-(kf + kb)) + amt
             h = [a_ss + (a1 - a_ss) * math.exp(-(kf + kb) * 1.0), a_ss]
         assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
-        np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 def test_the_run_to_steady_state_starts_at_the_end_of_the_trajectory_in_time_too():
@@ -163,7 +155,7 @@ def test_the_run_to_steady_state_starts_at_the_end_of_the_trajectory_in_time_too
     total = 3.0 + 0.5 * 2.0
     ref = -stats.norm.logpdf(3.9, total, SD) - stats.norm.logpdf(1.2, total * 1.0 / 3.0, SD)
     assert ev.nll == pytest.approx(ref, rel=RTOL)
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 def test_after_a_pre_equilibration_the_simulation_condition_sets_the_steady_state():
@@ -180,7 +172,7 @@ def test_after_a_pre_equilibration_the_simulation_condition_sets_the_steady_stat
     assert ev.ok, ev.failure
     h = [1.0 + 2.0 * math.exp(-2.0), 1.0]
     assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf([2.6, 1.1], h, SD)), rel=RTOL)
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
@@ -359,7 +351,7 @@ def test_petab_steady_state_measurements_match_the_closed_form(tmp_path):
     theta = dict(k1=10.0 ** u[0], k2=u[1], k3=u[2], k4=u[3], sd=10.0 ** u[4])
     ev = obj(u)
     assert ev.nll == pytest.approx(nll(**theta), rel=RTOL)
-    np.testing.assert_allclose(ev.grad, _fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 def test_a_fit_with_steady_state_rows_plots_and_reloads():
