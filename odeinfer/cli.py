@@ -21,10 +21,10 @@ def _demo(args) -> int:
     _check_out(args)
     say = _printer(args)
     t0 = time.perf_counter()
-    # on a fresh machine, the sensitivity kernel of the embedding fit and its C entry for the NUTS
-    # graph compile in another process while the matching estimators compile and run the plain
-    # solver kernel (a no-op once cached)
-    oi.warmup(["dopri5_solve_sens", "entry_dopri5_solve_sens"], wait=False, jobs=1)
+    # on a fresh machine, the plain solver kernel (the matching estimators' trajectory check) and the
+    # sensitivity kernel of the embedding fit with its C entry for the NUTS graph compile in two other
+    # processes while the matching estimators compile their own kernels (a no-op once cached)
+    oi.warmup(["dopri5_solve", "dopri5_solve_sens", "entry_dopri5_solve_sens"], wait=False, jobs=2)
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
     model, data, priors = lynx_hare_stan()
     say(f"data: {data.n_times} years from 1900 (t = 0) to 1920, {data.nobs} observations of {list(data.states)} "
