@@ -4,7 +4,8 @@ in parallel background processes.
 The shared kernels (:mod:`odeinfer.solve.shared`) are compiled once per machine, 10-20 s each, on
 their first use. :func:`warmup` compiles some of them in other processes, one per core, so that a
 fresh machine's first fits do not wait for them one after another (``odeinfer warmup`` on the
-command line; ``odeinfer demo`` starts the kernel it needs second while its first estimator runs).
+command line; ``odeinfer demo`` starts the two Dopri5 kernels it needs while its first estimators compile
+their own; the test suite's main process starts all of them).
 
 A kernel is compiled by example: the child process solves a zoo model with the kernel's solver and
 gradient (``ODEINFER_TIERED=shared``: no model kernel compiles), so the machine code in numba's
