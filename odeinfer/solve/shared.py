@@ -506,9 +506,10 @@ def _main():  # the background process: compile one kernel into the disk cache, 
         _remove_lock(marker.with_suffix(".lock"), _identity())  # ours, unless taken over as stale
 
 
-def _claim(marker: Path, stale: float = 1800.0) -> bool:
+def _claim(marker: Path, stale: float = 1800.0, wait: bool = True) -> bool:
     """True when this process should compile: it created ``<marker>.lock``, holding its
-    :func:`_identity`. Else wait for the owner's marker and return False. The owner's lock is
+    :func:`_identity`. Else wait for the owner's marker (with ``wait=False``: do not wait while a
+    live owner holds the lock) and return False. The owner's lock is
     taken over at once when the owner is dead (killed: its lock stays; see :func:`_owner_alive`)
     or has ended without a marker (failed), and after ``stale`` seconds when its state cannot be
     known (another host sharing the cache directory) or it hangs. So several processes solving the
@@ -526,6 +527,8 @@ def _claim(marker: Path, stale: float = 1800.0) -> bool:
             if _owner_alive(owner) is False or age > stale:
                 _remove_lock(lock, owner)
                 continue
+            if not wait:
+                return False
             time.sleep(0.5)
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

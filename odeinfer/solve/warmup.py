@@ -148,26 +148,10 @@ def await_kernel(kernel: str) -> None:
 
 def _take(kernel: str) -> bool:
     """Claim ``kernel``'s warm-up for this call: False when it is warmed up already or a live process
-    holds its lock (a dead one's lock is taken over)."""
-    from odeinfer.solve.shared import _identity, _owner_alive, _remove_lock
+    holds its lock (a dead one's lock is taken over; :func:`odeinfer.solve.shared._claim`)."""
+    from odeinfer.solve.shared import _claim
 
-    marker, lock = _paths(kernel)
-    while not marker.exists():
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            try:
-                owner = lock.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                continue
-            if _owner_alive(owner) is False:
-                _remove_lock(lock, owner)
-                continue
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(_identity())
-        return True
-    return False
+    return _claim(_paths(kernel)[0], wait=False)
 
 
 def _write(path: Path, text: str) -> None:
