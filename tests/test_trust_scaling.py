@@ -75,3 +75,63 @@ def test_fides_is_left_unpatched_afterwards():
 
     trust_region(quadratic, [0.5, 0.5, 0.5], [-1.0] * 3, [1.0] * 3)
     assert fides.minimize.csc_matrix is csc_matrix and fides.trust_region.csc_matrix is csc_matrix
+
+
+def _subproblems(seed, n=400):
+    """Random 2 x 2 trust-region subproblems of every kind: positive definite with the Newton step
+    inside or outside the radius, indefinite, singular with g orthogonal to the null vector (the hard
+    case), symmetric up to rounding as fides' reduced Hessians are."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        q = np.linalg.qr(rng.normal(size=(2, 2)))[0]
+        kind = i % 4
+        e = {0: rng.uniform(0.1, 10, 2), 1: rng.uniform(0.1, 10, 2), 2: np.array([-rng.uniform(0.1, 5),
+             rng.uniform(-5, 5)]), 3: np.array([0.0, rng.uniform(0.1, 5)])}[kind] * 10.0 ** rng.uniform(-3, 3)
+        b = q @ np.diag(e) @ q.T
+        g = rng.normal(size=2) * 10.0 ** rng.uniform(-3, 3)
+        if kind == 3:
+            g = q[:, 1] * g[0]  # orthogonal to the null vector q[:, 0]
+        newton = np.linalg.solve(b, -g) if kind < 2 else g
+        delta = {0: 2.0, 1: 0.3}.get(kind, 1.0) * np.linalg.norm(newton) * rng.uniform(0.5, 1.5)
+        yield kind, b, g, delta
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_2d_subproblem_solver_solves_the_subproblem_and_agrees_with_fides(seed):
+    """Reference: the optimality conditions of the trust-region subproblem (More and Sorensen 1983):
+    s solves min g.s + s.B.s/2 over ||s|| <= delta iff (B + lam I) s = -g for some lam >= 0 with
+    B + lam I positive semi-definite and lam (delta - ||s||) = 0; and fides' own solver where B is
+    positive definite (where fides' Newton iteration runs as ours does)."""
+    from fides.subproblem import solve_nd_trust_region_subproblem
+
+    counts = {}
+    for kind, b, g, delta in _subproblems(seed):
+        s, label = trust._subproblem_2d(b, g, delta)
+        counts[label] = counts.get(label, 0) + 1
+        scale = np.linalg.norm(b) * delta + np.linalg.norm(g)
+        norm_s = np.linalg.norm(s)
+        assert norm_s <= delta * (1 + 1e-8), (kind, label)
+        # lam from the conditions: (B + lam I) s = -g  =>  lam = -(g + B s).s / |s|^2
+        lam = max(0.0, -float((g + b @ s) @ s) / norm_s**2) if norm_s > 0 else 0.0
+        assert np.linalg.norm(b @ s + lam * s + g) <= 1e-8 * scale, (kind, label)
+        assert np.linalg.eigvalsh(b).min() + lam >= -1e-8 * np.linalg.norm(b), (kind, label)
+        assert lam * (delta - norm_s) <= 1e-8 * scale * delta, (kind, label)
+        if kind < 2:
+            ref, ref_label = solve_nd_trust_region_subproblem(b, g, delta)
+            assert label == ref_label
+            np.testing.assert_allclose(s, np.real(ref), rtol=1e-9, atol=1e-12 * delta)
+    assert set(counts) >= {"posdef", "indef", "hard"}  # every branch was exercised
+
+
+def test_fits_with_the_fast_subproblem_reach_fides_optimum(monkeypatch):
+    """The Rosenbrock fits above, with fides' own subproblem solver and with ours: the same end point (to
+    the optimiser's tolerances) and status."""
+    lo, hi = np.array([-2.0, -1.0, 0.0, 0.25]), np.array([2.0, 0.8, 0.9, 3.0])
+    for x0 in ([-1.2, 0.7, 0.5, 0.3], [1.5, -0.5, 0.8, 2.0], [0.9, 0.1, 0.4, 0.8]):
+        fast = trust_region(_rosenbrock, x0, lo, hi)
+        with monkeypatch.context() as m:
+            m.setattr(trust, "_fast_subproblem", contextlib.nullcontext)
+            ref = trust_region(_rosenbrock, x0, lo, hi)
+        assert fast.status == ref.status == "converged"
+        np.testing.assert_allclose(fast.x, ref.x, rtol=1e-6, atol=1e-8)
+        assert abs(fast.f - ref.f) <= 1e-10 * max(1.0, abs(ref.f))
