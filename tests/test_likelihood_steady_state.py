@@ -233,6 +233,19 @@ def test_an_input_with_a_steady_state_measurement_is_refused():
         oi.FitProblem(m, oi.Experiments([d], conditions={"e": cond}), {"k2": oi.Param(1.0)}, x0={"x": 0.0})
 
 
+@pytest.mark.parametrize("formula, noise", [("x * t", oi.Normal(sigma=SD)), ("x", oi.Normal(sigma="0.1 + 0.01 * t"))],
+                         ids=["observable", "noise"])
+def test_an_observable_of_time_measured_at_the_steady_state_is_refused(formula, noise):
+    m = prod_deg.observe({"xo": formula, "x2": "x"}, noise={"xo": noise, "x2": oi.Normal(sigma=SD)})
+    d = oi.Data([1.0, np.inf], [[1.0, 1.0], [2.0, np.nan]], ["xo", "x2"], t0=0.0, steady_state=True, name="e")
+    with pytest.raises(InputError, match=r"data: experiment 'e' has measurements of \['xo'\] at the steady state "
+                                         r"\(t = inf\), but their formula or noise model depends on t"):
+        oi.FitProblem(m, d, {"k1": oi.Param(1.0), "k2": oi.Param(1.0)}, x0={"x": 0.0})
+    # the same observable measured at finite times only is fine
+    d = oi.Data([1.0, np.inf], [[1.0, 1.0], [np.nan, 2.0]], ["xo", "x2"], t0=0.0, steady_state=True, name="e")
+    oi.FitProblem(m, d, {"k1": oi.Param(1.0), "k2": oi.Param(1.0)}, x0={"x": 0.0})
+
+
 def test_a_switch_time_estimated_in_an_experiment_with_steady_state_rows_is_refused():
     # the run to steady state cuts no switch: the time of a jump it may cross must be held fixed
     @oi.model(states=["x"], params=["k", "tau"])

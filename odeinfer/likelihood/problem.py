@@ -15,7 +15,7 @@ import sympy as sp
 from odeinfer.data.conditions import Condition, Input
 from odeinfer.errors import DataError, InputError
 from odeinfer.likelihood.parameters import Param
-from odeinfer.model.trace import symbols_for
+from odeinfer.model.trace import T_SYMBOL, symbols_for
 
 __all__ = ["FitProblem"]
 
@@ -194,6 +194,13 @@ class FitProblem:
         obs_rows = np.array([obs.index(data.states[j]) for j in k], np.int64)
         y_rows = np.asarray(data.y)[a, k].astype(float)
         t_rows = t[a]
+        timed = sorted({obs[k] for k in set(obs_rows[np.isinf(t_rows)].tolist())
+                        if m.observables[k].expr.has(T_SYMBOL) or m.observables[k].sigma_expr.has(T_SYMBOL)})
+        if timed:
+            raise InputError(
+                f"data: experiment {name!r} has measurements of {timed} at the steady state (t = inf), but their "
+                "formula or noise model depends on t, which would be evaluated at t = inf; measure them at finite "
+                "times, or write observables of the steady state without t")
         for dose in cond.doses:
             if not (t0 <= dose.time <= (t.max() if t.size else t0)):
                 raise InputError(
@@ -280,8 +287,6 @@ def _with_linear_inputs(model, conds):
     becomes ``u + u__rate * t`` (a new parameter ``u__rate`` appended), so that every segment
     between two knots has constant parameters. Returns ``(model, {u index: u__rate index})``."""
     from dataclasses import replace
-
-    from odeinfer.model.trace import T_SYMBOL
 
     linear = [p for p in model.params if any(isinstance(c.params.get(p), Input) and c.params[p].kind == "linear"
                                              for c in conds)]
