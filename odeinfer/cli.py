@@ -22,9 +22,10 @@ def _demo(args) -> int:
     say = _printer(args)
     t0 = time.perf_counter()
     # on a fresh machine, the plain solver kernel (the matching estimators' trajectory check) and the
-    # sensitivity kernel of the embedding fit with its C entry for the NUTS graph compile in two other
-    # processes while the matching estimators compile their own kernels (a no-op once cached)
-    oi.warmup(["dopri5_solve", "dopri5_solve_sens", "entry_dopri5_solve_sens"], wait=False, jobs=2)
+    # sensitivity kernel of the embedding fit with its C entry, then the NUTS graph that calls it, compile
+    # in two other processes while the matching estimators compile their own kernels (a no-op once cached)
+    oi.warmup(["dopri5_solve", "dopri5_solve_sens", "entry_dopri5_solve_sens"]
+              + ([] if args.no_bayes else ["nuts_graph"]), wait=False, jobs=2)
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
     model, data, priors = lynx_hare_stan()
     say(f"data: {data.n_times} years from 1900 (t = 0) to 1920, {data.nobs} observations of {list(data.states)} "
@@ -114,9 +115,9 @@ def _fit(args) -> int:
 
 def _warmup(args) -> int:
     """Compile odeinfer's shared solver kernels (Dormand-Prince and Rodas, with and without forward
-    sensitivities, the ODE adjoint and the delay solver) into the disk cache, in parallel processes:
-    a fresh machine's first solves and fits then answer without compiling them. Kernels already
-    compiled are skipped."""
+    sensitivities, the ODE adjoint and the delay solver) and the demo's NUTS log density (PyTensor's
+    NUMBA mode) into the disk caches, in parallel processes: a fresh machine's first solves, fits and
+    samplers then answer without compiling them. What is compiled already is skipped."""
     from odeinfer.solve.warmup import warmup
 
     _check_count("--jobs", args.jobs, "processes (0: one per core)", lowest=0)
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
                      help="maximum a posteriori: add the parameter table's objective priors to the NLL")
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     fit.set_defaults(func=_fit)
-    warm = sub.add_parser("warmup", help="compile the shared solver kernels once for this machine",
+    warm = sub.add_parser("warmup", help="compile the shared solver kernels and a NUTS graph once for this machine",
                           description=_warmup.__doc__)
     warm.add_argument("--jobs", type=int, default=0, help="processes, 0 for one per core (default: %(default)s)")
     warm.add_argument("-q", "--quiet", action="store_true", help="no progress output")

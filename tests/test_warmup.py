@@ -21,14 +21,18 @@ def test_unknown_kernels_and_bad_jobs_are_refused_before_any_process_starts():
             oi.warmup("dopri5_solve", jobs=jobs)
 
 
-def test_an_entry_is_compiled_after_its_kernel_in_the_same_process():
-    groups = warmup._groups(list(warmup.KERNELS), 2)
-    assert sorted(k for g in groups for k in g) == sorted(warmup.KERNELS) and len(groups) == 2
-    for g in groups:
-        for k in g:
-            if k.startswith("entry_") and k[len("entry_"):] in warmup.KERNELS:
-                assert k[len("entry_"):] in g[:g.index(k)]
+def test_an_entry_is_compiled_after_its_kernel_and_the_graph_after_its_entry_in_the_same_process():
+    for jobs in (1, 2, 3):
+        groups = warmup._groups(list(warmup.KERNELS), jobs)
+        assert sorted(k for g in groups for k in g) == sorted(warmup.KERNELS) and len(groups) == jobs
+        for g in groups:
+            for k in g:
+                if k.startswith("entry_"):
+                    assert k[len("entry_"):] in g[:g.index(k)]
+            if "nuts_graph" in g:
+                assert g.index("dopri5_solve_sens") < g.index("entry_dopri5_solve_sens") < g.index("nuts_graph")
     assert warmup._groups(["entry_rodas_solve_sens"], 4) == [["entry_rodas_solve_sens"]]
+    assert warmup._groups(["nuts_graph", "dopri5_solve"], 2) == [["nuts_graph"], ["dopri5_solve"]]
     assert warmup._groups(["dopri5_solve", "rodas_solve"], 1) == [["dopri5_solve", "rodas_solve"]]
     assert warmup._groups([], 2) == []
 
@@ -99,3 +103,32 @@ def test_the_warmup_process_does_not_wait_for_its_own_lock(held_kernel):
     start = time.monotonic()
     warmup.await_kernel("rodas_solve")
     assert time.monotonic() - start < 1.0
+
+
+def test_the_demo_graph_loads_every_operation_from_the_warmup_s_pytensor_cache(tmp_path):
+    """``nuts_graph`` compiled by a warm-up process into an empty PyTensor cache; then another process
+    builds the demo's model (``odeinfer demo``: lynx-hare, log-normal noise, Stan's priors) as the seeded
+    NUTS compiles it (``pm.NUTS(vars=...)`` in the seed's order, ``pm_model.value_vars``; the log density
+    evaluated once before the chains fork): it writes nothing new to PyTensor's numba cache (every operation
+    loads), i.e. the warm-up compiled what the demo's sampler needs."""
+    import os
+
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
+    warm = "import odeinfer as oi; assert oi.warmup(['nuts_graph']) == ['nuts_graph']"
+    subprocess.run([sys.executable, "-c", warm], env=env, check=True, timeout=900)
+    cache = tmp_path / "pytensor" / "numba"
+    before = sorted(p.name for p in cache.iterdir())
+    assert before  # the warm-up wrote PyTensor's numba cache
+    sample_like = (
+        "import numpy as np, pymc as pm\n"
+        "from odeinfer.bayes.build import build_model, lynx_hare_stan\n"
+        "model, data, priors = lynx_hare_stan()\n"
+        "pm_model = build_model(model, data, priors=priors, likelihood='lognormal')\n"
+        "with pm_model:\n"
+        "    step = pm.NUTS(vars=pm_model.value_vars, compile_kwargs={'mode': 'NUMBA'})\n"
+        "q = pm_model.initial_point()\n"
+        "f = step._logp_dlogp_func\n"
+        "f.set_extra_values({})\n"
+        "print(f(np.concatenate([np.ravel(q[v.name]) for v in step.vars]))[0])\n")
+    subprocess.run([sys.executable, "-c", sample_like], env=env, check=True, timeout=900)
+    assert sorted(p.name for p in cache.iterdir()) == before

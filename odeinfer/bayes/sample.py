@@ -238,6 +238,10 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, init
     a seed, PyMC's default start."""
     import pymc as pm
 
+    if mode == "NUMBA":  # a warm-up process compiling the demo's graph: its operations then load from the cache
+        from odeinfer.solve.warmup import await_kernel
+
+        await_kernel("nuts_graph")
     kwargs = dict(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seeds[0],
                   progressbar=progressbar, model=pm_model, compute_convergence_checks=False,
                   idata_kwargs={"log_likelihood": log_likelihood}, callback=callback)

@@ -1,11 +1,12 @@
 """Compile the shared solver kernels (and the C entries numba code calls them through) ahead of use,
-in parallel background processes.
+in parallel background processes; likewise the NUTS log density of a representative model, whose
+PyTensor operations then load from PyTensor's disk cache when any model's sampler compiles them.
 
 The shared kernels (:mod:`odeinfer.solve.shared`) are compiled once per machine, 10-20 s each, on
 their first use. :func:`warmup` compiles some of them in other processes, one per core, so that a
 fresh machine's first fits do not wait for them one after another (``odeinfer warmup`` on the
-command line; ``odeinfer demo`` starts the two Dopri5 kernels it needs while its first estimators compile
-their own; the test suite's main process starts all of them).
+command line; ``odeinfer demo`` starts the two Dopri5 kernels and the graph it needs while its first
+estimators compile their own; the test suite's main process starts all of them).
 
 A kernel is compiled by example: the child process solves a zoo model with the kernel's solver and
 gradient (``ODEINFER_TIERED=shared``: no model kernel compiles), so the machine code in numba's
@@ -14,6 +15,13 @@ kernel, it holds ``<kernel>.warmup.lock`` in the cache directory (taken by the p
 child starts, so no caller can miss it); a process that needs the kernel meanwhile waits for the
 child's marker instead of compiling the same kernel itself (:func:`await_kernel`, called by
 :func:`odeinfer.solve.shared.shared_kernel`), and stops waiting at once if the child dies.
+
+``nuts_graph`` is the log density and gradient of the lynx-hare model of ``odeinfer demo`` (Stan's
+Lotka-Volterra case study: log-normal noise, the ODE Op on the shared Dopri5 kernel's C entry) in
+PyTensor's NUMBA mode, compiled as NUTS compiles it: on an empty PyTensor cache that graph costs about
+15 s (most of it PyTensor's numba implementations of its operations, cached per operation and input
+types, so that other models' graphs reuse them); :func:`odeinfer.bayes.sample` waits for it as the
+solvers wait for their kernels.
 """
 
 from __future__ import annotations
@@ -40,7 +48,13 @@ KERNELS = {
     # (odeinfer.solve.entry): compiled in the same process as their kernel, after it
     "entry_dopri5_solve_sens": ("lotka_volterra", "Dopri5", "entry"),
     "entry_rodas_solve_sens": ("lotka_volterra", "Rodas", "entry"),
+    # the NUTS log density of the demo's lynx-hare model (PyTensor's NUMBA mode), through the entry above
+    "nuts_graph": ("lotka_volterra", "Dopri5", "graph"),
 }
+
+#: What a warm-up compiles after something else, in the same process (it links or calls it).
+_AFTER = {"entry_dopri5_solve_sens": "dopri5_solve_sens", "entry_rodas_solve_sens": "rodas_solve_sens",
+          "nuts_graph": "entry_dopri5_solve_sens"}
 
 _COMMAND = (sys.executable, "-c", "from odeinfer.solve.warmup import _main\n_main()\n")
 _MAX_WAIT = 600.0  # seconds a caller waits for a live child (a kernel compiles in 10-60 s)
@@ -54,6 +68,13 @@ def _paths(kernel: str) -> tuple[Path, Path]:
     from odeinfer.solve.shared import shared_module
 
     tag = shared_module().__name__.rsplit("_", 1)[-1]
+    if kernel == "nuts_graph":  # the graph lives in PyTensor's cache: named after it too
+        import hashlib
+
+        import pytensor
+
+        where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}".encode()
+        tag += "-" + hashlib.sha256(where).hexdigest()[:12]
     base = cache_dir() / f"{tag}.ptr_{kernel}.warmup"
     return base.with_name(base.name + ".ready"), base.with_name(base.name + ".lock")
 
@@ -118,10 +139,13 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
 
 
 def _groups(names: list, jobs: int) -> list:
-    """``names`` dealt out to at most ``jobs`` processes; an entry goes with its kernel, after it (its
-    C wrapper links the kernel compiled in the same process)."""
-    units = [[k] + [e for e in names if e == "entry_" + k] for k in names if not k.startswith("entry_")]
-    units += [[e] for e in names if e.startswith("entry_") and e[len("entry_"):] not in names]
+    """``names`` dealt out to at most ``jobs`` processes; what comes after another name (:data:`_AFTER`: a C
+    entry links its kernel, the graph calls the entry) goes with it, after it, when both are asked for."""
+    def chain(k):
+        nxt = [e for e in names if _AFTER.get(e) == k]
+        return [k] + [c for e in nxt for c in chain(e)]
+
+    units = [chain(k) for k in names if _AFTER.get(k) not in names]
     n = max(1, min(len(units), jobs))
     return [[k for unit in units[i::n] for k in unit] for i in range(n)] if units else []
 
@@ -167,6 +191,8 @@ def _compile(kernel: str) -> None:
     import odeinfer as oi
 
     zoo, solver, gradient = KERNELS[kernel]
+    if gradient == "graph":
+        return _compile_graph()
     z = oi.zoo.get(zoo)
     t = np.linspace(0.0, 1.0, 3)
     if gradient == "entry":  # the shared tier's C entry, as the ODE Op's forward solve asks for it
@@ -183,6 +209,21 @@ def _compile(kernel: str) -> None:
         oi.bind(problem, solver=solver, gradient=oi.Adjoint())(z.params_array(), z.x0_array(), g)
     else:
         oi.solve(problem, z.params, solver=solver, gradient=None if gradient is None else getattr(oi, gradient)())
+
+
+def _compile_graph() -> None:
+    """The demo's NUTS log density and gradient (``nuts_graph``), compiled and called once as
+    :func:`odeinfer.bayes.sample` compiles it (``logp_dlogp_function`` in NUMBA mode, raveled inputs)."""
+    from pymc.blocking import DictToArrayBijection
+
+    from odeinfer.bayes.build import build_model, lynx_hare_stan
+
+    model, data, priors = lynx_hare_stan()
+    pm_model = build_model(model, data, priors=priors, likelihood="lognormal")
+    func = pm_model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
+    func.set_extra_values({})
+    point = pm_model.initial_point()
+    func(DictToArrayBijection.map({v.name: point[v.name] for v in pm_model.value_vars}).data)
 
 
 def _main() -> None:  # the child: compile each kernel of its group, then write its marker
