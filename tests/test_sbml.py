@@ -860,18 +860,37 @@ def test_time_triggered_additions_are_doses(tmp_path):
         assert number(parse_expression(d.amount, names, "amount"), sbml) == pytest.approx(want, rel=1e-15)
 
 
+def test_resets_and_parameter_trigger_times(tmp_path):
+    """``A = value`` (free of A) is a reset (mode "set"); a trigger time of parameters keeps its text in
+    ``dose_times`` and its value at the SBML values (k = 0.3: 10 k = 3) as the Dose's time."""
+    events = [event("wash", "time >= 10 * k", [("A", "0"), ("B", "amt / 2")]),
+              event("refill", "time > 7", [("A", "A + 1"), ("B", "k")])]
+    sbml = load_text(tmp_path, document(**DOSED, extra=f"<listOfEvents>{''.join(events)}</listOfEvents>"))
+    got = [(d.time, d.state, d.amount, d.mode) for d in sbml.doses]
+    assert got[0] == (pytest.approx(3.0, rel=1e-15), "A", 0.0, "set")
+    assert got[1][1:] == ("B", "amt/2", "set") and got[1][0] == got[0][0]
+    assert got[2:] == [(7.0, "A", 1.0, "add"), (7.0, "B", "k", "set")]
+    assert sbml.dose_times == ("10*k", "10*k", None, None)
+    assert sbml.dose_events == ("wash", "wash", "refill", "refill")
+
+
 @pytest.mark.parametrize("ev, match", [
     (event("late", "time >= 2", [("A", "A + 1")], inner=f"<delay>{mathml('1')}</delay>"),
      r"'model.xml': SBML model 'm': event 'late' has a delay; delayed events are not supported"),
     (event("prio", "time >= 2", [("A", "A + 1")], inner=f"<priority>{mathml('1')}</priority>"),
      r"event 'prio' has a priority; event priorities are not supported"),
     (event("thr", "A > 0.5", [("A", "A + 1")]),
-     r"event 'thr' has a trigger that is not of the form 'time >= T'; events are supported as doses only"),
+     r"event 'thr' has a trigger that is not of the form 'time >= T'; events are supported as doses and resets "
+     r"at fixed times only"),
     (event("zero", "time >= 0", [("A", "A + 1")]), r"the trigger time of event 'zero' is not a positive number"),
-    (event("par", "time >= k", [("A", "A + 1")]), r"the trigger time of event 'par' is not a positive number"),
-    (event("reset", "time >= 2", [("A", "3")]), r"event 'reset' sets 'A' to a value that is not A \+ an amount"),
-    (event("scale", "time >= 2", [("A", "2 * A")]), r"event 'scale' sets 'A' to a value that is not A \+ an amount"),
-    (event("cross", "time >= 2", [("A", "A + B")]), r"event 'cross' sets 'A' to a value that is not A \+ an amount"),
+    (event("par", "time >= k - 1", [("A", "A + 1")]),
+     r"the trigger time of event 'par' is not a positive number at the SBML values of its parameters"),
+    (event("state", "time >= B", [("A", "A + 1")]),
+     r"the trigger time of event 'state' depends on \['B'\], which are no parameters"),
+    (event("scale", "time >= 2", [("A", "2 * A")]),
+     r"event 'scale' sets 'A' to a value that is neither A \+ an amount of parameters nor a value of parameters"),
+    (event("cross", "time >= 2", [("A", "A + B")]), r"event 'cross' sets 'A' to a value that is neither A \+ an"),
+    (event("copy", "time >= 2", [("A", "B")]), r"event 'copy' sets 'A' to a value that is neither A \+ an"),
     (event("knob", "time >= 2", [("k", "k + 1")]), r"event 'knob' assigns 'k', which is no state"),
 ])
 def test_other_events_are_refused_naming_the_event_and_the_file(tmp_path, ev, match):
