@@ -508,10 +508,10 @@ def assert_refused(tmp_path, match, **kw):
 def test_unsupported_elements_are_refused_by_id(tmp_path):
     ev = ('<listOfEvents><event id="dose" useValuesFromTriggerTime="true"><trigger initialValue="true" '
           f'persistent="true">{mathml("time > 1")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
-          f'{mathml("2")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
-    assert_refused(tmp_path, r"'model.xml': SBML model 'm': event 'dose' sets 'A' to a value that is not A \+ an "
-                             r"amount of parameters \(a reset or a state-dependent change\); events are supported as "
-                             r"doses only", extra=ev)
+          f'{mathml("2 * A")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': event 'dose' sets 'A' to a value that is neither A \+ an "
+                             r"amount of parameters nor a value of parameters \(a state-dependent change\); events "
+                             r"are supported as doses and resets only", extra=ev)
     assert_refused(tmp_path, r"algebraic rule \('alg'\).*not supported",
             rules=[f'<algebraicRule id="alg">{mathml("A - k")}</algebraicRule>'])
     assert_refused(tmp_path, r"the kinetic law of reaction 'r1': the delay csymbol .* is not supported",
@@ -872,6 +872,26 @@ def test_resets_and_parameter_trigger_times(tmp_path):
     assert got[2:] == [(7.0, "A", 1.0, "add"), (7.0, "B", "k", "set")]
     assert sbml.dose_times == ("10*k", "10*k", None, None)
     assert sbml.dose_events == ("wash", "wash", "refill", "refill")
+
+
+def test_boundary_species_and_parameters_that_events_assign_are_states(tmp_path):
+    """A boundary species (Smith_BMCSystBiol2013's insulin) and a non-constant parameter, changed only by events:
+    states of derivative 0 (the boundary species' reactions do not change it), with their initial values."""
+    doc = document(comps=[comp("C", 2.0)], species_=[species("A", conc=1.0), species("S", amount=3.0, only_substance=True, boundary=True)],
+                   params=[param("k", 0.3), param("u", 0.5, constant=False)],
+                   reactions=[reaction("r1", "k * S * u * C", [("S", 1)], [("A", 1)])],
+                   extra=f"<listOfEvents>{event('off', 'time >= 4', [('S', '0'), ('u', 'u + k')])}</listOfEvents>")
+    sbml = load_text(tmp_path, doc)
+    assert sbml.model.states == ("A", "S", "u") and sbml.model.params == ("C", "k")
+    assert [float(sbml.x0[s]) for s in sbml.model.states] == [1.0, 3.0, 0.5]
+    assert [(d.time, d.state, d.amount, d.mode) for d in sbml.doses] == [(4.0, "S", 0.0, "set"), (4.0, "u", "k", "add")]
+    check_rhs(sbml, lambda t, y, p: {"A": p["k"] * y["S"] * y["u"] * p["C"] / p["C"], "S": 0.0, "u": 0.0},
+              np.random.default_rng(3))
+    # a constant species stays a parameter, and an event may not assign it
+    doc = document(comps=[comp("C", 2.0)], species_=[species("A", conc=1.0), species("S", amount=3.0, constant=True)],
+                   extra=f"<listOfEvents>{event('off', 'time >= 4', [('S', '0')])}</listOfEvents>")
+    with pytest.raises(SBMLError, match=r"event 'off' assigns 'S', which is no state"):
+        load_text(tmp_path, doc)
 
 
 @pytest.mark.parametrize("ev, match", [

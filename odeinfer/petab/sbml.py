@@ -53,7 +53,9 @@ events
     an expression of the parameters (``time >= t_ins``), positive at the SBML values, whose
     text :attr:`SBMLModel.dose_times` keeps: :func:`odeinfer.petab.load` resolves it per
     condition and requires it fixed. As for :class:`~odeinfer.Dose`, a measurement at exactly
-    ``T`` sees the state before the dose.
+    ``T`` sees the state before the dose. A boundary species or a parameter that is not constant
+    and that events assign is a state, of derivative 0 unless a rate rule gives one (a stimulus
+    that events switch, such as Smith_BMCSystBiol2013's insulin).
 
 Not supported (an :class:`SBMLError` naming the element): other events (delays, priorities,
 triggers other than a time, state-dependent assignments, assignments to parameters), algebraic rules, fast
@@ -665,7 +667,8 @@ class _Import:
             self.fail(f"rules or initial assignments set {unknown}, which are no compartment, species or "
                       "parameter (a species reference's stoichiometry?)",
                       "variable stoichiometry is not supported: use constant stoichiometries")
-        states, params, derived = self.classify(species + comps + pars, rate, assign, initial)
+        evented = {a.getVariable() for e in m.getListOfEvents() for a in e.getListOfEventAssignments()}
+        states, params, derived = self.classify(species + comps + pars, rate, assign, initial, evented)
         fluxes = self.fluxes(species, reactions, set(rate) | set(assign))
         laws = {r.getId(): self.kinetic_law(conv, r) for r in reactions}  # local parameters as numbers
 
@@ -696,6 +699,8 @@ class _Import:
         for s in states:
             if s in rate:
                 rhs = dyn.expr(rate[s])
+            elif s in evented and (m.getSpecies(s) is None or m.getSpecies(s).getBoundaryCondition()):
+                rhs = sp.Integer(0)  # a boundary species or parameter that only events change
             else:
                 rhs = sp.Add(*(n * dyn.value(rid) for n, rid in fluxes.get(s, ())))
                 sp_ = m.getSpecies(s)
@@ -776,8 +781,10 @@ class _Import:
                 ids.append(eid)
         return tuple(out), tuple(times), tuple(ids)
 
-    def classify(self, items, rate, assign, initial):
-        """(states, params, derived constants) in document order; the rest are assignment-rule targets."""
+    def classify(self, items, rate, assign, initial, evented):
+        """(states, params, derived constants) in document order; the rest are assignment-rule targets.
+        A boundary species or a parameter that is not constant and that events assign (``evented``) is a
+        state (without a rate rule its derivative is 0)."""
         import libsbml as L
 
         states, params, derived = [], [], []
@@ -788,6 +795,8 @@ class _Import:
             elif i in assign:
                 continue
             elif item.getTypeCode() == L.SBML_SPECIES and not (item.getConstant() or item.getBoundaryCondition()):
+                states.append(i)
+            elif i in evented and item.getTypeCode() in (L.SBML_SPECIES, L.SBML_PARAMETER) and not item.getConstant():
                 states.append(i)
             elif i in initial:
                 derived.append(i)
