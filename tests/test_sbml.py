@@ -877,7 +877,8 @@ def test_resets_and_parameter_trigger_times(tmp_path):
 def test_boundary_species_and_parameters_that_events_assign_are_states(tmp_path):
     """A boundary species (Smith_BMCSystBiol2013's insulin) and a non-constant parameter, changed only by events:
     states of derivative 0 (the boundary species' reactions do not change it), with their initial values."""
-    doc = document(comps=[comp("C", 2.0)], species_=[species("A", conc=1.0), species("S", amount=3.0, only_substance=True, boundary=True)],
+    doc = document(comps=[comp("C", 2.0)],
+                   species_=[species("A", conc=1.0), species("S", amount=3.0, only_substance=True, boundary=True)],
                    params=[param("k", 0.3), param("u", 0.5, constant=False)],
                    reactions=[reaction("r1", "k * S * u * C", [("S", 1)], [("A", 1)])],
                    extra=f"<listOfEvents>{event('off', 'time >= 4', [('S', '0'), ('u', 'u + k')])}</listOfEvents>")

@@ -715,7 +715,8 @@ class _Loader:
 
         subs, out = self.overrides(params), []
         s = self.sbml
-        for d, text, eid in zip(s.doses, s.dose_times or (None,) * len(s.doses), s.dose_events or ("?",) * len(s.doses)):
+        n = len(s.doses)
+        for d, text, eid in zip(s.doses, s.dose_times or (None,) * n, s.dose_events or ("?",) * n):
             time = d.time if text is None else self.dose_time(text, subs, eid, condition)
             if time > t_end:
                 continue
