@@ -199,3 +199,40 @@ def test_a_switch_time_estimated_in_the_pre_equilibration_is_refused_when_the_ob
                          x0={"x": 0.0})
     with pytest.raises(InputError, match=r"gradient: parameters \['tau'\] move a jump of the right-hand side"):
         oi.Objective(prob, solver=TIGHT)
+
+
+def test_a_state_dependent_kink_without_a_jump_has_exact_gradients():
+    """x' = a - k max(x - c, 0) from x(0) = 0 (as SBML's piecewise(x - c, x > c, 0), Smith_BMCSystBiol2013's
+    Akt activation): the right-hand side is continuous where x crosses c, so the sensitivities do not jump
+    and forward sensitivities are exact. Closed form: x = a t up to t1 = c / a, then
+    x = c + (a / k)(1 - e^{-k (t - t1)}); the gradient in (a, k) by central differences of that closed form
+    (step 1e-6; it is smooth in a and k). Tolerances fixed beforehand: NLL 1e-7 relative, gradient 1e-6
+    relative (the solver steps over the kink under its error control)."""
+    @oi.model(states=["x"], params=["a", "k", "c"])
+    def kink(t, y, p):
+        return {"x": p.a - p.k * oi.math.where(y.x > p.c, y.x - p.c, 0.0)}
+
+    def closed(a, k, c=1.2):
+        t1 = c / a
+        return np.where(T <= t1, a * T, c + (a / k) * (1.0 - np.exp(-k * (T - t1))))
+
+    def nll(a, k):
+        return -np.sum(stats.norm.logpdf(Y, closed(a, k), SD))
+
+    m = kink.observe({"obs": "x"}, noise=oi.Normal(sigma=SD))
+    prob = oi.FitProblem(m, oi.Data(T, Y, "obs"), {"a": oi.Param(1.0), "k": oi.Param(0.8), "c": 1.2}, x0={"x": 0.0})
+    ev = oi.Objective(prob, solver=TIGHT)(np.array([1.0, 0.8]))
+    assert ev.ok, ev.failure
+    assert ev.nll == pytest.approx(nll(1.0, 0.8), rel=RTOL)
+    h = 1e-6
+    fd = [(nll(1.0 + h, 0.8) - nll(1.0 - h, 0.8)) / (2 * h), (nll(1.0, 0.8 + h) - nll(1.0, 0.8 - h)) / (2 * h)]
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
+    # a jump at a state-dependent time (the value differs on the two sides) is still refused
+    @oi.model(states=["x"], params=["a", "k", "c"])
+    def jump(t, y, p):
+        return {"x": p.a - p.k * oi.math.where(y.x > p.c, y.x, 0.0)}
+
+    prob = oi.FitProblem(jump.observe({"obs": "x"}, noise=oi.Normal(sigma=SD)), oi.Data(T, Y, "obs"),
+                         {"a": oi.Param(1.0), "k": oi.Param(0.8), "c": 1.2}, x0={"x": 0.0})
+    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at c < x depends on the states"):
+        oi.Objective(prob, solver=TIGHT)

@@ -597,6 +597,118 @@ def test_sbml_events_are_doses_of_every_experiment(tmp_path):
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-5)
 
 
+def _reset_problem(tmp_path, conditions="conditionId\tt_w\tA\nc1\t2\t1\nc2\t3\t2\nc3\t\t1.5\n",
+                   t_r_estimated=0):
+    """Production-degradation A' = k - d A (SBML reactions) with resets as SBML events: A = 0 at t_w (set per
+    condition by the condition table; c3 leaves it to its SBML value 4) and A = a_set at t_r (fixed by the
+    parameter table at 5; its SBML value is 100); A's initial value is set by the condition table."""
+    import libsbml
+
+    def ml(formula):
+        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+
+    def ev(eid, t, value):
+        return (f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="false" persistent="true">'
+                f'{ml(f"time >= {t}")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
+                f'{ml(value)}</eventAssignment></listOfEventAssignments></event>')
+
+    sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
+            'level="3" version="2"><model id="resets"><listOfCompartments><compartment id="C" spatialDimensions="3" '
+            'size="1" constant="true"/></listOfCompartments><listOfSpecies><species id="A" compartment="C" '
+            'initialConcentration="0.5" hasOnlySubstanceUnits="false" boundaryCondition="false" constant="false"/>'
+            '</listOfSpecies><listOfParameters>' + "".join(
+                f'<parameter id="{p}" value="{v}" constant="true"/>'
+                for p, v in (("k", 0.8), ("d", 0.5), ("a_set", 1.0), ("t_w", 4), ("t_r", 100))) +
+            '</listOfParameters><listOfReactions><reaction id="prod" reversible="false"><listOfProducts>'
+            '<speciesReference species="A" stoichiometry="1" constant="true"/></listOfProducts>'
+            f'<kineticLaw>{ml("k * C")}</kineticLaw></reaction><reaction id="deg" reversible="false">'
+            '<listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>'
+            f'<kineticLaw>{ml("d * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
+            f'{ev("wash", "t_w", "0")}{ev("refill", "t_r", "a_set")}</listOfEvents></model></sbml>\n')
+    folder = tmp_path / "resets"
+    folder.mkdir()
+    (folder / "model.xml").write_text(sbml)
+    (folder / "conditions.tsv").write_text(conditions)
+    (folder / "observables.tsv").write_text("observableId\tobservableFormula\tnoiseFormula\nobs_A\tA\t0.1\n")
+    times = [1.0, 2.0, 2.5, 3.0, 4.0, 4.5, 5.0, 6.0, 7.0]
+    rng = np.random.default_rng(8)
+    data = [(c, t, round(float(1.0 + rng.uniform(-0.5, 0.5)), 3)) for c in ("c1", "c2", "c3") for t in times]
+    (folder / "measurements.tsv").write_text("observableId\tsimulationConditionId\tmeasurement\ttime\n" + "".join(
+        f"obs_A\t{c}\t{y}\t{t}\n" for c, t, y in data))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        f"k\tlog10\t0.001\t10\t0.8\t1\nd\tlin\t0\t10\t0.5\t1\na_set\tlin\t0\t10\t1.2\t1\n"
+        f"t_r\tlin\t0\t10\t5\t{t_r_estimated}\n")
+    (folder / "resets.yaml").write_text(
+        "format_version: 1\nparameter_file: parameters.tsv\nproblems:\n- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n  observable_files: [observables.tsv]\n  sbml_files: [model.xml]\n")
+    return folder / "resets.yaml", data
+
+
+def test_sbml_resets_at_parameter_times_fixed_per_condition(tmp_path):
+    """Reference: the NLL written by hand from scipy's solve_ivp (LSODA, rtol 1e-12, atol 1e-14) of A' = k - d A,
+    run segment by segment between the resets (A = 0 at t_w = 2, 3 or 4 (SBML value), A = a_set at t_r = 5; a
+    measurement at a reset time sees A before it); its gradient by central differences of that NLL (step 1e-5).
+    Tolerances fixed beforehand: NLL rel 1e-8, gradient rel 1e-5."""
+    from scipy.integrate import solve_ivp
+
+    yaml, data = _reset_problem(tmp_path)
+    pp = load(yaml)
+    got = {n: [(d.time, d.state, d.amount, d.mode) for d in pp.experiments.condition(n).doses]
+           for n in ("c1", "c2", "c3")}
+    assert got == {"c1": [(2.0, "A", 0.0, "set"), (5.0, "A", "a_set", "set")],
+                   "c2": [(3.0, "A", 0.0, "set"), (5.0, "A", "a_set", "set")],
+                   "c3": [(4.0, "A", 0.0, "set"), (5.0, "A", "a_set", "set")]}
+    assert list(pp.problem.estimated) == ["k", "d", "a_set"]
+    a0, t_w = {"c1": 1.0, "c2": 2.0, "c3": 1.5}, {"c1": 2.0, "c2": 3.0, "c3": 4.0}
+
+    def nll(k, d, a_set):
+        out = 0.0
+        for c in ("c1", "c2", "c3"):
+            ts = np.array([t for cc, t, _ in data if cc == c])
+            ys = np.array([y for cc, _, y in data if cc == c])
+            h, x, start = np.empty(ts.size), a0[c], 0.0
+            for end, value in ((t_w[c], 0.0), (5.0, a_set), (np.inf, None)):
+                sel = (ts > start) & (ts <= end)
+                stop = min(end, ts.max())
+                if stop > start:
+                    te = np.unique(np.r_[ts[sel], stop])
+                    sol = solve_ivp(lambda t, y: k - d * y, (start, stop), [x], method="LSODA", rtol=1e-12, atol=1e-14,
+                                    t_eval=te)
+                    h[sel] = sol.y[0][np.searchsorted(te, ts[sel])]
+                    x = sol.y[0][-1]
+                x, start = value, end
+                if value is None:
+                    break
+            out += float(np.sum(0.5 * np.log(2 * np.pi * 0.1**2) + 0.5 * ((ys - h) / 0.1) ** 2))
+        return out
+
+    u = np.array([math.log10(0.8), 0.5, 1.2])
+    theta = lambda v: (10 ** v[0], v[1], v[2])  # noqa: E731
+    ev = pp.objective(tight())(u)
+    assert ev.nll == pytest.approx(nll(*theta(u)), rel=1e-8)
+    assert pp.nll_nominal(tight()) == pytest.approx(ev.nll, rel=1e-12)
+    h = 1e-5
+    fd = [(nll(*theta(u + e)) - nll(*theta(u - e))) / (2 * h) for e in np.eye(3) * h]
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("conditions, t_r_estimated, match", [
+    ("conditionId\tt_w\tA\nc1\t2\t1\nc2\t3\t2\nc3\t\t1.5\n", 1,
+     r"'model.xml': event 'refill' triggers at time >= t_r, and in condition 'c1' the parameter 't_r' is estimated "
+     r"\(parameter table, estimate = 1\); an estimated event time is not supported yet"),
+    ("conditionId\tt_w\tA\nc1\t2\t1\nc2\tk\t2\nc3\t\t1.5\n", 0,
+     r"'model.xml': event 'wash' triggers at time >= t_w, and in condition 'c2' the parameter 'k' is estimated"),
+    ("conditionId\tt_w\tA\nc1\t2\t1\nc2\t-3\t2\nc3\t\t1.5\n", 0,
+     r"'model.xml': event 'wash' triggers at time >= t_w, which is -3.0 in condition 'c2'; events are supported at "
+     r"fixed times > 0 only"),
+])
+def test_sbml_event_times_that_are_not_fixed_and_positive_are_refused(tmp_path, conditions, t_r_estimated, match):
+    yaml, _ = _reset_problem(tmp_path, conditions, t_r_estimated)
+    with pytest.raises(PetabError, match=match):
+        load(yaml)
+
+
 def _underscore_problem(tmp_path, extra_parameters=""):
     """SBML and PEtab ids with a leading '_' (SalazarCavazos_MBoC2020's '_rateLaw1'): _A decays at rate _k,
     starts at 2 (c1) or at the parameter-table value _a0 (c2); observed as _scale*_A with sd _sd."""

@@ -508,10 +508,10 @@ def assert_refused(tmp_path, match, **kw):
 def test_unsupported_elements_are_refused_by_id(tmp_path):
     ev = ('<listOfEvents><event id="dose" useValuesFromTriggerTime="true"><trigger initialValue="true" '
           f'persistent="true">{mathml("time > 1")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
-          f'{mathml("2")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
-    assert_refused(tmp_path, r"'model.xml': SBML model 'm': event 'dose' sets 'A' to a value that is not A \+ an "
-                             r"amount of parameters \(a reset or a state-dependent change\); events are supported as "
-                             r"doses only", extra=ev)
+          f'{mathml("2 * A")}</eventAssignment></listOfEventAssignments></event></listOfEvents>')
+    assert_refused(tmp_path, r"'model.xml': SBML model 'm': event 'dose' sets 'A' to a value that is neither A \+ an "
+                             r"amount of parameters nor a value of parameters \(a state-dependent change\); events "
+                             r"are supported as doses and resets only", extra=ev)
     assert_refused(tmp_path, r"algebraic rule \('alg'\).*not supported",
             rules=[f'<algebraicRule id="alg">{mathml("A - k")}</algebraicRule>'])
     assert_refused(tmp_path, r"the kinetic law of reaction 'r1': the delay csymbol .* is not supported",
@@ -860,18 +860,58 @@ def test_time_triggered_additions_are_doses(tmp_path):
         assert number(parse_expression(d.amount, names, "amount"), sbml) == pytest.approx(want, rel=1e-15)
 
 
+def test_resets_and_parameter_trigger_times(tmp_path):
+    """``A = value`` (free of A) is a reset (mode "set"); a trigger time of parameters keeps its text in
+    ``dose_times`` and its value at the SBML values (k = 0.3: 10 k = 3) as the Dose's time."""
+    events = [event("wash", "time >= 10 * k", [("A", "0"), ("B", "amt / 2")]),
+              event("refill", "time > 7", [("A", "A + 1"), ("B", "k")])]
+    sbml = load_text(tmp_path, document(**DOSED, extra=f"<listOfEvents>{''.join(events)}</listOfEvents>"))
+    got = [(d.time, d.state, d.amount, d.mode) for d in sbml.doses]
+    assert got[0] == (pytest.approx(3.0, rel=1e-15), "A", 0.0, "set")
+    assert got[1][1:] == ("B", "amt/2", "set") and got[1][0] == got[0][0]
+    assert got[2:] == [(7.0, "A", 1.0, "add"), (7.0, "B", "k", "set")]
+    assert sbml.dose_times == ("10*k", "10*k", None, None)
+    assert sbml.dose_events == ("wash", "wash", "refill", "refill")
+
+
+def test_boundary_species_and_parameters_that_events_assign_are_states(tmp_path):
+    """A boundary species (Smith_BMCSystBiol2013's insulin) and a non-constant parameter, changed only by events:
+    states of derivative 0 (the boundary species' reactions do not change it), with their initial values."""
+    doc = document(comps=[comp("C", 2.0)],
+                   species_=[species("A", conc=1.0), species("S", amount=3.0, only_substance=True, boundary=True)],
+                   params=[param("k", 0.3), param("u", 0.5, constant=False)],
+                   reactions=[reaction("r1", "k * S * u * C", [("S", 1)], [("A", 1)])],
+                   extra=f"<listOfEvents>{event('off', 'time >= 4', [('S', '0'), ('u', 'u + k')])}</listOfEvents>")
+    sbml = load_text(tmp_path, doc)
+    assert sbml.model.states == ("A", "S", "u") and sbml.model.params == ("C", "k")
+    assert [float(sbml.x0[s]) for s in sbml.model.states] == [1.0, 3.0, 0.5]
+    assert [(d.time, d.state, d.amount, d.mode) for d in sbml.doses] == [(4.0, "S", 0.0, "set"), (4.0, "u", "k", "add")]
+    check_rhs(sbml, lambda t, y, p: {"A": p["k"] * y["S"] * y["u"] * p["C"] / p["C"], "S": 0.0, "u": 0.0},
+              np.random.default_rng(3))
+    # a constant species stays a parameter, and an event may not assign it
+    doc = document(comps=[comp("C", 2.0)], species_=[species("A", conc=1.0), species("S", amount=3.0, constant=True)],
+                   extra=f"<listOfEvents>{event('off', 'time >= 4', [('S', '0')])}</listOfEvents>")
+    with pytest.raises(SBMLError, match=r"event 'off' assigns 'S', which is no state"):
+        load_text(tmp_path, doc)
+
+
 @pytest.mark.parametrize("ev, match", [
     (event("late", "time >= 2", [("A", "A + 1")], inner=f"<delay>{mathml('1')}</delay>"),
      r"'model.xml': SBML model 'm': event 'late' has a delay; delayed events are not supported"),
     (event("prio", "time >= 2", [("A", "A + 1")], inner=f"<priority>{mathml('1')}</priority>"),
      r"event 'prio' has a priority; event priorities are not supported"),
     (event("thr", "A > 0.5", [("A", "A + 1")]),
-     r"event 'thr' has a trigger that is not of the form 'time >= T'; events are supported as doses only"),
+     r"event 'thr' has a trigger that is not of the form 'time >= T'; events are supported as doses and resets "
+     r"at fixed times only"),
     (event("zero", "time >= 0", [("A", "A + 1")]), r"the trigger time of event 'zero' is not a positive number"),
-    (event("par", "time >= k", [("A", "A + 1")]), r"the trigger time of event 'par' is not a positive number"),
-    (event("reset", "time >= 2", [("A", "3")]), r"event 'reset' sets 'A' to a value that is not A \+ an amount"),
-    (event("scale", "time >= 2", [("A", "2 * A")]), r"event 'scale' sets 'A' to a value that is not A \+ an amount"),
-    (event("cross", "time >= 2", [("A", "A + B")]), r"event 'cross' sets 'A' to a value that is not A \+ an amount"),
+    (event("par", "time >= k - 1", [("A", "A + 1")]),
+     r"the trigger time of event 'par' is not a positive number at the SBML values of its parameters"),
+    (event("state", "time >= B", [("A", "A + 1")]),
+     r"the trigger time of event 'state' depends on \['B'\], which are no parameters"),
+    (event("scale", "time >= 2", [("A", "2 * A")]),
+     r"event 'scale' sets 'A' to a value that is neither A \+ an amount of parameters nor a value of parameters"),
+    (event("cross", "time >= 2", [("A", "A + B")]), r"event 'cross' sets 'A' to a value that is neither A \+ an"),
+    (event("copy", "time >= 2", [("A", "B")]), r"event 'copy' sets 'A' to a value that is neither A \+ an"),
     (event("knob", "time >= 2", [("k", "k + 1")]), r"event 'knob' assigns 'k', which is no state"),
 ])
 def test_other_events_are_refused_naming_the_event_and_the_file(tmp_path, ev, match):

@@ -84,14 +84,21 @@ class Input:
         return np.asarray(self.values)[np.clip(idx, 0, len(self.values) - 1)]
 
 
+_DOSE_MODES = ("add", "set")
+
+
 @dataclass(frozen=True)
 class Dose:
-    """A bolus: at ``time`` the state ``state`` jumps by ``amount`` (a number or an expression
-    of parameters, e.g. ``"dose_mg / V"``)."""
+    """A change of a state at a fixed time: at ``time`` the state ``state`` jumps by ``amount`` (a
+    number or an expression of parameters, e.g. ``"dose_mg / V"``), a bolus; with ``mode="set"`` it
+    is set to ``amount`` instead (a reset, e.g. a stimulus washed out: ``Dose(240, "Ins", 0.0,
+    mode="set")``). A measurement at exactly ``time`` sees the state before the dose. Doses at the
+    same time apply in the order given."""
 
     time: float
     state: str
     amount: float | str
+    mode: str = "add"
 
     def __post_init__(self):
         t = _number_or_text("Dose.time", self.time)
@@ -101,6 +108,14 @@ class Dose:
         if not isinstance(self.state, str) or not self.state:
             raise DataError(f"Dose.state: expected a state name, got {self.state!r}")
         object.__setattr__(self, "amount", _number_or_text("Dose.amount", self.amount))
+        if not isinstance(self.mode, str) or self.mode not in _DOSE_MODES:
+            raise DataError(f"Dose.mode: expected one of {list(_DOSE_MODES)}, got {self.mode!r}; \"add\" adds the "
+                            "amount to the state (a bolus), \"set\" sets the state to it (a reset)")
+
+    @property
+    def resets(self) -> bool:
+        """Whether the dose sets the state (``mode="set"``) rather than adding to it."""
+        return self.mode == "set"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ each measurement ``y`` compared with ``h(t, X[node], p_e, q_e)`` at the node of 
 parameter overrides and initial-state expressions, with its exact Jacobian). The grid of an
 experiment has every measurement time, ``t0``, every dose time and every input knot as nodes;
 at a dose time the node is doubled and the interval of length 0 between the two copies carries the
-jump ``x+ - x- - amount(u) e_state = 0`` instead of a collocation rule (a measurement at that time
-sees the state before the dose, as in the single-shooting objective). Between the knots of
+jump ``x+ - x- - amount(u) e_state = 0`` instead of a collocation rule (a reset, ``Dose(mode="set")``:
+``x+_state - amount(u) = 0``; a measurement at that time sees the state before the dose, as in the
+single-shooting objective). Between the knots of
 inputs the right-hand side's parameters are constant (a linear input runs as ``u + u__rate t``,
 see ``FitProblem.solve_model``), so each such piece is one call of the collocation kernel.
 Pre-equilibration gives ``x0_e`` as the steady state (:class:`~odeinfer.likelihood.steady.SteadyState`).
@@ -47,6 +48,7 @@ from odeinfer.errors import DataError, InputError
 from odeinfer.estimators import _bock
 from odeinfer.estimators._simultaneous_setup import _user_trajectory, collocation_pattern, make_grid
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, nll_terms, transform_data
+from odeinfer.likelihood.objective import apply_doses
 from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale, to_scale
 from odeinfer.solve import abi
@@ -115,9 +117,9 @@ class _Exp:
             jumps.append(i)
         self.t = grid
         N = grid.size
-        self.jumps = {j: [(m.states.index(d.state), a) for a, d in enumerate(plan.doses) if d.time == grid[j]]
-                      for j in jumps}
-        self.x0_doses = [(m.states.index(d.state), a) for a, d in enumerate(plan.doses) if d.time <= t0]
+        self.jumps = {j: [(m.states.index(d.state), a, d.resets) for a, d in enumerate(plan.doses)
+                          if d.time == grid[j]] for j in jumps}
+        self.x0_doses = [(m.states.index(d.state), a, d.resets) for a, d in enumerate(plan.doses) if d.time <= t0]
         cuts = {0, N - 1} | {int(np.searchsorted(grid, k)) for k in knots} | set(jumps) | {j + 1 for j in jumps}
         cuts = sorted(cuts)
         self.pieces = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if a not in self.jumps]
@@ -240,9 +242,7 @@ class LikelihoodCollocation:
                 keep = e.plan.keep_x0
                 x = np.where(keep, x, res[0])
                 dx = np.where(keep[:, None], dx, res[1])
-            for i, a in e.x0_doses:
-                x[i] += v[od + a]
-                dx[i] += Ju[od + a]
+            apply_doses(x, dx, e.x0_doses, v[od:], Ju[od:])
             pieces = []
             for a, _ in e.pieces:
                 pj, dpj = np.zeros(self.n_ps), np.zeros((self.n_ps, self.q))
@@ -355,8 +355,7 @@ class LikelihoodCollocation:
         for a in sorted(set(params) | set(e.jumps)):
             if a in e.jumps:
                 X[a + 1] = X[a]
-                for i, k in e.jumps[a]:
-                    X[a + 1, i] += v[od + k]
+                apply_doses(X[a + 1], None, e.jumps[a], v[od:], None)
                 continue
             b = next(b for a_, b in e.pieces if a_ == a)
             sol = solve(Problem(self.problem.solve_model, e.t[a + 1:b + 1], t0=e.t[a]), params[a], x0=X[a].copy(),
@@ -416,13 +415,11 @@ class Constraints:
                     cd[rows, 2 * n:] = jt[:, 2 * n:] @ dpj
             for j, doses in e.jumps.items():
                 rows = slice(r0 + j * n, r0 + (j + 1) * n)
-                jump, djump = np.zeros(n), np.zeros((n, q))
-                for i, a in doses:
-                    jump[i] += v[od + a]
-                    djump[i] += Ju[od + a]
-                self.c[rows] = X[j + 1] - X[j] - jump
+                jump, djump, keep = np.zeros(n), np.zeros((n, q)), np.ones(n)
+                apply_doses(jump, djump, doses, v[od:], Ju[od:], keep)  # x+ = keep x- + jump
+                self.c[rows] = X[j + 1] - keep * X[j] - jump
                 if want_jac:
-                    cd[rows, :n], cd[rows, n:2 * n], cd[rows, 2 * n:] = -eye, eye, -djump
+                    cd[rows, :n], cd[rows, n:2 * n], cd[rows, 2 * n:] = -np.diag(keep), eye, -djump
             r = prob.n_coll + k * n
             self.c[r:r + n] = X[0] - x0
             if want_jac:

@@ -8,7 +8,9 @@ prebuilt :class:`~odeinfer.solve.Solver` with forward sensitivities in the right
 parameters and the segment's initial state, chained to the problem's parameters through the
 exact Jacobian of the condition mapping ``v(theta) = p | q | x0 | doses | p_pre | x0_pre``. A
 dose adds its amount to the state (and the amount's gradient to the state's sensitivities: the
-jump condition of a bolus at a fixed time). A jump of the right-hand side at a time that is a
+jump condition of a bolus at a fixed time); a dose with ``mode="set"`` sets the state to its amount
+and the state's sensitivities to the amount's gradient (the jump condition of a reset at a fixed
+time). A jump of the right-hand side at a time that is a
 function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
 cuts the integration too, at cut times that move with the parameters (segments cached by them),
 and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Measurements at ``t = inf``
@@ -132,8 +134,8 @@ class _Run:
         for inp in plan.inputs.values():
             cuts |= {k for k in inp.t if t0 < k < t_end}
         self.fixed_cuts = sorted(cuts)
-        self.x0_doses = [(m.states.index(d.state), i) for i, d in enumerate(plan.doses) if d.time <= t0]
-        self.dose_times = [(d.time, m.states.index(d.state), i) for i, d in enumerate(plan.doses)]
+        self.x0_doses = [(m.states.index(d.state), i, d.resets) for i, d in enumerate(plan.doses) if d.time <= t0]
+        self.dose_times = [(d.time, (m.states.index(d.state), i, d.resets)) for i, d in enumerate(plan.doses)]
         self.p_inputs = [(k, inp, prob.rates.get(k)) for k, inp in plan.inputs.items()]
         self.solver = obj.solver if solver is None else solver
         self.gradient = gradient
@@ -206,7 +208,7 @@ class _Run:
             seg = _Segment()
             seg.start, seg.out, seg.rows, seg.end_extra = start, out, _as_slice(out), extra
             seg.solver = self._bind(tt, start)
-            seg.jumps = [(i, a) for (td, i, a) in self.dose_times if td == tau and td > self.t0]
+            seg.jumps = [dose for (td, dose) in self.dose_times if td == tau and td > self.t0]
             seg.switches = ids
             seg.p_inputs = [_input_at(k, inp, start, r) for k, inp, r in self.p_inputs]
             segments.append(seg)
@@ -258,9 +260,7 @@ class _Run:
             keep = self.keep_x0
             x = np.where(keep, x, xs)
             dx = np.where(keep[:, None], dx, dxs)
-        for i, a in self.x0_doses:
-            x[i] += v[od + a]
-            dx[i] += Jv[od + a]
+        apply_doses(x, dx, self.x0_doses, v[od:], Jv[od:])
         X = np.empty((self.times.size, n_s))
         dX = np.zeros((self.times.size, n_s, ne))
         n_ps, cols, sel = self.n_ps, self.traj_cols, self.col_sel
@@ -301,9 +301,7 @@ class _Run:
                 _, lo, hi, dtau = switches[j]
                 cm = seg.solver.compiled
                 dx += np.outer(cm.f(lo, x, pj) - cm.f(hi, x, pj), dtau @ dp)
-            for i, a in seg.jumps:
-                x[i] += v[od + a]
-                dx[i] += Jv[od + a]
+            apply_doses(x, dx, seg.jumps, v[od:], Jv[od:])
         if self.at_inf.size:
             res = self.steady(p, x, dp, dx, what="the run to steady state (measurements at t = inf)", t0=self.t_end)
             if isinstance(res, str):
@@ -313,6 +311,25 @@ class _Run:
 
 
 _CACHE = 8  # segment lists kept per run (by their cut times)
+
+
+def apply_doses(x, dx, doses, amounts, damounts, keep=None):
+    """Apply the doses ``[(state index, amount index, resets)]`` of one time, in order, to the states
+    ``x`` and their gradients ``dx`` (in place; ``dx`` may be None): a bolus adds ``amounts[a]``
+    (and ``damounts[a]``), a reset sets the state to it (and the state's gradient row to
+    ``damounts[a]``: the jump condition of a reset at a fixed time). ``keep`` (optional, ones): set
+    to 0 at the reset states, so that ``x+ = keep x- + jump`` when ``x`` and ``dx`` start at 0."""
+    for i, a, resets in doses:
+        if resets:
+            x[i] = amounts[a]
+            if dx is not None:
+                dx[i] = damounts[a]
+            if keep is not None:
+                keep[i] = 0.0
+        else:
+            x[i] += amounts[a]
+            if dx is not None:
+                dx[i] += damounts[a]
 
 
 def _rebind(template, t, t0):

@@ -44,15 +44,21 @@ math
     and numbers (integer, real, e-notation, rational).
 
 events
-    Doses: an event whose trigger is ``time >= T`` (or ``time > T``) with a number ``T > 0``, with
-    neither delay nor priority, and whose assignments have the form ``s = s + amount`` (``s`` a
-    state, ``amount`` an expression of the parameters) becomes the doses ``(T, s, amount)``
-    (:attr:`SBMLModel.doses`; a species that is a concentration gets the amount in concentration
-    units, as SBML's math reads it). As for :class:`~odeinfer.Dose`, a measurement at exactly
-    ``T`` sees the state before the dose.
+    Doses: an event whose trigger is ``time >= T`` (or ``time > T``), with neither delay nor
+    priority, and whose assignments have the form ``s = s + amount`` (``s`` a state, ``amount``
+    an expression of the parameters) becomes the doses ``(T, s, amount)``; an assignment
+    ``s = value`` (``value`` an expression of the parameters, free of ``s``) a reset
+    ``(T, s, value, mode="set")`` (:attr:`SBMLModel.doses`; a species that is a concentration
+    gets the amount in concentration units, as SBML's math reads it). ``T`` is a number > 0 or
+    an expression of the parameters (``time >= t_ins``), positive at the SBML values, whose
+    text :attr:`SBMLModel.dose_times` keeps: :func:`odeinfer.petab.load` resolves it per
+    condition and requires it fixed. As for :class:`~odeinfer.Dose`, a measurement at exactly
+    ``T`` sees the state before the dose. A boundary species or a parameter that is not constant
+    and that events assign is a state, of derivative 0 unless a rate rule gives one (a stimulus
+    that events switch, such as Smith_BMCSystBiol2013's insulin).
 
 Not supported (an :class:`SBMLError` naming the element): other events (delays, priorities,
-triggers other than a time, resets ``s = value``, assignments to parameters), algebraic rules, fast
+triggers other than a time, state-dependent assignments, assignments to parameters), algebraic rules, fast
 reactions, variable stoichiometry (``stoichiometryMath`` or a species reference changed by a
 rule), conversion factors, concentrations in a compartment whose size changes, the ``delay``
 and ``rateOf`` csymbols, ``floor``, ``ceiling``, ``factorial``, ``quotient``, ``rem``,
@@ -122,10 +128,16 @@ class SBMLModel:
         substituted: expressions of the states, parameters and ``t`` (observables may name them).
     doses : tuple of Dose
         The events as :class:`~odeinfer.Dose` s (see the module's notes), in document order; each
-        amount is a number or an expression of the parameters.
+        amount is a number or an expression of the parameters. A dose whose trigger time is an
+        expression of the parameters has its value at :attr:`values` as its time.
     renamed : dict of str to str
         ``{SBML id: odeinfer name}`` of the ids that are no odeinfer names as they stand (a leading
         ``_``): each is :func:`odeinfer_name` of the id, everywhere in the model (see the module's notes).
+    dose_times : tuple of (str or None)
+        Per dose, its trigger time as the text of an expression of the parameters (``"t_ins"``),
+        or None when the trigger time is a number.
+    dose_events : tuple of str
+        Per dose, the id of its event (``"#k"`` for the k-th event without an id).
     """
 
     model: Model
@@ -134,6 +146,8 @@ class SBMLModel:
     expressions: dict
     doses: tuple = ()
     renamed: dict = field(default_factory=dict)
+    dose_times: tuple = ()
+    dose_events: tuple = ()
 
     def initial_state(self, values=None) -> dict:
         """The initial state as numbers, ``{state: float}``.
@@ -653,7 +667,8 @@ class _Import:
             self.fail(f"rules or initial assignments set {unknown}, which are no compartment, species or "
                       "parameter (a species reference's stoichiometry?)",
                       "variable stoichiometry is not supported: use constant stoichiometries")
-        states, params, derived = self.classify(species + comps + pars, rate, assign, initial)
+        evented = {a.getVariable() for e in m.getListOfEvents() for a in e.getListOfEventAssignments()}
+        states, params, derived = self.classify(species + comps + pars, rate, assign, initial, evented)
         fluxes = self.fluxes(species, reactions, set(rate) | set(assign))
         laws = {r.getId(): self.kinetic_law(conv, r) for r in reactions}  # local parameters as numbers
 
@@ -684,6 +699,8 @@ class _Import:
         for s in states:
             if s in rate:
                 rhs = dyn.expr(rate[s])
+            elif s in evented and (m.getSpecies(s) is None or m.getSpecies(s).getBoundaryCondition()):
+                rhs = sp.Integer(0)  # a boundary species or parameter that only events change
             else:
                 rhs = sp.Add(*(n * dyn.value(rid) for n, rid in fluxes.get(s, ())))
                 sp_ = m.getSpecies(s)
@@ -694,18 +711,21 @@ class _Import:
             self.only(rhs, allowed, f"the derivative of {s!r}")
             exprs.append(rhs)
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
-        doses = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size)
+        doses, times, events = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size, values)
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
-        return SBMLModel(model, x0, values, expressions, doses, renamed)
+        return SBMLModel(model, x0, values, expressions, doses, renamed, times, events)
 
-    def events(self, conv, dyn, states, psyms, size):
-        """The events as Doses ``(time, state, amount)``, one per assignment ``s = s + amount`` of an
-        event triggered by ``time >= T`` (or ``time > T``) with a number ``T > 0``, no delay and no
-        priority; ``amount`` is an expression of the parameters (sympy)."""
+    def events(self, conv, dyn, states, psyms, size, values):
+        """``(doses, dose_times, dose_events)``: the events as Doses, one per assignment of an event
+        triggered by ``time >= T`` (or ``time > T``), no delay and no priority; ``s = s + amount`` is
+        a bolus, ``s = value`` (``value`` free of ``s``) a reset (``mode="set"``), ``amount`` and
+        ``value`` expressions of the parameters. ``T`` is a number > 0 or an expression of the
+        parameters: then the Dose's time is its value at the SBML values and ``dose_times`` holds its
+        text (else None); ``dose_events`` the event ids."""
         from odeinfer.data import Dose
         from odeinfer.model.equations import format_expr
 
-        out = []
+        out, times, ids = [], [], []
         for k, e in enumerate(self.m.getListOfEvents()):
             eid = e.getId() or f"#{k + 1}"
             where = f"event {eid!r}"
@@ -724,11 +744,23 @@ class _Import:
                 when = dyn.expr(cond.lhs)
             else:
                 self.fail(f"{where} has a trigger that is not of the form 'time >= T'; events are supported as "
-                          "doses only (a trigger time >= T, assignments s = s + amount)",
-                          "express other events in the model (e.g. a piecewise of time)")
+                          "doses and resets at fixed times only (a trigger time >= T, assignments s = s + amount "
+                          "or s = value)", "express other events in the model (e.g. a piecewise of time)")
+            text = None
+            if when.free_symbols:
+                if not when.free_symbols <= psyms:
+                    self.fail(f"the trigger time of {where} depends on "
+                              f"{sorted(x.name for x in when.free_symbols - psyms)}, which are no parameters; "
+                              "events are supported at fixed times only",
+                              "give the trigger a number or a parameter (time >= T)")
+                size.check(when, f"the trigger time of {where}")
+                text = format_expr(when)
+                when = when.xreplace({x: sp.Float(values[x.name], 17) for x in when.free_symbols})
             if not (when.is_number and when.is_real and math.isfinite(float(when)) and float(when) > 0):
-                self.fail(f"the trigger time of {where} is not a positive number; events are supported as doses at "
-                          "fixed times only", "give the trigger a number T > 0 (time >= T)")
+                self.fail(f"the trigger time of {where} is not a positive number"
+                          + (" at the SBML values of its parameters" if text else "")
+                          + "; events are supported as doses at fixed times > 0 only",
+                          "give the trigger a number or a parameter T > 0 (time >= T)")
             for a in e.getListOfEventAssignments():
                 var = a.getVariable()
                 if var not in states:
@@ -737,17 +769,22 @@ class _Import:
                 if a.getMath() is None:
                     self.fail(f"the assignment of {var!r} in {where} has no math", "give it one")
                 value = dyn.expr(conv.convert(a.getMath(), f"{self.label}: the assignment of {var!r} in {where}"))
-                amount = value - states[var]
+                mode = "add" if states[var] in value.free_symbols else "set"
+                amount = value - states[var] if mode == "add" else value
                 if not amount.free_symbols <= psyms:
-                    self.fail(f"{where} sets {var!r} to a value that is not {var} + an amount of parameters (a reset "
-                              "or a state-dependent change); events are supported as doses only",
-                              f"write the assignment as {var} + amount")
+                    self.fail(f"{where} sets {var!r} to a value that is neither {var} + an amount of parameters nor "
+                              "a value of parameters (a state-dependent change); events are supported as doses "
+                              "and resets only", f"write the assignment as {var} + amount or {var} = value")
                 size.check(amount, f"the amount of {var!r} in {where}")
-                out.append(Dose(float(when), var, float(amount) if amount.is_number else format_expr(amount)))
-        return tuple(out)
+                out.append(Dose(float(when), var, float(amount) if amount.is_number else format_expr(amount), mode))
+                times.append(text)
+                ids.append(eid)
+        return tuple(out), tuple(times), tuple(ids)
 
-    def classify(self, items, rate, assign, initial):
-        """(states, params, derived constants) in document order; the rest are assignment-rule targets."""
+    def classify(self, items, rate, assign, initial, evented):
+        """(states, params, derived constants) in document order; the rest are assignment-rule targets.
+        A boundary species or a parameter that is not constant and that events assign (``evented``) is a
+        state (without a rate rule its derivative is 0)."""
         import libsbml as L
 
         states, params, derived = [], [], []
@@ -758,6 +795,8 @@ class _Import:
             elif i in assign:
                 continue
             elif item.getTypeCode() == L.SBML_SPECIES and not (item.getConstant() or item.getBoundaryCondition()):
+                states.append(i)
+            elif i in evented and item.getTypeCode() in (L.SBML_SPECIES, L.SBML_PARAMETER) and not item.getConstant():
                 states.append(i)
             elif i in initial:
                 derived.append(i)

@@ -42,9 +42,14 @@ condition table
     value that uses a parameter the condition overrides is evaluated with the override (as PEtab
     evaluates initial assignments with the condition's values).
 SBML events
-    The events :func:`~odeinfer.petab.sbml.load_sbml` reads as doses become the
-    :class:`~odeinfer.Dose` s of every experiment up to its last measurement (later ones change
-    no measurement), their amounts evaluated under the simulation condition's overrides.
+    The events :func:`~odeinfer.petab.sbml.load_sbml` reads as doses (boluses and resets) become
+    the :class:`~odeinfer.Dose` s of every experiment up to its last measurement (later ones
+    change no measurement), their amounts evaluated under the simulation condition's overrides.
+    A trigger time that is a parameter (``time >= t_ins``) is evaluated per simulation condition
+    too: each parameter in it must be fixed there (a number or a fixed parameter in the
+    condition table, else ``estimate`` 0 in the parameter table, else its SBML value if the
+    parameter table does not list it); an estimated one is refused (:class:`PetabError` naming
+    the event, the parameter and the SBML file).
 pre-equilibration
     ``Condition(..., preequilibrate=Condition(params=..., x0=...))``: the model runs to steady
     state under the pre-equilibration condition; the species the simulation condition sets
@@ -449,6 +454,7 @@ class _Loader:
         self.params = self.parameter_table(_Table.read("parameter_file", files["parameter"], (
             "parameterId", "parameterScale", "lowerBound", "upperBound", "nominalValue", "estimate")))
         self.sbml = load_sbml(files["sbml"][0][2], root=self.root)
+        self.sbml_file = repr(files["sbml"][0][1])
         m = self.sbml.model
         self.symbols = {n: sp.Symbol(n, real=True) for n in m.states + m.params}
         observables, noise, obs_params, counts = self.observable_table(_Table.read(
@@ -474,11 +480,11 @@ class _Loader:
             if pre:
                 p_sim, x_sim = self.condition(conditions[sim], initial=False)
                 p_pre, x_pre = self.condition(conditions[pre], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end),
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end, sim),
                                  preequilibrate=Condition(params=p_pre, x0=x_pre))
             else:
                 p_sim, x_sim = self.condition(conditions[sim], initial=True)
-                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end))
+                cond = Condition(params={**p_sim, **params}, x0=x_sim, t0=0.0, doses=self.doses(p_sim, t_end, sim))
             datas.append(_data(rows, [o for o in obs_order if o in measured], name, Data))
             names.append(name)
             conds[name] = cond
@@ -700,22 +706,49 @@ class _Loader:
         return {self.symbols[p]: (sp.Symbol(v, real=True) if isinstance(v, str) else sp.Float(v, 17))
                 for p, v in params.items()}
 
-    def doses(self, params, t_end):
-        """The SBML events as Doses up to ``t_end`` (later ones change no measurement), their amounts
-        evaluated under a condition's parameter overrides ``params``."""
+    def doses(self, params, t_end, condition):
+        """The SBML events as Doses up to ``t_end`` (later ones change no measurement), their times and
+        amounts evaluated under the parameter overrides ``params`` of the simulation condition
+        ``condition``."""
         from odeinfer.data import Dose
         from odeinfer.model.equations import format_expr, parse_expression
 
         subs, out = self.overrides(params), []
-        for d in self.sbml.doses:
-            if d.time > t_end:
+        s = self.sbml
+        n = len(s.doses)
+        for d, text, eid in zip(s.doses, s.dose_times or (None,) * n, s.dose_events or ("?",) * n):
+            time = d.time if text is None else self.dose_time(text, subs, eid, condition)
+            if time > t_end:
                 continue
             amount = d.amount
             if isinstance(amount, str) and subs:
                 e = parse_expression(amount, self.symbols, f"the amount of a dose of {d.state!r}").xreplace(subs)
                 amount = float(e) if e.is_number else format_expr(e)
-            out.append(Dose(d.time, d.state, amount))
+            out.append(Dose(time, d.state, amount, d.mode))
         return tuple(out)
+
+    def dose_time(self, text, subs, event, condition):
+        """The trigger time ``text`` (an expression of the parameters) of SBML event ``event`` under
+        condition ``condition`` (overrides ``subs``): a number, each parameter fixed by the condition,
+        by the parameter table (``estimate`` 0) or by the SBML model (in neither table)."""
+        from odeinfer.model.equations import parse_expression
+
+        e = parse_expression(text, self.symbols, f"the trigger time of event {event!r}").xreplace(subs)
+        values = {}
+        for x in sorted(e.free_symbols, key=lambda x: x.name):
+            par = self.params.get(x.name)
+            if par is not None and par.estimate:
+                self.fail(f"{self.sbml_file}: event {event!r} triggers at time >= {text}, and in condition "
+                          f"{condition!r} the parameter {x.name!r} is estimated (parameter table, estimate = 1); an "
+                          "estimated event time is not supported yet: fix it (estimate = 0) or set it to a number "
+                          "in the condition table")
+            values[x] = sp.Float(par.value if par is not None else self.sbml.values[x.name], 17)
+        time = float(e.xreplace(values))
+        if not (math.isfinite(time) and time > 0):
+            self.fail(f"{self.sbml_file}: event {event!r} triggers at time >= {text}, which is {time!r} in condition "
+                      f"{condition!r}; events are supported at fixed times > 0 only: give the trigger time a "
+                      "positive value in the condition or parameter table")
+        return time
 
     # -- measurement table ----------------------------------------------------------------------
     def measurement_table(self, table, conditions, counts):

@@ -70,7 +70,8 @@ def _condition(c):
     if c is None:
         return None
     return {"params": {k: _value(v) for k, v in c.params.items()}, "x0": dict(c.x0), "t0": c.t0,
-            "doses": [[d.time, d.state, d.amount] for d in c.doses], "preequilibrate": _condition(c.preequilibrate)}
+            "doses": [[d.time, d.state, d.amount] + (["set"] if d.resets else []) for d in c.doses],
+            "preequilibrate": _condition(c.preequilibrate)}
 
 
 def _text(expr):
@@ -132,15 +133,22 @@ def _load_value(v):
 
 
 def _load_condition(c):
-    from odeinfer.data.conditions import Condition, Dose
+    from odeinfer.data.conditions import Condition
 
     if c is None:
         return None
     return Condition(params={str(k): _load_value(v) for k, v in dict(c["params"]).items()},
                      x0={str(k): _load_value(v) for k, v in dict(c["x0"]).items()},
                      t0=None if c["t0"] is None else float(c["t0"]),
-                     doses=[Dose(float(t), str(s), _load_value(a)) for t, s, a in c["doses"]],
+                     doses=[_load_dose(*d) for d in c["doses"]],
                      preequilibrate=_load_condition(c["preequilibrate"]))
+
+
+def _load_dose(t, s, a, mode="add"):
+    """A Dose from ``[time, state, amount]`` (a bolus) or ``[time, state, amount, mode]``."""
+    from odeinfer.data.conditions import Dose
+
+    return Dose(float(t), str(s), _load_value(a), str(mode))
 
 
 def _load_solver(s):

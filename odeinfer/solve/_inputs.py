@@ -164,7 +164,10 @@ def sens_exclude_indices(cm, exclude):
 
 
 def _state_dependent_switches(model):
-    """The switching conditions (as text) of ``model`` that involve a state."""
+    """The switching conditions (as text) of ``model`` that involve a state, but for those of a
+    piecewise that is continuous where its condition switches (:func:`_continuous_piecewise`, e.g.
+    ``piecewise(x - c, x > c, 0)``, a kink): the right-hand side does not jump there, so neither
+    do the sensitivities (their jump is ``(f(tau-) - f(tau+)) dtau/dtheta = 0``)."""
     import sympy as sp
 
     states = set(model.state_symbols)
@@ -174,8 +177,35 @@ def _state_dependent_switches(model):
             if isinstance(node, (sp.Heaviside, sp.sign)):
                 conds = [node.args[0]]
             elif isinstance(node, sp.Piecewise):
+                if _continuous_piecewise(node, states):
+                    continue
                 conds = [c for _, c in node.args]
             else:
                 continue
             found += [str(c) for c in conds if getattr(c, "free_symbols", set()) & states]
     return found
+
+
+def _continuous_piecewise(node, states):
+    """Whether ``node`` is ``Piecewise((a, lhs > rhs), (b, True))`` (any of > >= < <=) with ``a = b``
+    where ``lhs = rhs``, shown by solving ``lhs = rhs`` for a state in which it is linear and
+    substituting into ``a - b`` (sympy simplifies it to 0). Anything else counts as a jump."""
+    import sympy as sp
+
+    if len(node.args) != 2 or node.args[1][1] is not sp.true:
+        return False
+    (a, cond), (b, _) = node.args
+    if not isinstance(cond, (sp.StrictGreaterThan, sp.GreaterThan, sp.StrictLessThan, sp.LessThan)):
+        return False
+    d = cond.lhs - cond.rhs
+    for x in sorted(d.free_symbols & states, key=lambda x: x.name):
+        poly = sp.Poly(d, x) if d.is_polynomial(x) else None
+        if poly is None or poly.degree() != 1 or poly.coeffs()[0].has(x):
+            continue
+        coeff = poly.coeffs()[0]
+        if not (coeff.is_number and coeff != 0):
+            continue
+        root = sp.solve(d, x)
+        if len(root) == 1:
+            return sp.simplify((a - b).xreplace({x: root[0]})) == 0
+    return False
