@@ -236,3 +236,29 @@ def test_a_state_dependent_kink_without_a_jump_has_exact_gradients():
                          {"a": oi.Param(1.0), "k": oi.Param(0.8), "c": 1.2}, x0={"x": 0.0})
     with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at c < x depends on the states"):
         oi.Objective(prob, solver=TIGHT)
+
+
+def test_a_collapsed_step_names_the_model_s_kinks_at_state_thresholds():
+    """A failed solve with a collapsed step (Status.STEP_TOO_SMALL) says where the model has kinks at
+    state thresholds (not located by the solvers); other failures, and models without kinks, do not."""
+    from types import SimpleNamespace
+
+    from odeinfer.likelihood.objective import _Run
+    from odeinfer.solve._inputs import state_kinks
+    from odeinfer.solve.abi import Status
+
+    @oi.model(states=["x", "y"], params=["a", "c"])
+    def kinked(t, y, p):
+        return {"x": p.a - oi.math.where(y.x > p.c, y.x - p.c, 0.0), "y": oi.math.where(t > 2.0, 1.0, 0.0) - y.y}
+
+    assert state_kinks(kinked) == ["c < x"]  # the time switch of y is no state threshold
+    run = SimpleNamespace(_kinks=None, _solve_model=kinked)
+    note = _Run._kink_note(run, Status.STEP_TOO_SMALL)
+    assert note.startswith("; the right-hand side has kinks where a state crosses a threshold (c < x), which")
+    assert _Run._kink_note(run, Status.MAX_STEPS) == ""
+
+    @oi.model(states=["x"], params=["k"])
+    def smooth(t, y, p):
+        return {"x": p.k - y.x}
+
+    assert _Run._kink_note(SimpleNamespace(_kinks=None, _solve_model=smooth), Status.STEP_TOO_SMALL) == ""

@@ -37,7 +37,7 @@ from odeinfer.likelihood.steady import SteadyState
 from odeinfer.likelihood.switches import TimeSwitches
 from odeinfer.solve import Forward, Problem, bind
 from odeinfer.solve.config import as_solver, default_solver
-from odeinfer.solve.abi import status_message
+from odeinfer.solve.abi import Status, status_message
 
 __all__ = ["Objective", "Evaluation"]
 
@@ -70,6 +70,7 @@ class _Run:
         self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
         self._solve_model, self.obj_switches = prob.solve_model, obj.switches
+        self._kinks = None  # the model's kinks at state thresholds, for a failure message (_kink_note)
         syms = [prob.symbols[n] for n in prob.names]
         est = [prob.symbols[n] for n in prob.estimated]
         v = sp.Matrix(plan.exprs)
@@ -243,6 +244,21 @@ class _Run:
         J = self._jac_const if self._jac_const is not None else np.asarray(self._jac(theta), float)
         return v, J
 
+    def _kink_note(self, status):
+        """For a collapsed step: the model's kinks at state thresholds, which the solvers do not locate (a
+        step across one is only shortened by the error control), as a possible cause."""
+        if status != Status.STEP_TOO_SMALL:
+            return ""
+        if self._kinks is None:
+            from odeinfer.solve._inputs import state_kinks
+
+            self._kinks = state_kinks(self._solve_model)
+        if not self._kinks:
+            return ""
+        return (f"; the right-hand side has kinks where a state crosses a threshold ({', '.join(self._kinks[:3])}"
+                f"{', ...' if len(self._kinks) > 3 else ''}), which odeinfer's solvers do not locate yet: a step that "
+                "collapses near one can come from it; a smooth version of the kink in the model avoids it")
+
     def states(self, v, Jv):
         """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text."""
         n_p, n_q, n_s = self.n_p, self.n_q, self.n_s
@@ -287,7 +303,7 @@ class _Run:
             if st != 0:
                 info = seg.solver.info
                 return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
-                                                                      max_steps=seg.solver.max_steps)
+                                                                      max_steps=seg.solver.max_steps) + self._kink_note(st)
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
             if isinstance(seg.rows, slice) and isinstance(sel, slice):

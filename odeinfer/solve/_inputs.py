@@ -163,11 +163,12 @@ def sens_exclude_indices(cm, exclude):
     return tuple(sorted(out))
 
 
-def _state_dependent_switches(model):
-    """The switching conditions (as text) of ``model`` that involve a state, but for those of a
-    piecewise that is continuous where its condition switches (:func:`_continuous_piecewise`, e.g.
-    ``piecewise(x - c, x > c, 0)``, a kink): the right-hand side does not jump there, so neither
-    do the sensitivities (their jump is ``(f(tau-) - f(tau+)) dtau/dtheta = 0``)."""
+def _switch_conditions(model):
+    """``(condition as text, continuous)`` for each switching condition of ``model`` that involves a
+    state; ``continuous`` for those of a piecewise that is continuous where its condition switches
+    (:func:`_continuous_piecewise`, e.g. ``piecewise(x - c, x > c, 0)``, a kink): the right-hand side
+    does not jump there, so neither do the sensitivities (their jump is ``(f(tau-) - f(tau+))
+    dtau/dtheta = 0``)."""
     import sympy as sp
 
     states = set(model.state_symbols)
@@ -175,15 +176,24 @@ def _state_dependent_switches(model):
     for e in model.exprs:
         for node in sp.preorder_traversal(e):
             if isinstance(node, (sp.Heaviside, sp.sign)):
-                conds = [node.args[0]]
+                conds, smooth = [node.args[0]], False
             elif isinstance(node, sp.Piecewise):
-                if _continuous_piecewise(node, states):
-                    continue
-                conds = [c for _, c in node.args]
+                conds, smooth = [c for _, c in node.args], _continuous_piecewise(node, states)
             else:
                 continue
-            found += [str(c) for c in conds if getattr(c, "free_symbols", set()) & states]
+            found += [(str(c), smooth) for c in conds if getattr(c, "free_symbols", set()) & states]
     return found
+
+
+def _state_dependent_switches(model):
+    """The conditions (as text) of ``model``'s jumps of the right-hand side that involve a state."""
+    return [c for c, smooth in _switch_conditions(model) if not smooth]
+
+
+def state_kinks(model):
+    """The conditions (as text) of ``model``'s kinks at state thresholds: piecewise terms continuous where
+    a state crosses their threshold (the solvers do not locate these switches; sensitivities need no jump)."""
+    return [c for c, smooth in _switch_conditions(model) if smooth]
 
 
 def _continuous_piecewise(node, states):
