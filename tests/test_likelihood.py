@@ -366,3 +366,30 @@ def test_a_step_whose_end_each_condition_fixes_has_a_gradient():
     r = (ha - Y) / 0.01
     assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(Y, ha, 0.1)), rel=1e-7)
     np.testing.assert_allclose(ev.grad, [np.sum(r * np.minimum(T, 1.5)), np.sum(r * 0.7 * (T > 1.5))], rtol=1e-6)
+
+
+def test_predictions_of_experiments_that_share_a_trajectory():
+    """Two experiments under the same condition (as a PEtab condition split by per-measurement noise
+    parameters, SalazarCavazos_MBoC2020's) share one solve; their predictions and noise models are each
+    their own rows of it. Reference: x' = k from x0 = 1 is x = 1 + k t, which the solver reproduces
+    exactly (tolerance 1e-10 relative, fixed beforehand)."""
+    m = ramp.observe({"o": "x"}, noise=oi.Normal(sigma="sd"), params=["sd"])
+    t1, t2 = np.array([0.5, 2.0]), np.array([1.0, 2.0, 4.0])
+    exps = oi.Experiments([oi.Data(t1, np.ones(2), "o", name="a"), oi.Data(t2, np.ones(3), "o", name="b")],
+                          conditions={"a": oi.Condition(params={"sd": "sd_a"}),
+                                      "b": oi.Condition(params={"sd": "sd_b"})})
+    prob = oi.FitProblem(m, exps, {"k": oi.Param(0.5), "sd_a": oi.Param(0.1),
+                                   "sd_b": oi.Param(0.3)}, x0={"x": 1.0})
+    obj = oi.Objective(prob)
+    assert obj.runs[1].share is obj.runs[0]  # the case under test: b follows a's solve
+    u = prob.nominal(prob.estimated)
+    preds = obj.predictions(u)
+    for name, t in (("a", t1), ("b", t2)):
+        t_rows, which, h = preds[name]
+        np.testing.assert_array_equal(t_rows, t)
+        assert list(which) == ["o"] * t.size
+        np.testing.assert_allclose(h, 1.0 + 0.5 * t, rtol=1e-10)
+    (ha, sda, *_), (hb, sdb, *_) = obj.noise_model_at(u)
+    np.testing.assert_allclose(hb, 1.0 + 0.5 * t2, rtol=1e-10)
+    np.testing.assert_allclose(sda, 0.1, rtol=1e-12)
+    np.testing.assert_allclose(sdb, 0.3, rtol=1e-12)

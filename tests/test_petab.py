@@ -763,3 +763,40 @@ def test_ids_with_a_leading_underscore_are_prefixed_with_sbml(tmp_path):
     with pytest.raises(PetabError, match=r"parameters.tsv' line 6: the parameter 'sbml_k' has the odeinfer name "
                                          r"'sbml_k', as has '_k' \(ids with a leading '_' get the prefix 'sbml'\); rename one of them"):
         load(yaml_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # the parameter table holds sbml_k as it stands; the SBML's _k (kept out of the table) gets that name
+    ({"parameters.tsv": ("_k\tlog10", "sbml_k\tlog10")},
+     r"parameter_file: column 'parameterId' names 'sbml_k', which is also the odeinfer name of the id '_k'"),
+    # a table parameter named like the SBML reaction _deg's odeinfer name
+    ({"parameters.tsv": ("_sd\tlin", "sbml_deg\tlin\t0\t10\t1\t0\n_sd\tlin")},
+     r"parameter_file: column 'parameterId' names 'sbml_deg', which is also the odeinfer name of the id '_deg'"),
+    # the SBML holds sbml_a0 as it stands; the table's _a0 would get that name
+    ({"model.xml": ('<parameter id="_k"', '<parameter id="sbml_a0" value="1" constant="true"/><parameter id="_k"')},
+     r"parameter_file: the parameter '_a0' has the odeinfer name 'sbml_a0', which is also an id of the SBML model"),
+    ({"conditions.tsv": ("conditionId\t_A", "conditionId\tsbml_A")},
+     r"condition_files: a column names 'sbml_A', which is also the odeinfer name of the id '_A'"),
+    ({"conditions.tsv": ("c2\t_a0", "c2\tsbml_a0")},
+     r"conditions.tsv' line 3: column '_A' of condition 'c2' names 'sbml_a0', which is also the odeinfer name of "
+     r"the id '_a0'"),
+    ({"observables.tsv": ("_scale * _A", "sbml_scale * _A")},
+     r"observables.tsv' line 2: the observableFormula of observable 'obs_A' names 'sbml_scale', which is also "
+     r"the odeinfer name of the id '_scale'"),
+    ({"observables.tsv": ("obs_A\t", "sbml_sd\t"), "measurements.tsv": ("obs_A\t", "sbml_sd\t")},
+     r"observables.tsv' line 2: column 'observableId' names 'sbml_sd', which is also the odeinfer name of the id "
+     r"'_sd'"),
+    ({"measurements.tsv": ("\t_sd\n", "\tsbml_sd\n")},
+     r"measurements.tsv' line 2: .*names 'sbml_sd', which is also the odeinfer name of the id '_sd'"),
+])
+def test_an_id_written_as_another_ids_odeinfer_name_is_refused(tmp_path, edit, message):
+    """'_k' loads as 'sbml_k'; an id written 'sbml_k' in the SBML model or any table is another id in PEtab's
+    eyes, and would be the same odeinfer name: refused, naming both (rename one in the files)."""
+    yaml_path, _ = _underscore_problem(tmp_path)
+    for file, (old, new) in edit.items():
+        path = yaml_path.parent / file
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+    with pytest.raises(PetabError, match=message + r".*\(ids with a leading '_' get the prefix 'sbml'\); rename one"):
+        load(yaml_path)

@@ -586,7 +586,9 @@ class Objective:
 
         theta = self.natural(np.asarray(u, float))
         v, Jv = run.mapping(theta)
-        res = run.states(v, Jv)
+        # an experiment that shares another's trajectory solves with that run's segments (its own has none);
+        # the trajectory's parameters in v are the same for both (that is what sharing means)
+        res = (run.share or run).states(v, Jv)
         if isinstance(res, str):
             raise SolverError(res)
         X, dX = res

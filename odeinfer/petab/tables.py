@@ -70,8 +70,9 @@ names
     id`` (:func:`odeinfer.petab.sbml.odeinfer_name`) wherever the tables use them: parameter ids,
     condition-table columns and values, names in observable and noise formulas, measurement
     overrides; the SBML import renames them the same way. The problem and its results use these
-    names (:attr:`PetabProblem.renamed` lists them); a table that holds both ``_k`` and ``sbml_k`` is
-    refused.
+    names (:attr:`PetabProblem.renamed` lists them). An id written ``sbml_k`` anywhere (SBML model,
+    parameter, condition or observable table, formula, override) where another id ``_k`` gets that
+    name is refused, naming both: the two would be one name.
 
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
 format version 2, more than one SBML file or problem, mapping files, condition-table columns
@@ -456,6 +457,7 @@ class _Loader:
         self.sbml = load_sbml(files["sbml"][0][2], root=self.root)
         self.sbml_file = repr(files["sbml"][0][1])
         m = self.sbml.model
+        self.check_generated_names(m)
         self.symbols = {n: sp.Symbol(n, real=True) for n in m.states + m.params}
         observables, noise, obs_params, counts = self.observable_table(_Table.read(
             "observable_files", files["observable"], ("observableId", "observableFormula", "noiseFormula")))
@@ -563,6 +565,7 @@ class _Loader:
             oid, where = r["observableId"], r["_where"]
             if not _IDENT.match(oid):
                 self.fail(f"{where}: column 'observableId' holds no identifier; give each observable an id")
+            self.own(oid, f"{where}: column 'observableId'")
             if oid in observables:
                 self.fail(f"{where}: the observable {oid!r} is listed twice; list each observable once")
             scale = r.get("observableTransformation", "") or "lin"
@@ -602,7 +605,7 @@ class _Loader:
             if n in names or (n in FUNCTIONS or n in CONSTANTS or n == "t") and n not in self.symbols:
                 continue
             ph = _PLACEHOLDER.match(n)
-            own = odeinfer_name(n)  # the text keeps the PEtab id; it stands for the odeinfer name's symbol
+            own = self.own(n, f"{where}: the {column} of observable {oid!r}")  # the text keeps the PEtab id; it stands for the odeinfer name's symbol
             if own in self.symbols:
                 names[n] = self.symbols[own]
             elif own in exprs:
@@ -641,6 +644,7 @@ class _Loader:
         for col in table.columns:
             if col in ("conditionId", "conditionName"):
                 continue
+            self.own(col, "condition_files: a column")
             if odeinfer_name(col) in m.params:
                 kinds[col] = "param"
             elif odeinfer_name(col) in m.states:
@@ -678,11 +682,33 @@ class _Loader:
             return v
         return self.parameter_id(text, where)
 
+    def check_generated_names(self, m):
+        """Refuse an id that the SBML model or the parameter table holds as it stands and that another
+        id's odeinfer name (``_k`` -> ``sbml_k``) equals: the two would be one name."""
+        self.generated = {new: old for old, new in {**self.sbml.renamed, **self.renamed}.items()}
+        for name in self.params:
+            if name not in self.renamed.values():
+                self.own(name, "parameter_file: column 'parameterId'")
+        kept = set(m.states) | set(m.params) | set(self.sbml.expressions)
+        for new, old in self.generated.items():
+            if old in self.renamed and new in kept and new not in self.sbml.renamed.values():
+                self.fail(f"parameter_file: the parameter {old!r} has the odeinfer name {new!r}, which is also an id "
+                          "of the SBML model (ids with a leading '_' get the prefix 'sbml'); rename one of them")
+
+    def own(self, text, where):
+        """The odeinfer name of the PEtab id ``text``; refused when ``text`` is written as it stands and
+        another id (``_k``) gets it as its odeinfer name (``sbml_k``): they would be one name."""
+        name = odeinfer_name(text)
+        if name == text and text in self.generated:
+            self.fail(f"{where} names {text!r}, which is also the odeinfer name of the id {self.generated[text]!r} "
+                      "(ids with a leading '_' get the prefix 'sbml'); rename one of them")
+        return name
+
     def parameter_id(self, text, where):
         """The odeinfer name of the parameter id ``text`` (a leading '_' gets the prefix 'sbml')."""
         if not _IDENT.match(text):
             self.fail(f"{where} is neither a number nor a parameter id")
-        name = odeinfer_name(text)
+        name = self.own(text, where)
         if name not in self.params and name not in self.sbml.model.params:
             self.fail(f"{where} names {text!r}, which is neither in the parameter table nor an SBML parameter; add "
                       "it to the parameter table")
