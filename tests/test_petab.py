@@ -534,17 +534,24 @@ def test_species_set_by_the_simulation_condition_override_the_preequilibrium(tmp
 
 
 # -- SBML events as doses ---------------------------------------------------------------------------
-def _dosed_problem(tmp_path):
-    """A -> (degradation k), doses amt at t = 2 and 3 at t = 5 (SBML events); A measured at 1, 3, 6."""
+def _mathml(formula):
+    """MathML of an SBML L3 formula (libsbml's parser), without the XML declaration."""
     import libsbml
 
-    def ml(formula):
-        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
+    return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
 
+
+def _event_of_a(eid, t, value):
+    """An SBML event setting species A to ``value`` (L3 formula text) when ``time >= t``."""
+    return (f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="false" persistent="true">'
+            f'{_mathml(f"time >= {t}")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
+            f'{_mathml(value)}</eventAssignment></listOfEventAssignments></event>')
+
+
+def _dosed_problem(tmp_path):
+    """A -> (degradation k), doses amt at t = 2 and 3 at t = 5 (SBML events); A measured at 1, 3, 6."""
     def ev(eid, t, amount):
-        return (f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="false" persistent="true">'
-                f'{ml(f"time >= {t}")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
-                f'{ml(f"A + {amount}")}</eventAssignment></listOfEventAssignments></event>')
+        return _event_of_a(eid, t, f"A + {amount}")
 
     sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
             'level="3" version="2"><model id="dosed"><listOfCompartments><compartment id="C" spatialDimensions="3" '
@@ -553,7 +560,7 @@ def _dosed_problem(tmp_path):
             '</listOfSpecies><listOfParameters><parameter id="k" value="0.4" constant="true"/><parameter id="amt" '
             'value="4" constant="true"/></listOfParameters><listOfReactions><reaction id="deg" reversible="false">'
             f'<listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>'
-            f'<kineticLaw>{ml("k * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
+            f'<kineticLaw>{_mathml("k * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
             f'{ev("dose1", 2, "amt")}{ev("dose2", 5, 3)}</listOfEvents></model></sbml>\n')
     folder = tmp_path / "dosed"
     folder.mkdir()
@@ -602,15 +609,7 @@ def _reset_problem(tmp_path, conditions="conditionId\tt_w\tA\nc1\t2\t1\nc2\t3\t2
     """Production-degradation A' = k - d A (SBML reactions) with resets as SBML events: A = 0 at t_w (set per
     condition by the condition table; c3 leaves it to its SBML value 4) and A = a_set at t_r (fixed by the
     parameter table at 5; its SBML value is 100); A's initial value is set by the condition table."""
-    import libsbml
-
-    def ml(formula):
-        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
-
-    def ev(eid, t, value):
-        return (f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="false" persistent="true">'
-                f'{ml(f"time >= {t}")}</trigger><listOfEventAssignments><eventAssignment variable="A">'
-                f'{ml(value)}</eventAssignment></listOfEventAssignments></event>')
+    ev = _event_of_a
 
     sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
             'level="3" version="2"><model id="resets"><listOfCompartments><compartment id="C" spatialDimensions="3" '
@@ -621,9 +620,9 @@ def _reset_problem(tmp_path, conditions="conditionId\tt_w\tA\nc1\t2\t1\nc2\t3\t2
                 for p, v in (("k", 0.8), ("d", 0.5), ("a_set", 1.0), ("t_w", 4), ("t_r", 100))) +
             '</listOfParameters><listOfReactions><reaction id="prod" reversible="false"><listOfProducts>'
             '<speciesReference species="A" stoichiometry="1" constant="true"/></listOfProducts>'
-            f'<kineticLaw>{ml("k * C")}</kineticLaw></reaction><reaction id="deg" reversible="false">'
+            f'<kineticLaw>{_mathml("k * C")}</kineticLaw></reaction><reaction id="deg" reversible="false">'
             '<listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>'
-            f'<kineticLaw>{ml("d * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
+            f'<kineticLaw>{_mathml("d * A * C")}</kineticLaw></reaction></listOfReactions><listOfEvents>'
             f'{ev("wash", "t_w", "0")}{ev("refill", "t_r", "a_set")}</listOfEvents></model></sbml>\n')
     folder = tmp_path / "resets"
     folder.mkdir()
@@ -712,18 +711,13 @@ def test_sbml_event_times_that_are_not_fixed_and_positive_are_refused(tmp_path, 
 def _underscore_problem(tmp_path, extra_parameters=""):
     """SBML and PEtab ids with a leading '_' (SalazarCavazos_MBoC2020's '_rateLaw1'): _A decays at rate _k,
     starts at 2 (c1) or at the parameter-table value _a0 (c2); observed as _scale*_A with sd _sd."""
-    import libsbml
-
-    def ml(formula):
-        return libsbml.writeMathMLToString(libsbml.parseL3Formula(formula)).split("\n", 1)[1]
-
     sbml = ('<?xml version="1.0" encoding="UTF-8"?>\n<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" '
             'level="3" version="2"><model id="under"><listOfCompartments><compartment id="C" spatialDimensions="3" '
             'size="1" constant="true"/></listOfCompartments><listOfSpecies><species id="_A" compartment="C" '
             'initialConcentration="1.5" hasOnlySubstanceUnits="false" boundaryCondition="false" constant="false"/>'
             '</listOfSpecies><listOfParameters><parameter id="_k" value="0.4" constant="true"/></listOfParameters>'
             '<listOfReactions><reaction id="_deg" reversible="false"><listOfReactants><speciesReference '
-            f'species="_A" stoichiometry="1" constant="true"/></listOfReactants><kineticLaw>{ml("_k * _A * C")}'
+            f'species="_A" stoichiometry="1" constant="true"/></listOfReactants><kineticLaw>{_mathml("_k * _A * C")}'
             '</kineticLaw></reaction></listOfReactions></model></sbml>\n')
     folder = tmp_path / "under"
     folder.mkdir()

@@ -18,10 +18,10 @@ child's marker instead of compiling the same kernel itself (:func:`await_kernel`
 
 ``nuts_graph`` is the log density and gradient of the lynx-hare model of ``odeinfer demo`` (Stan's
 Lotka-Volterra case study: log-normal noise, the ODE Op on the shared Dopri5 kernel's C entry) in
-PyTensor's NUMBA mode, compiled as NUTS compiles it: on an empty PyTensor cache that graph costs about
-15 s (most of it PyTensor's numba implementations of its operations, cached per operation and input
-types, so that other models' graphs reuse them); :func:`odeinfer.bayes.sample` waits for it as the
-solvers wait for their kernels.
+PyTensor's NUMBA mode, compiled as NUTS compiles it: on an empty PyTensor cache that graph costs
+15-25 s of compilation (most of it PyTensor's numba implementations of its operations, cached per
+operation and input types, so that other models' graphs reuse them); :func:`odeinfer.bayes.sample`
+waits for it as the solvers wait for their kernels.
 """
 
 from __future__ import annotations
