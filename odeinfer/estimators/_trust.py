@@ -168,7 +168,26 @@ class _Diagonal:
 
 
 _PATCH_LOCK = threading.Lock()
-_patched = [0, 0]  # open blocks of _diagonal_scaling, _fast_subproblem
+_OPEN = {}  # open blocks per patched attribute, (module name, attribute): count
+
+
+@contextmanager
+def _patching(mods, attr, new, original):
+    """``mod.<attr> = new`` on each of ``mods`` while any block patching it runs (blocks nest and may run
+    in several threads at once); ``original`` back when the last one ends."""
+    keys = [(m.__name__, attr) for m in mods]
+    with _PATCH_LOCK:
+        for m, k in zip(mods, keys):
+            _OPEN[k] = _OPEN.get(k, 0) + 1
+            setattr(m, attr, new)
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            for m, k in zip(mods, keys):
+                _OPEN[k] -= 1
+                if not _OPEN[k]:
+                    setattr(m, attr, original)
 
 
 @contextmanager
@@ -180,18 +199,8 @@ def _diagonal_scaling():
     from scipy.sparse import csc_matrix
 
     mods = [m for m in (fides.minimize, fides.trust_region) if getattr(m, "csc_matrix", None) in (csc_matrix, _Diagonal)]
-    with _PATCH_LOCK:
-        _patched[0] += 1
-        for m in mods:
-            m.csc_matrix = _Diagonal
-    try:
+    with _patching(mods, "csc_matrix", _Diagonal, csc_matrix):
         yield
-    finally:
-        with _PATCH_LOCK:
-            _patched[0] -= 1
-            if not _patched[0]:
-                for m in mods:
-                    m.csc_matrix = csc_matrix
 
 
 def _subproblem_2d(b, g, delta, logger=None):
@@ -211,7 +220,9 @@ def _subproblem_2d(b, g, delta, logger=None):
     subproblem (tests/test_trust_scaling.py: the optimality conditions and fides' own steps). Other sizes
     and non-finite input go to fides' own solver."""
     if b.shape != (2, 2) or not (np.all(np.isfinite(b)) and np.all(np.isfinite(g)) and math.isfinite(delta)):
-        return _FIDES_ND[0](b, g, delta, logger)
+        from fides.subproblem import solve_nd_trust_region_subproblem
+
+        return solve_nd_trust_region_subproblem(b, g, delta, logger)
     if delta == 0:
         return np.zeros(g.shape), "zero"
     a, c, d = float(b[0, 0]), 0.5 * (float(b[0, 1]) + float(b[1, 0])), float(b[1, 1])
@@ -301,9 +312,6 @@ def _subproblem_2d(b, g, delta, logger=None):
     return step(k) + sigma * np.array(vec[jmin]), "hard"
 
 
-_FIDES_ND = [None]
-
-
 @contextmanager
 def _fast_subproblem():
     """fides' steps with :func:`_subproblem_2d` for their two-dimensional trust-region subproblems
@@ -311,17 +319,9 @@ def _fast_subproblem():
     import fides.steps
     from fides.subproblem import solve_nd_trust_region_subproblem
 
-    with _PATCH_LOCK:
-        _FIDES_ND[0] = solve_nd_trust_region_subproblem
-        _patched[1] += 1
-        fides.steps.solve_nd_trust_region_subproblem = _subproblem_2d
-    try:
+    with _patching([fides.steps], "solve_nd_trust_region_subproblem", _subproblem_2d,
+                   solve_nd_trust_region_subproblem):
         yield
-    finally:
-        with _PATCH_LOCK:
-            _patched[1] -= 1
-            if not _patched[1]:
-                fides.steps.solve_nd_trust_region_subproblem = solve_nd_trust_region_subproblem
 
 
 def _optimizer_class():

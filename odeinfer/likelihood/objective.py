@@ -302,8 +302,8 @@ class _Run:
             y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
             if st != 0:
                 info = seg.solver.info
-                return f"experiment {self.name!r}: " + status_message(st, t_reached=info[0],
-                                                                      max_steps=seg.solver.max_steps) + self._kink_note(st)
+                why = status_message(st, t_reached=info[0], max_steps=seg.solver.max_steps)
+                return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
             if isinstance(seg.rows, slice) and isinstance(sel, slice):

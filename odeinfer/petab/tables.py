@@ -605,7 +605,8 @@ class _Loader:
             if n in names or (n in FUNCTIONS or n in CONSTANTS or n == "t") and n not in self.symbols:
                 continue
             ph = _PLACEHOLDER.match(n)
-            own = self.own(n, f"{where}: the {column} of observable {oid!r}")  # the text keeps the PEtab id; it stands for the odeinfer name's symbol
+            # the text keeps the PEtab id; it stands for the odeinfer name's symbol
+            own = self.own(n, f"{where}: the {column} of observable {oid!r}")
             if own in self.symbols:
                 names[n] = self.symbols[own]
             elif own in exprs:
@@ -741,8 +742,7 @@ class _Loader:
 
         subs, out = self.overrides(params), []
         s = self.sbml
-        n = len(s.doses)
-        for d, text, eid in zip(s.doses, s.dose_times or (None,) * n, s.dose_events or ("?",) * n):
+        for d, text, eid in zip(s.doses, s.dose_times, s.dose_events, strict=True):
             time = d.time if text is None else self.dose_time(text, subs, eid, condition)
             if time > t_end:
                 continue
