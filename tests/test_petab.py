@@ -787,10 +787,89 @@ def test_an_id_written_as_another_ids_odeinfer_name_is_refused(tmp_path, edit, m
     """'_k' loads as 'sbml_k'; an id written 'sbml_k' in the SBML model or any table is another id in PEtab's
     eyes, and would be the same odeinfer name: refused, naming both (rename one in the files)."""
     yaml_path, _ = _underscore_problem(tmp_path)
-    for file, (old, new) in edit.items():
-        path = yaml_path.parent / file
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new))
+    _edit_files(yaml_path.parent, [(file, *pair) for file, pair in edit.items()])
     with pytest.raises(PetabError, match=message + r".*\(ids with a leading '_' get the prefix 'sbml'\); rename one"):
+        load(yaml_path)
+
+
+def _edit_files(folder, edits):
+    """Apply ``[(file, old, new)]`` in order, each replacing every ``old`` (which must be there) in ``folder/file``."""
+    for file, old, new in edits:
+        path = folder / file
+        text = path.read_text()
+        assert old in text, (file, old)
+        path.write_text(text.replace(old, new))
+
+
+# the underscore problem with the observable _obs (a placeholder for its scale, set to _scale by the measurements;
+# its sd grows with its value: noise formula 0.2 + 0.1 * _obs) and the condition c1 renamed _c1
+_UNDERSCORE_OBSERVABLE = [
+    ("observables.tsv", "obs_A\t_scale * _A\tnoiseParameter1_obs_A",
+     "_obs\tobservableParameter1__obs * _A\tnoiseParameter1__obs + 0.1 * _obs"),
+    ("measurements.tsv", "obs_A\t", "_obs\t"),
+    ("measurements.tsv", "noiseParameters\n", "noiseParameters\tobservableParameters\n"),
+    ("measurements.tsv", "\t_sd\n", "\t_sd\t_scale\n"),
+    ("measurements.tsv", "\tc1\t", "\t_c1\t"),
+    ("conditions.tsv", "c1\t", "_c1\t"),
+]
+
+
+def test_observable_and_condition_ids_with_a_leading_underscore_load(tmp_path):
+    """PEtab ids match [a-zA-Z_]\\w*: the observable _obs is the model's sbml_obs (its placeholders keep their
+    PEtab names, noiseParameter1__obs), the condition _c1 names its experiment as it stands."""
+    yaml_path, data = _underscore_problem(tmp_path)
+    _edit_files(yaml_path.parent, _UNDERSCORE_OBSERVABLE)
+    pp = load(yaml_path)
+    assert pp.renamed["_obs"] == "sbml_obs" and pp.model.observable_names == ("sbml_obs",)
+    assert list(pp.experiments.names) == ["_c1", "c2"]
+    assert all(d.states == ("sbml_obs",) for d in pp.experiments)
+    assert pp.experiments.condition("_c1").params["observableParameter1__obs"] == "sbml_scale"
+
+    def nll(k, scale):  # closed form: h = scale * A0 * exp(-k t), A0 = 2 (c1) or _a0 = 1 (c2); sd 0.2 + 0.1 h
+        out = 0.0
+        for c, t, y in data:
+            h = scale * (2.0 if c == "c1" else 1.0) * math.exp(-k * t)
+            sd = 0.2 + 0.1 * h
+            out += 0.5 * math.log(2 * math.pi * sd**2) + 0.5 * ((y - h) / sd)**2
+        return out
+
+    assert pp.nll_nominal(tight()) == pytest.approx(nll(0.4, 1.5), rel=1e-8)
+
+
+@pytest.mark.parametrize("edits, message", [
+    # two observables, _obs and sbml_obs, in either order: one odeinfer name
+    ([("observables.tsv", "noiseFormula\n", "noiseFormula\nsbml_obs\t_A\t1\n")],
+     r"observables.tsv' line 2: column 'observableId' names 'sbml_obs', which is also the odeinfer name of the id "
+     r"'_obs' \(ids with a leading '_' get the prefix 'sbml'\); rename one of them"),
+    ([("observables.tsv", "0.1 * _obs\n", "0.1 * _obs\nsbml_obs\t_A\t1\n")],
+     r"observables.tsv' line 3: column 'observableId' names 'sbml_obs', which is also the odeinfer name of the id "
+     r"'_obs' \(ids with a leading '_' get the prefix 'sbml'\); rename one of them"),
+    ([("parameters.tsv", "_sd\tlin", "sbml_obs\tlin\t0\t10\t1\t0\n_sd\tlin")],
+     r"parameter_file: column 'parameterId' names 'sbml_obs', which is also the odeinfer name of the id '_obs' "
+     r"\(ids with a leading '_' get the prefix 'sbml'\); rename one of them"),
+    ([("observables.tsv", "0.1 * _obs", "0.1 * sbml_obs")],
+     r"observables.tsv' line 2: the noiseFormula of observable '_obs' names 'sbml_obs', which is also the odeinfer "
+     r"name of the id '_obs' \(ids with a leading '_' get the prefix 'sbml'\); rename one of them"),
+    # an observable id that is (or whose odeinfer name is) a model or parameter id
+    ([("model.xml", '<parameter id="_k"', '<parameter id="sbml_obs" value="1" constant="true"/><parameter id="_k"')],
+     r"observables.tsv' line 2: column 'observableId' names '_obs', whose odeinfer name 'sbml_obs' \(ids with a "
+     r"leading '_' get the prefix 'sbml'\) is also an id of the SBML model; give the observable an id of its own"),
+    ([("observables.tsv", "_obs", "_sd"), ("measurements.tsv", "_obs\t", "_sd\t")],
+     r"observables.tsv' line 2: column 'observableId' names '_sd', whose odeinfer name 'sbml_sd' \(ids with a "
+     r"leading '_' get the prefix 'sbml'\) is also a parameter of the parameter table; give the observable an id"),
+    ([("observables.tsv", "_obs", "C"), ("measurements.tsv", "_obs\t", "C\t")],
+     r"observables.tsv' line 2: column 'observableId' names 'C', which is also an id of the SBML model; give the "
+     r"observable an id of its own"),
+    # valid PEtab ids that no odeinfer name can be
+    ([("observables.tsv", "_obs", "lambda"), ("measurements.tsv", "_obs\t", "lambda\t")],
+     r"observables.tsv' line 2: column 'observableId' names 'lambda', which cannot be an odeinfer name \(it is a "
+     r"Python keyword\); rename it in the files"),
+    ([("parameters.tsv", "_sd\t", "t\t"), ("measurements.tsv", "\t_sd\t", "\tt\t")],
+     r"parameter_file: column 'parameterId' names 't', which cannot be an odeinfer name \(it is odeinfer's time\); "
+     r"rename it in the files"),
+])
+def test_observable_ids_that_clash_or_cannot_be_names_are_refused(tmp_path, edits, message):
+    yaml_path, _ = _underscore_problem(tmp_path)
+    _edit_files(yaml_path.parent, _UNDERSCORE_OBSERVABLE + edits)
+    with pytest.raises(PetabError, match=message):
         load(yaml_path)

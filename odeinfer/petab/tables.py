@@ -68,11 +68,14 @@ parameter table
 names
     Ids with a leading ``_`` (allowed in SBML and PEtab, not as odeinfer names) become ``"sbml" +
     id`` (:func:`odeinfer.petab.sbml.odeinfer_name`) wherever the tables use them: parameter ids,
-    condition-table columns and values, names in observable and noise formulas, measurement
-    overrides; the SBML import renames them the same way. The problem and its results use these
-    names (:attr:`PetabProblem.renamed` lists them). An id written ``sbml_k`` anywhere (SBML model,
-    parameter, condition or observable table, formula, override) where another id ``_k`` gets that
-    name is refused, naming both: the two would be one name.
+    observable ids (the data's columns; their placeholders keep the PEtab names, e.g.
+    ``noiseParameter1__obs``), condition-table columns and values, names in observable and noise
+    formulas, measurement overrides; the SBML import renames them the same way. The problem and its
+    results use these names (:attr:`PetabProblem.renamed` lists them). An id written ``sbml_k``
+    anywhere (SBML model, parameter, condition or observable table, formula, override) where another
+    id ``_k`` gets that name is refused, naming both: the two would be one name. So are ids that are
+    ``t`` (odeinfer's time) or a Python keyword, and observable ids that are also ids of the model or
+    the parameter table.
 
 Not supported (a :class:`~odeinfer.errors.PetabError` naming the file, column and id): PEtab
 format version 2, more than one SBML file or problem, mapping files, condition-table columns
@@ -89,6 +92,7 @@ from __future__ import annotations
 
 import functools
 import io
+import keyword
 import math
 import re
 from dataclasses import dataclass, field
@@ -457,10 +461,11 @@ class _Loader:
         self.sbml = load_sbml(files["sbml"][0][2], root=self.root)
         self.sbml_file = repr(files["sbml"][0][1])
         m = self.sbml.model
-        self.check_generated_names(m)
+        obs_table = _Table.read("observable_files", files["observable"], ("observableId", "observableFormula",
+                                                                           "noiseFormula"))
+        self.check_generated_names(m, obs_table)
         self.symbols = {n: sp.Symbol(n, real=True) for n in m.states + m.params}
-        observables, noise, obs_params, counts = self.observable_table(_Table.read(
-            "observable_files", files["observable"], ("observableId", "observableFormula", "noiseFormula")))
+        observables, noise, obs_params, counts = self.observable_table(obs_table)
         try:
             model = m.observe(observables, noise, params=obs_params)
         except EquationParseError:
@@ -469,7 +474,7 @@ class _Loader:
         conditions = self.condition_table(_Table.read("condition_files", files["condition"], ("conditionId",)))
         groups = self.measurement_table(_Table.read("measurement_files", files["measurement"], (
             "observableId", "simulationConditionId", "measurement", "time")), conditions, counts)
-        obs_order = list(observables)
+        obs_order = list(counts)  # the PEtab ids; observables and noise are keyed by their odeinfer names
         x0 = {s: (float(e) if e.is_number else format_expr(e)) for s, e in self.sbml.x0.items()}
         datas, names, conds = [], [], {}
         for name, (pre, sim), rows, overrides in groups:
@@ -496,7 +501,7 @@ class _Loader:
         problem = FitProblem(model, experiments, parameters, x0=x0)
         nominal = {n: self.table_nominal.get(n, p.value) for n, p in problem.params.items()}
         return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
-                            self.initialization_priors, {**self.sbml.renamed, **self.renamed})
+                            self.initialization_priors, {**self.sbml.renamed, **self.renamed, **self.obs_renamed})
 
     # -- parameter table ------------------------------------------------------------------------
     def parameter_table(self, table):
@@ -565,8 +570,14 @@ class _Loader:
             oid, where = r["observableId"], r["_where"]
             if not _IDENT.match(oid):
                 self.fail(f"{where}: column 'observableId' holds no identifier; give each observable an id")
-            self.own(oid, f"{where}: column 'observableId'")
-            if oid in observables:
+            name = self.own(oid, f"{where}: column 'observableId'")
+            kind = ("an id of the SBML model" if name in self.symbols or name in self.sbml.expressions else
+                    "a parameter of the parameter table" if name in self.params else None)
+            if kind:
+                self.fail(f"{where}: column 'observableId' names {oid!r}, " + (
+                    f"whose odeinfer name {name!r} (ids with a leading '_' get the prefix 'sbml') is" if name != oid
+                    else "which is") + f" also {kind}; give the observable an id of its own")
+            if oid in counts:
                 self.fail(f"{where}: the observable {oid!r} is listed twice; list each observable once")
             scale = r.get("observableTransformation", "") or "lin"
             if scale not in _SCALES:
@@ -584,12 +595,12 @@ class _Loader:
             n_noise = max([int(_PLACEHOLDER.match(n)[2]) for n in places if n.startswith("noise")], default=0)
             counts[oid] = (n_obs, n_noise, places)
             obs_params += [n for n in used if n not in obs_params]
-            observables[oid] = format_expr(h)
+            observables[name] = format_expr(h)
             sigma = float(s) if s.is_number else format_expr(s)
-            noise[oid] = (Normal if dist == "normal" else Laplace)(sigma=sigma, scale=scale)
+            noise[name] = (Normal if dist == "normal" else Laplace)(sigma=sigma, scale=scale)
         if not observables:
             self.fail(f"observable_files: {[f for _, f, _ in table.files]} define no observable; add rows")
-        self.observable_ids = set(observables)
+        self.observable_ids = set(counts)
         return observables, noise, obs_params, counts
 
     def formula(self, text, oid, column, where, used):
@@ -612,7 +623,7 @@ class _Loader:
             elif own in exprs:
                 names[n] = exprs[own]
             elif column == "noiseFormula" and n == oid:
-                names[n] = sp.Symbol(oid, real=True)
+                names[n] = sp.Symbol(own, real=True)
             elif (ph and ph[3] == oid and (ph[1] == "observable" or column == "noiseFormula")) or (
                     own in self.params and not (ph and ph[3] == oid)):
                 # a parameter of the table may look like another observable's placeholder (Lang_PLOSComputBiol2024
@@ -683,10 +694,13 @@ class _Loader:
             return v
         return self.parameter_id(text, where)
 
-    def check_generated_names(self, m):
+    def check_generated_names(self, m, observables):
         """Refuse an id that the SBML model or the parameter table holds as it stands and that another
-        id's odeinfer name (``_k`` -> ``sbml_k``) equals: the two would be one name."""
-        self.generated = {new: old for old, new in {**self.sbml.renamed, **self.renamed}.items()}
+        id's odeinfer name (``_k`` -> ``sbml_k``) equals: the two would be one name. The observable ids
+        of the table ``observables`` get their names here, so that every table is checked against them."""
+        ids = dict.fromkeys(r["observableId"] for r in observables.rows)
+        self.obs_renamed = {o: odeinfer_name(o) for o in ids if _IDENT.match(o) and odeinfer_name(o) != o}
+        self.generated = {new: old for old, new in {**self.sbml.renamed, **self.renamed, **self.obs_renamed}.items()}
         for name in self.params:
             if name not in self.renamed.values():
                 self.own(name, "parameter_file: column 'parameterId'")
@@ -698,8 +712,12 @@ class _Loader:
 
     def own(self, text, where):
         """The odeinfer name of the PEtab id ``text``; refused when ``text`` is written as it stands and
-        another id (``_k``) gets it as its odeinfer name (``sbml_k``): they would be one name."""
+        another id (``_k``) gets it as its odeinfer name (``sbml_k``): they would be one name; refused too
+        when the name is ``t`` or a Python keyword, which odeinfer names cannot be."""
         name = odeinfer_name(text)
+        if name == "t" or keyword.iskeyword(name):
+            why = "it is odeinfer's time" if name == "t" else "it is a Python keyword"
+            self.fail(f"{where} names {text!r}, which cannot be an odeinfer name ({why}); rename it in the files")
         if name == text and text in self.generated:
             self.fail(f"{where} names {text!r}, which is also the odeinfer name of the id {self.generated[text]!r} "
                       "(ids with a leading '_' get the prefix 'sbml'); rename one of them")
@@ -872,5 +890,5 @@ def _data(rows, columns, name, Data):
             t.append(r["time"])
             y.append([math.nan] * len(columns))
         y[start + k][columns.index(r["observableId"])] = r["measurement"]
-    return Data(np.array(t), np.array(y), list(columns), t0=0.0, name=name, replicates=True,
+    return Data(np.array(t), np.array(y), [odeinfer_name(c) for c in columns], t0=0.0, name=name, replicates=True,
                 steady_state=math.inf in t)
