@@ -200,6 +200,27 @@ def test_fast_path_equals_solve_and_grows_its_buffer():
         assert np.min(np.abs(ends - bp)) < 1e-12
 
 
+@pytest.mark.parametrize("history", [zoo.get("logistic_delay").history,
+                                     History.from_function(lambda s: [2.0 + 0.5 * np.sin(3.0 * s)], -3.0, 0.0,
+                                                           n_points=31)])
+def test_the_history_values_reach_the_kernel_as_the_estimators_arrays_do(history, monkeypatch):
+    """numba compiles the delay kernel once per argument types, and a read-only array is another type:
+    a solve without ``history_params`` used to pass the history's read-only values (a second
+    compilation of the kernel, 60-90 s, after estimators or the PyTensor Op had passed writable ones)."""
+    from numba import typeof
+
+    entry = zoo.get("logistic_delay")
+    bound = oi.bind(oi.Problem(entry.model, entry.t, history=history))
+    passed = []
+    run = bound._run
+    monkeypatch.setattr(bound, "_run", lambda p, phi, buf: passed.append(phi) or run(p, phi, buf))
+    y_default = bound(entry.params_array())[0].copy()
+    assert typeof(passed[0]) == typeof(np.array(history.values))  # writable, C-contiguous float64
+    assert np.array_equal(passed[0], history.values)
+    if history.n_params:
+        assert np.array_equal(bound(entry.params_array(), np.array(history.values))[0], y_default)
+
+
 def test_sens_names_and_frame():
     entry = zoo.get("logistic_delay")
     sol = oi.solve(oi.Problem(entry.model, entry.t[:5], history=entry.history), entry.params_array(),

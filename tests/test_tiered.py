@@ -99,7 +99,7 @@ def _dde_both_tiers(model, t, t0, history, params, phi, sens):
         s = oi.bind(oi.Problem(model, t, history=history, t0=t0),
                     solver=oi.MethodOfSteps(oi.Dopri5(rtol=1e-8, atol=1e-10)), gradient=oi.Forward() if sens else None)
         s.buf = np.empty((20_000, s.buf.shape[1]))  # room for every step: the kernels are called directly
-        args = (s.t0, s.t, params, s._hkind, s.history.values if phi is None else phi, s._hb, s._hc,
+        args = (s.t0, s.t, params, s._hkind, s._phi if phi is None else phi, s._hb, s._hc,
                 s._k, True, s.rtol, s.atol, s.first_step, s.max_steps, s.z, s.work, s.buf, s.info)
         if run == "model":
             status = s.kernel(*args)

@@ -22,9 +22,12 @@ import tempfile
 import threading
 from pathlib import Path
 
+from odeinfer.model import _inliner
+
 __all__ = ["cache_dir", "build_module", "load_module", "kernel_sources", "module_header"]
 
 _LOCK = threading.Lock()
+_inliner.install()  # before any generated kernel compiles (numba's inliner, faster; see _inliner)
 _PREFIX = "odeinfer_generated_"  # module names: _PREFIX + file stem
 _LOADED: dict[str, object] = {}
 

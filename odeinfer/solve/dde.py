@@ -147,7 +147,7 @@ class DDESolver:
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "history", "history_params", "rtol", "atol", "max_steps", "first_step",
-                 "sensitivities", "sens_error_control", "kernel", "z", "work", "buf", "info", "_hkind", "_hb",
+                 "sensitivities", "sens_error_control", "kernel", "z", "work", "buf", "info", "_hkind", "_phi", "_hb",
                  "_hc", "_k", "_y", "_sens", "_tiers", "_run")
 
     def __init__(self, compiled, t, t0, history, solver, gradient=None, buffer_steps=512):
@@ -163,7 +163,9 @@ class DDESolver:
         self.sensitivities = sensitivities
         self.sens_error_control = gradient.error_control if sensitivities else True
         buffer_steps = min(buffer_steps, self.max_steps)
-        self._hkind, _, self._hb, self._hc = history.kernel_arrays(t0)
+        # the history's values as a writable array, as estimators and the PyTensor Ops pass theirs: one
+        # kernel signature (a read-only array is another type to numba: a second compilation)
+        self._hkind, self._phi, self._hb, self._hc = history.kernel_arrays(t0)
         q = history.n_params
         self._k = k = m + q if sensitivities else 0
         self.kernel = module.dde_solve
@@ -180,7 +182,7 @@ class DDESolver:
 
     def __call__(self, params, history_params=None):
         """Solve; returns ``(y, sens, status)``."""
-        phi = self.history.values if history_params is None else history_params
+        phi = self._phi if history_params is None else history_params
         while True:
             status = self._run(params, phi, self.buf)
             if status == 0 or self.info[Info.BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:
