@@ -105,7 +105,7 @@ def test_directional_sensitivities_match_central_differences(spec, method):
 
 
 def _kernel_args(cm, spec, method, pdir, s0):
-    t = np.asarray(spec.get("t_dopri5", spec["t"]) if method == "dopri5" else spec["t"], float)
+    t = _problem(spec, method).t  # read-only, as the solvers pass it (another type to numba: another compilation)
     n, k = cm.n_states, pdir.shape[1]
     work = getattr(cm.module, f"{method}_work_size_dir")(k)
     return (0.0, t, np.array(spec["x0"], float), np.array(spec["p"], float), pdir, s0, True, 1e-9, 1e-11, 0.0,
@@ -113,7 +113,7 @@ def _kernel_args(cm, spec, method, pdir, s0):
 
 
 def _run(kernel, lead, args):
-    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    copies = [a.copy() if isinstance(a, np.ndarray) and a.flags.writeable else a for a in args]
     return kernel(*lead, *copies), copies
 
 

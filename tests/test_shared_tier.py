@@ -24,7 +24,8 @@ def _both(cm, name, *args, full=False):
     out = []
     for kernel, lead in ((getattr(cm.module, name), ()),
                          (getattr(shared.shared_module(), "ptr_" + name), (shared.model_handle(cm, full=full),))):
-        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        # the kernels write only the writable arrays; read-only ones (t) stay so, as the solvers pass them
+        copies = [a.copy() if isinstance(a, np.ndarray) and a.flags.writeable else a for a in args]
         ret = kernel(*lead, *copies)
         out.append((ret, copies))
     return out

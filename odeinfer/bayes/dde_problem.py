@@ -134,8 +134,8 @@ class DDEProblem(ForwardProblem):
         ``y`` (n_times, n_states); ``S`` (n_times, n_states, n_params +
         n_history_params) (None when ``sens`` is False).
         """
-        theta = np.ascontiguousarray(theta, dtype=np.float64)
-        phi = np.ascontiguousarray(phi, dtype=np.float64)
+        # writable copies (PyTensor may pass read-only arrays: another type to numba, a second compilation)
+        theta, phi = np.array(theta, dtype=np.float64), np.array(phi, dtype=np.float64)
         solver = self._solver(bool(sens))
         if theta.shape != (self.n_params,) or phi.shape != (self.n_init,):
             status = Status.BAD_INPUT
@@ -239,9 +239,8 @@ class DDEProblem(ForwardProblem):
         m, q = self.n_params, self.n_init
         status = Status.BAD_INPUT
         try:
-            theta = np.ascontiguousarray(theta, dtype=np.float64)
-            phi = np.ascontiguousarray(phi, dtype=np.float64)
-            g = np.ascontiguousarray(g, dtype=np.float64)
+            # writable copies, as in python_solve
+            theta, phi, g = (np.array(a, dtype=np.float64) for a in (theta, phi, g))
         except (TypeError, ValueError):
             return np.full(m, np.nan), np.full(q, np.nan), status
         if theta.shape != (m,) or phi.shape != (q,) or g.shape != (self.n_times, self.n_states):

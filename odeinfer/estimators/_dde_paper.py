@@ -66,8 +66,8 @@ class IntegralLoss:
         # the model's kernel, or the shared one while it compiles (odeinfer.solve.shared)
         kernel = TieredKernel(S.compiled, S.compiled.module.dde_adjoint_gradient)
         self._run = abi.dde_adjoint_gradient_call(kernel, S.t0, self.t_end, hkind, hb, hc,
-                                                  np.ascontiguousarray(self.target.breaks),
-                                                  np.ascontiguousarray(self.target.coef), self.weights, self.paper)
+                                                  np.array(self.target.breaks),
+                                                  np.array(self.target.coef), self.weights, self.paper)  # writable copies: one kernel signature
         self._grad = np.empty(model.n_params + S.history.n_params + 1)
         self._work = np.empty(abi.dde_adjoint_work_size(model, S.history.n_params))
         self._nodes = None

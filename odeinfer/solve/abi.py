@@ -10,7 +10,12 @@
 * the adapters through which every caller runs a kernel: closures over preallocated buffers
   for Python callers (``*_call``), :func:`call` (arguments by name) for the estimators' kernels,
   and ``@njit`` closures for the numba Ops of :mod:`odeinfer.bayes` (``njit_*``). This module is the only place where a kernel is called
-  positionally; its callers pass named values.
+  positionally; its callers pass named values;
+* the argument types: float64, int64 and bool scalars; C-contiguous float64 arrays, the output times
+  read-only (as :class:`~odeinfer.Problem` makes them) and every other array writable (history
+  values, target breaks and coefficients as writable copies made once). numba compiles a kernel
+  once per tuple of argument types and a read-only array is another type, so a caller that departs
+  from this compiles the kernel a second time (``tests/test_kernel_signatures.py``).
 
 The kernel files (``odeinfer/solve/kernels``: ``common.py``'s ``ST_*``, ``INFO_*``; ``dde.py``'s
 ``DDE_INFO_*``) cannot import Python modules, so the values are written there too;

@@ -70,10 +70,11 @@ class DDEVJP:
 
     def __call__(self, params, history_params, g):
         f = self.forward
-        _, _, status = f(params, history_params)
+        phi = f._phi if history_params is None else history_params  # writable, as DDESolver passes it
+        _, _, status = f(params, phi)
         if status != Status.SUCCESS:
             return self.grad, status
-        return self.grad, self._run(params, history_params, g, f.buf, int(f.info[Info.N_STORED]), self.grad)
+        return self.grad, self._run(params, phi, g, f.buf, int(f.info[Info.N_STORED]), self.grad)
 
     @property
     def tier(self):
@@ -187,7 +188,7 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
     anodes, adnodes = np.zeros((nnode, m.n_states)), np.zeros((nnode, m.n_states))
     work = np.empty(abi.dde_adjoint_work_size(m, q))
     run = abi.dde_adjoint_gradient_call(TieredKernel(cm, cm.module.dde_adjoint_gradient), t0, t_end, hkind, hb, hc,
-                                        np.ascontiguousarray(tgt.breaks), np.ascontiguousarray(tgt.coef), w,
+                                        np.array(tgt.breaks), np.array(tgt.coef), w,  # writable copies: one kernel signature
                                         bool(paper))
     status = run(p, phi, solver.buf, nbuf, nsub, grad, anodes, adnodes, work)
     if status != Status.SUCCESS:
