@@ -171,6 +171,11 @@ class _Run:
         self.jac_terms = cat([grp[5] for grp in self.groups])
         self.dist = np.array([grp[6] for grp in self.groups], np.int64)
         self.scale = np.array([grp[7] for grp in self.groups], np.int64)
+        # the observables' buffers of the assembly, made once: every call writes all of H and S and the
+        # same (row, column) entries of the partial derivatives (their other entries stay zero)
+        n = self.idx.size
+        self.buffers = (np.empty(n), np.empty(n), np.zeros((n, 1)), *(
+            np.zeros((n, k)) for k in (self.n_s, self.n_p, self.n_q, self.n_s, self.n_p, self.n_q)))
 
     @property
     def segments(self):
@@ -477,10 +482,7 @@ class Objective:
             X, dX = res
             p, dp = v[:run.n_p], Jv[:run.n_p]
             q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
-            n = run.idx.size
-            H, S, SH = np.empty(n), np.empty(n), np.zeros((n, 1))
-            HX, HP, HQ = np.zeros((n, run.n_s)), np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
-            SX, SP, SQ = np.zeros((n, run.n_s)), np.zeros((n, run.n_p)), np.zeros((n, run.n_q))
+            H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
             for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
                 sl = run.slices[j]
                 Xk = X[idx]

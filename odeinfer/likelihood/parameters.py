@@ -83,24 +83,24 @@ def to_scale(x, scales):
 
 
 def from_scale(u, scales):
-    """Natural values of ``u`` given on ``scales``."""
-    u = np.asarray(u, float)
-    out = u.copy()
+    """Natural values of ``u`` (1-D) given on ``scales``.
+
+    Element by element on Python floats (``math.exp``, ``10.0 ** u``: the scalar functions, whose
+    results numpy's vectorised ``exp`` and ``power`` need not match to the last bit); ``10 ** u``
+    beyond the float range is ``inf``, as numpy's."""
+    out = np.asarray(u, float).tolist()
     for i, s in enumerate(scales):
         if s == "log":
-            out[i] = math.exp(u[i])
+            out[i] = math.exp(out[i])
         elif s == "log10":
-            out[i] = 10.0 ** u[i]
-    return out
+            try:
+                out[i] = 10.0 ** out[i]
+            except OverflowError:
+                out[i] = math.inf
+    return np.array(out)
 
 
 def dnatural_dscaled(x, scales):
-    """``d x / d u`` (diagonal) at natural values ``x``."""
-    x = np.asarray(x, float)
-    d = np.ones_like(x)
-    for i, s in enumerate(scales):
-        if s == "log":
-            d[i] = x[i]
-        elif s == "log10":
-            d[i] = x[i] * _LN10
-    return d
+    """``d x / d u`` (diagonal) at natural values ``x`` (1-D)."""
+    x = np.asarray(x, float).tolist()
+    return np.array([v if s == "log" else v * _LN10 if s == "log10" else 1.0 for v, s in zip(x, scales)])
