@@ -409,6 +409,7 @@ def test_model_kernel_bits_do_not_depend_on_what_compiled_before():
         from odeinfer.solve import shared
         m = oi.Model.from_equations({{"x": "-k*x*y + {c!r}", "y": "k*x - y*y"}}, params=["k"])
         t = np.linspace(0.0, 3.0, 7)
+        t.flags.writeable = False  # as the solvers pass it: the shared kernel's cached signature
         oi.solve(oi.Problem(m, t, x0=[1.0, 0.5]), [0.8], solver=oi.Rodas(), gradient=oi.Forward())
         cm = m.compile()
         out = []
@@ -464,6 +465,7 @@ def test_a_model_kernel_first_compiled_by_a_fast_math_caller_keeps_its_bits():
         return kernel(t0, t, x0, p, rtol, atol, first_step, max_steps, z, work, info)
 
     t, x0, p = np.linspace(0.0, 12.0, 25), np.array([1.0, 0.5]), np.array([1.1, 0.9, 0.2])
+    t.flags.writeable = False  # as the solvers pass it: the shared kernel's cached signature
     z, work, info = np.empty((25, 2)), np.empty(10 * 2 + 4 + 6), np.zeros(6)
     assert graph(0.0, t, x0, p, 1e-9, 1e-11, 0.0, 100_000, z, work, info) == Status.SUCCESS
     (z1, i1), (z2, i2) = _shared_and_model_bits(cm, t, x0, p, sens=False)
