@@ -37,19 +37,6 @@ def test_an_entry_is_compiled_after_its_kernel_and_the_graph_after_its_entry_in_
     assert warmup._groups([], 2) == []
 
 
-def test_the_processes_get_equal_work_and_compile_in_the_order_of_kernels():
-    # every kernel on 2 cores: the costliest-first deal gives each process about half the CPU
-    # (round-robin gave one 51 s and the other 118 s of the measured costs: the warm-up took the 118)
-    total = sum(warmup.COST.values())
-    for jobs in (2, 3):
-        groups = warmup._groups(list(warmup.KERNELS), jobs)
-        for g in groups:
-            if jobs == 2:
-                assert abs(sum(warmup.COST[k] for k in g) - total / 2) <= 0.1 * total / 2
-            firsts = [k for k in g if warmup._AFTER.get(k) not in g]  # each chain's first kernel
-            assert firsts == [k for k in warmup.KERNELS if k in firsts]
-
-
 def test_the_cli_refuses_a_negative_job_count(capsys):
     assert main(["warmup", "--jobs", "-2"]) == 1
     assert "--jobs: expected an integer >= 0" in capsys.readouterr().err

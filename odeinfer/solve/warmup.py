@@ -52,12 +52,6 @@ KERNELS = {
     "nuts_graph": ("lotka_volterra", "Dopri5", "graph"),
 }
 
-#: Seconds of CPU each compilation took on an empty cache (2-core AMD EPYC, session 16; each after what
-#: it comes after, :data:`_AFTER`): what :func:`warmup` balances its processes by.
-COST = {"dopri5_solve": 12.7, "dopri5_solve_sens": 17.0, "rodas_solve": 17.3, "rodas_solve_sens": 24.3,
-        "dopri5_adjoint_vjp": 21.0, "dde_solve": 45.8, "entry_dopri5_solve_sens": 3.8,
-        "entry_rodas_solve_sens": 4.7, "nuts_graph": 22.5}
-
 #: What a warm-up compiles after something else, in the same process (it links or calls it).
 _AFTER = {"entry_dopri5_solve_sens": "dopri5_solve_sens", "entry_rodas_solve_sens": "rodas_solve_sens",
           "nuts_graph": "entry_dopri5_solve_sens"}
@@ -146,24 +140,14 @@ def warmup(kernels=None, *, wait: bool = True, jobs: int | None = None) -> list[
 
 def _groups(names: list, jobs: int) -> list:
     """``names`` dealt out to at most ``jobs`` processes; what comes after another name (:data:`_AFTER`: a C
-    entry links its kernel, the graph calls the entry) goes with it, after it, when both are asked for.
-
-    Balanced by :data:`COST`: the costliest unit first to the process with the least work so far
-    (longest processing time first); each process then compiles its units in the order of
-    :data:`KERNELS` (the kernels most callers need first come first)."""
+    entry links its kernel, the graph calls the entry) goes with it, after it, when both are asked for."""
     def chain(k):
         nxt = [e for e in names if _AFTER.get(e) == k]
         return [k] + [c for e in nxt for c in chain(e)]
 
     units = [chain(k) for k in names if _AFTER.get(k) not in names]
     n = max(1, min(len(units), jobs))
-    work, groups = [0.0] * n, [[] for _ in range(n)]
-    for unit in sorted(units, key=lambda u: -sum(COST[k] for k in u)):  # stable: ties keep KERNELS' order
-        i = work.index(min(work))
-        work[i] += sum(COST[k] for k in unit)
-        groups[i].append(unit)
-    rank = {k: r for r, k in enumerate(KERNELS)}
-    return [[k for unit in sorted(g, key=lambda u: rank[u[0]]) for k in unit] for g in groups if g]
+    return [[k for unit in units[i::n] for k in unit] for i in range(n)] if units else []
 
 
 def await_kernel(kernel: str) -> None:
