@@ -65,9 +65,10 @@ class IntegralLoss:
         hkind, _, hb, hc = S.history.kernel_arrays(S.t0)
         # the model's kernel, or the shared one while it compiles (odeinfer.solve.shared)
         kernel = TieredKernel(S.compiled, S.compiled.module.dde_adjoint_gradient)
+        # the target's breaks and coefficients as writable copies (abi: one kernel signature)
         self._run = abi.dde_adjoint_gradient_call(kernel, S.t0, self.t_end, hkind, hb, hc,
                                                   np.array(self.target.breaks),
-                                                  np.array(self.target.coef), self.weights, self.paper)  # writable copies: one kernel signature
+                                                  np.array(self.target.coef), self.weights, self.paper)
         self._grad = np.empty(model.n_params + S.history.n_params + 1)
         self._work = np.empty(abi.dde_adjoint_work_size(model, S.history.n_params))
         self._nodes = None

@@ -187,9 +187,9 @@ def dde_loss_gradient(model, params, history, target, t_end, *, t0=0.0, history_
     grad = np.empty(m.n_params + q + 1)
     anodes, adnodes = np.zeros((nnode, m.n_states)), np.zeros((nnode, m.n_states))
     work = np.empty(abi.dde_adjoint_work_size(m, q))
+    # the target's breaks and coefficients as writable copies (abi: one kernel signature)
     run = abi.dde_adjoint_gradient_call(TieredKernel(cm, cm.module.dde_adjoint_gradient), t0, t_end, hkind, hb, hc,
-                                        np.array(tgt.breaks), np.array(tgt.coef), w,  # writable copies: one kernel signature
-                                        bool(paper))
+                                        np.array(tgt.breaks), np.array(tgt.coef), w, bool(paper))
     status = run(p, phi, solver.buf, nbuf, nsub, grad, anodes, adnodes, work)
     if status != Status.SUCCESS:
         raise SolverError(f"dde_loss_gradient: the adjoint solve failed: {status_message(status)}", status=status)
