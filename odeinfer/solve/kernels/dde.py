@@ -389,7 +389,10 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         return ST_SUCCESS
     nbp = _dde_breakpoints(mh, t0, t_end, p, eps, bps)
     ibp = 0
-    _dde_rhs(mh, t0, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
+    # _dde_rhs's side flag as np.bool_, not a literal True / False: numba compiles a callee once per
+    # literal value it is passed (here _dde_rhs and everything it calls, twice: ~20% of the kernel's compile)
+    stage, start = np.bool_(True), np.bool_(False)
+    _dde_rhs(mh, t0, start, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
     n_rhs = 1
     if not (all_finite(z, size) and all_finite(k1, size)):
         info[INFO_N_RHS] = n_rhs
@@ -399,7 +402,7 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         h = min(first_step, hmax)
     else:  # Hairer's heuristic (initial_step of common.py) around the delay right-hand side
         h, dnf = initial_step_euler(z, k1, nc, hmax, rtol, atol, z1)
-        _dde_rhs(mh, t0 + h, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
+        _dde_rhs(mh, t0 + h, stage, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         n_rhs += 1
         h = initial_step_finish(h, dnf, z, k1, k2, nc, RK_ORDER, hmax, rtol, atol)
 
@@ -430,13 +433,13 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
             last = False
         n_steps += 1
         rk_stage(2, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        _dde_rhs(mh, t + RK_C2 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
+        _dde_rhs(mh, t + RK_C2 * h, stage, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         rk_stage(3, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        _dde_rhs(mh, t + RK_C3 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
+        _dde_rhs(mh, t + RK_C3 * h, stage, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k3, k3y)
         rk_stage(4, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        _dde_rhs(mh, t + RK_C4 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
+        _dde_rhs(mh, t + RK_C4 * h, stage, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k4, k4y)
         rk_stage(5, size, z, h, k1, k2, k3, k4, k5, k6, zs)
-        _dde_rhs(mh, t + RK_C5 * h, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
+        _dde_rhs(mh, t + RK_C5 * h, stage, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k5, k5y)
         rk_stage(6, size, z, h, k1, k2, k3, k4, k5, k6, zs)
         if last:
             t_new = t_end
@@ -444,9 +447,9 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
             t_new = bps[ibp]
         else:
             t_new = t + h
-        _dde_rhs(mh, t_new, True, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k6, k6y)
+        _dde_rhs(mh, t_new, stage, zs, zsy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k6, k6y)
         rk_stage(7, size, z, h, k1, k2, k3, k4, k5, k6, z1)
-        _dde_rhs(mh, t_new, True, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
+        _dde_rhs(mh, t_new, stage, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k7, k7y)
         n_rhs += 6
         err2 = rk_err2(nc, z, z1, h, k1, k3, k4, k5, k6, k7, rtol, atol)
         if not (math.isfinite(err2) and all_finite(z1, size) and all_finite(k7, size)):
@@ -472,7 +475,7 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         if last:
             break
         if at_bp:  # the right limit at a breakpoint: no FSAL
-            _dde_rhs(mh, t, False, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
+            _dde_rhs(mh, t, start, z, zy, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k1, k1y)
             n_rhs += 1
         else:
             for a in range(size):
