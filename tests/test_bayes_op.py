@@ -258,3 +258,48 @@ def test_a_graph_on_the_shared_kernel_is_cached_and_loads_in_another_process(tmp
     assert np.all(np.isfinite(outs[0]))
     mismatch = np.flatnonzero(outs[1] != outs[0])
     assert mismatch.size == 0, f"{mismatch.size} of {outs[0].size} values differ between the processes"
+
+
+def test_the_numba_op_cache_key_names_the_code_and_the_shared_module(monkeypatch):
+    """PyTensor keeps the numba Ops' compiled graphs in its compile directory across versions of
+    odeinfer. A graph built around the shared kernel calls the shared module's C entry through a
+    linker symbol named after that module: loaded after the shared kernels changed (same model, so
+    the same model module), it called a symbol no process registers and crashed (a CI run on a
+    compile directory of earlier sessions). The key must name the shared module and the code that
+    built the graph."""
+    import os
+    import time
+
+    from odeinfer.bayes.numba_op import _key_text, _numba_funcify_ode_op, _numba_funcify_vjp_op
+    from odeinfer.bayes.op import ODEOp, VJPOp
+    from odeinfer.model.cache import source_digest
+    from odeinfer.solve.shared import recorded_tiers, shared_module
+
+    monkeypatch.setenv("ODEINFER_TIERED", "shared")
+    c = 1e-9 * (1 + (time.time_ns() + os.getpid()) % 10**6)  # a model no cache has compiled
+    model = oi.Model.from_equations({"x": f"-k*x + {c!r}"}, params=["k"], name="key_decay")
+    problem = ODEProblem(model, np.linspace(0.0, 1.0, 5))
+    texts = []
+    for funcify, op in ((_numba_funcify_ode_op, ODEOp(problem)), (_numba_funcify_vjp_op, VJPOp(problem))):
+        with recorded_tiers() as tiers:
+            funcify(op)
+        assert tiers == [f"shared {shared_module().__name__}"]
+        texts.append(_key_text("v", problem, None, tiers))
+    for text in texts:
+        assert source_digest() in text and shared_module().__name__ in text
+
+
+def test_the_source_digest_changes_with_any_file_content_or_name(tmp_path):
+    """tree_digest, the source digest's hash: any change of a file's bytes or name changes it."""
+    from odeinfer.model.cache import tree_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    first = tree_digest(tmp_path)
+    assert tree_digest(tmp_path) == first
+    (tmp_path / "b.py").write_text("y = 3\n")
+    second = tree_digest(tmp_path)
+    (tmp_path / "b.py").rename(tmp_path / "c.py")
+    third = tree_digest(tmp_path)
+    assert len({first, second, third}) == 3

@@ -17,6 +17,7 @@ import hashlib
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
 from odeinfer.bayes.op import ODEOp, VJPOp
+from odeinfer.model.cache import source_digest
 from odeinfer.solve.shared import recorded_tiers
 
 __all__ = []
@@ -26,11 +27,12 @@ __all__ = []
 def _numba_funcify_ode_op(op, node=None, **kwargs):
     """``(theta, x0) -> (y, sens)`` as an njit function; NaN outputs on a failed solve.
 
-    The cache key covers everything the function closes over: the forward
+    The cache key covers everything the function closes over: the code that builds it (a hash of
+    odeinfer's source, :func:`odeinfer.model.cache.source_digest`), the forward
     problem's class and key (equations, times, history, solver options), the generated module's
     name (a hash of the model and solver kernel sources and library versions),
-    whether sensitivities are computed and which kernel it calls, the model's or the shared one
-    (:func:`odeinfer.solve.shared.jit_kernel`). So PyTensor can cache the compiled
+    whether sensitivities are computed and which kernel it calls, the model's or the shared
+    module's (:func:`odeinfer.solve.shared.jit_kernel`, :func:`~odeinfer.solve.shared.recorded_tiers`). So PyTensor can cache the compiled
     graph on disk, and a second process does not recompile it: the shared kernel's model handle is
     read through symbols each process links to its own callbacks
     (:func:`odeinfer.solve.shared.linked_handle`), never held as a constant.
@@ -52,7 +54,15 @@ def _numba_funcify_vjp_op(op, node=None, **kwargs):
 
 
 def _cache_key(version, problem, sensitivities, tiers):
+    return hashlib.sha256(_key_text(version, problem, sensitivities, tiers).encode()).hexdigest()
+
+
+def _key_text(version, problem, sensitivities, tiers) -> str:
+    """What the cache key hashes. With the odeinfer source digest: the function is built by
+    odeinfer code (the problem's wrappers, the kernels' calling convention), so a graph cached by
+    another version of it is never loaded (it could call kernels with another layout, or linker
+    symbols this process never registers: a crash, not an error)."""
     module = problem.model.compile().module
     kind = f"{type(problem).__module__}.{type(problem).__qualname__}"
-    text = f"{version}|{kind}|{problem.key}|{module.__name__}|{sensitivities}|{','.join(tiers)}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    return (f"{version}|{source_digest()}|{kind}|{problem.key}|{module.__name__}|{sensitivities}|"
+            f"{','.join(tiers)}")

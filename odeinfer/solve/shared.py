@@ -253,10 +253,12 @@ _RECORD = threading.local()
 
 @contextlib.contextmanager
 def recorded_tiers():
-    """A list of the tiers (``"model"`` or ``"shared"``) that :func:`jit_kernel` picks inside the
-    block, in order: part of the numba Ops' PyTensor cache key (:mod:`odeinfer.bayes.numba_op`), so a
-    graph compiled around the shared kernel is never loaded where the model's was chosen, nor the
-    reverse."""
+    """A list of the tiers that :func:`jit_kernel` picks inside the block, in order: ``"model"``, or
+    ``"shared <module>"`` with the name of the shared module (a hash of its source) whose C entry the
+    callee calls through a linker symbol. Part of the numba Ops' PyTensor cache key
+    (:mod:`odeinfer.bayes.numba_op`), so a graph compiled around the shared kernel is never loaded
+    where the model's was chosen, nor the reverse, nor where the shared kernels changed (the cached
+    graph would call a symbol this process never registers)."""
     outer = getattr(_RECORD, "tiers", None)
     _RECORD.tiers = tiers = []
     try:
@@ -296,7 +298,7 @@ def jit_kernel(compiled, kernel: str, sig: tuple):
             def callee(*args):
                 return ptr(handle(), *args)
 
-        tier = "shared"
+        tier = f"shared {shared_module().__name__}"
     tiers = getattr(_RECORD, "tiers", None)
     if tiers is not None:
         tiers.append(tier)
