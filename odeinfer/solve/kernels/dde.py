@@ -293,7 +293,7 @@ def _dde_breakpoints(mh, t0, t_end, p, eps, bps):
         if 0 < tot <= _DDE_BP_ORDER and t0 + val < t_end - eps:
             bps[nbp] = t0 + val
             nbp += 1
-        if dde_next_multi_index(cnt, _DDE_BP_ORDER):
+        if dde_next_multi_index(cnt, np.int64(_DDE_BP_ORDER)):
             break
     for a in range(1, nbp):  # insertion sort
         v = bps[a]
@@ -319,7 +319,7 @@ def dde_solve(t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_
                     max_steps, z_out, work, buf, info)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, first_step, max_steps,
              z_out, work, buf, info):
     n = mh[0]
@@ -383,7 +383,7 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         if k > 0:
             for j in range(q):
                 z[n + i * k + m + j] = hg[i, j]
-    nbuf = 0
+    nbuf = np.int64(0)  # typed: a literal 0 would compile _dde_rhs and its callees once more
     i_out = emit_initial_outputs(t0, t_eval, z, z_out)
     if i_out == n_out:
         return ST_SUCCESS

@@ -152,10 +152,12 @@ def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf
     dpar = mh[3]
     q = phi.shape[0]
     x, ylag, ylag2, ys, fd, hx, hdx, tx, tdx, aadv, jy, jl, jp, jl2, yd, gk, tg, ishist = w
-    dde_dense_eval(t, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, x, hx, hdx, tg)
+    # typed values, not literals (no sensitivity columns; the target's cubic history kind): see _ddeadj_solve
+    k0, cubic = np.int64(0), np.int64(3)
+    dde_dense_eval(t, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, k0, x, hx, hdx, tg)
     for kk in range(d):
         tau = p[dpar[kk]]
-        hist = dde_dense_eval(t - tau, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, hx, hx, hdx, gk[kk])
+        hist = dde_dense_eval(t - tau, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, k0, hx, hx, hdx, gk[kk])
         ishist[kk] = hist
         for i in range(n):
             ylag[i, kk] = hx[i]
@@ -163,7 +165,7 @@ def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf
             for i in range(n):
                 yd[kk, i] = hdx[i]
         else:
-            _dde_ydot(mh, t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, 0, ys, ylag2, fd, hx, hdx, tg)
+            _dde_ydot(mh, t - tau, left, t0, eps, p, hkind, phi, hb, hc, buf, nbuf, k0, ys, ylag2, fd, hx, hdx, tg)
             for i in range(n):
                 yd[kk, i] = fd[i]
     mh_dde_jac_y(mh, t, x, ylag, p, jy)
@@ -172,7 +174,7 @@ def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf
     # target and loss integrand
     has_loss = tb.shape[0] > 1
     if has_loss:
-        dde_history(3, t, phi[0:0], tb, tc, tx, tdx, tg)
+        dde_history(cubic, t, phi[0:0], tb, tc, tx, tdx, tg)
     lval = 0.0
     for i in range(n):
         if has_loss:
@@ -196,9 +198,9 @@ def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf
             use = _ddeadj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag,
                                      aadv)
         if use:
-            dde_dense_eval(s, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0, ys, hx, hdx, tg)
+            dde_dense_eval(s, left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, k0, ys, hx, hdx, tg)
             for ll in range(d):
-                dde_dense_eval(s - p[dpar[ll]], left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, 0,
+                dde_dense_eval(s - p[dpar[ll]], left, t0, eps, hkind, phi, hb, hc, buf, nbuf, n, k0,
                                hx, hx, hdx, tg)
                 for i in range(n):
                     ylag2[i, ll] = hx[i]
@@ -286,6 +288,9 @@ def _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hki
     off += 2 * size
     ishist = np.zeros(d, dtype=np.int64)
     w = (x, ylag, ylag2, ys, fd, hx, hdx, tx, tdx, aadv, jy, jl, jp, jl2, yd, gk, tg, ishist)
+    # _ddeadj_rhs's side flag (left limits or right limits) as np.bool_, not a literal True / False:
+    # numba compiles a callee, and all it calls, once per literal argument
+    lim_l, lim_r = np.bool_(True), np.bool_(False)
     for c in range(size):
         z[c] = 0.0
     for i in range(n):
@@ -303,21 +308,21 @@ def _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hki
             tb_ = tnodes[jn + 1]
         hh = tb_ - ta
         # k1 at the right end (left limits), k4 at the left end (right limits)
-        _ddeadj_rhs(mh, tb_, True, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, tb_, lim_l, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
         for i in range(n):
             adnodes[jn + 1, i] = k1[i]
         for c in range(size):
             zs[c] = z[c] - 0.5 * hh * k1[c]
-        _ddeadj_rhs(mh, tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
+        _ddeadj_rhs(mh, tb_ - 0.5 * hh, lim_l, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
                  h, nnode, anodes, adnodes, w, k2, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             zs[c] = z[c] - 0.5 * hh * k2[c]
-        _ddeadj_rhs(mh, tb_ - 0.5 * hh, True, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
+        _ddeadj_rhs(mh, tb_ - 0.5 * hh, lim_l, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper,
                  h, nnode, anodes, adnodes, w, k3, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             zs[c] = z[c] - hh * k3[c]
-        _ddeadj_rhs(mh, ta, False, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, ta, lim_r, zs, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k4, tnodes, adright, gnode, jflag, snap)
         for c in range(size):
             z[c] = z[c] - hh * (k1[c] + 2.0 * k2[c] + 2.0 * k3[c] + k4[c]) / 6.0
@@ -327,14 +332,14 @@ def _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hki
             return ST_NON_FINITE
         if not uniform and jn > 0:
             if jflag[jn] != 0:  # a' jumps here: the right-limit derivative for the interpolant
-                _ddeadj_rhs(mh, ta, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h,
+                _ddeadj_rhs(mh, ta, lim_r, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h,
                          nnode, anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
                 for i in range(n):
                     adright[jn, i] = k1[i]
             for i in range(n):
                 z[i] += gnode[jn, i]
     if uniform:
-        _ddeadj_rhs(mh, t0, False, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
+        _ddeadj_rhs(mh, t0, lim_r, z, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
                  anodes, adnodes, w, k1, tnodes, adright, gnode, jflag, snap)
         for i in range(n):
             adnodes[0, i] = k1[i]
@@ -361,7 +366,7 @@ def dde_adjoint_gradient(t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl
                             grad, anodes, adnodes, work)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _ddeadj_gradient(mh, t0, t_end, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, nsub, paper, grad, anodes,
                      adnodes, work):
     n = mh[0]
@@ -425,7 +430,7 @@ def _ddeadj_vjp_points(mh, t0, t_end, t_obs, nobs, keep, p, buf, nbuf, nsub, sna
                 pts[npt] = max(val, t0) if tot > 0 else t_obs[r]
                 flags[npt] = 2 if tot == 0 else (1 if tot == 1 else 0)
                 npt += 1
-            if dde_next_multi_index(cnt, _DDEADJ_BP_ORDER):
+            if dde_next_multi_index(cnt, np.int64(_DDEADJ_BP_ORDER)):
                 break
     return npt
 
@@ -491,7 +496,7 @@ def dde_adjoint_vjp(t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     return _ddeadj_vjp(MODEL_HANDLE, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _ddeadj_vjp(mh, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     n = mh[0]
     m = mh[1]
@@ -545,7 +550,7 @@ def _ddeadj_vjp(mh, t0, t_obs, g, p, hkind, phi, hb, hc, buf, nbuf, nsub, grad):
     tc = np.zeros((4, 0, n))
     wl = np.zeros(n)
     status = _ddeadj_solve(mh, t0, t_end, nnode - 1, 0.0, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf,
-                        nbuf, tb, tc, wl, False, full, anodes, adnodes, work)
+                        nbuf, tb, tc, wl, np.bool_(False), full, anodes, adnodes, work)
     for j in range(m + q):
         grad[j] = full[j] if status == ST_SUCCESS else np.nan
     return status
