@@ -54,6 +54,17 @@ def test_a_warmed_up_kernel_is_not_compiled_again_and_its_callers_do_not_wait():
     assert time.monotonic() - start < 30  # loads (or finds) the machine code; never waits for a lock
 
 
+def test_the_graph_s_warmup_marker_is_named_after_odeinfer_s_source(monkeypatch):
+    """The graph's machine code lives in PyTensor's cache under a key holding odeinfer's source digest
+    (odeinfer.bayes.numba_op): a marker from another source version must not say it is ready."""
+    from odeinfer.model import cache
+
+    before = warmup._paths("nuts_graph")
+    monkeypatch.setattr(cache, "source_digest", lambda: "another-version")
+    after = warmup._paths("nuts_graph")
+    assert before[0] != after[0] and before[1] != after[1]
+
+
 @pytest.fixture
 def held_kernel():
     """The lock of the ``rodas_solve`` warm-up held by a live sleeping process (as a warm-up child

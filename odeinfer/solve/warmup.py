@@ -68,12 +68,14 @@ def _paths(kernel: str) -> tuple[Path, Path]:
     from odeinfer.solve.shared import shared_module
 
     tag = shared_module().__name__.rsplit("_", 1)[-1]
-    if kernel == "nuts_graph":  # the graph lives in PyTensor's cache: named after it too
+    if kernel == "nuts_graph":  # the graph lives in PyTensor's cache, keyed by odeinfer's source: named after both
         import hashlib
 
         import pytensor
 
-        where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}".encode()
+        from odeinfer.model.cache import source_digest
+
+        where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}|{source_digest()}".encode()
         tag += "-" + hashlib.sha256(where).hexdigest()[:12]
     base = cache_dir() / f"{tag}.ptr_{kernel}.warmup"
     return base.with_name(base.name + ".ready"), base.with_name(base.name + ".lock")
