@@ -32,10 +32,10 @@ def _numba_funcify_ode_op(op, node=None, **kwargs):
     problem's class and key (equations, times, history, solver options), the generated module's
     name (a hash of the model and solver kernel sources and library versions),
     whether sensitivities are computed and which kernel it calls, the model's or the shared
-    module's (:func:`odeinfer.solve.shared.jit_kernel`, :func:`~odeinfer.solve.shared.recorded_tiers`). So PyTensor can cache the compiled
-    graph on disk, and a second process does not recompile it: the shared kernel's model handle is
-    read through symbols each process links to its own callbacks
-    (:func:`odeinfer.solve.shared.linked_handle`), never held as a constant.
+    module's (:func:`odeinfer.solve.shared.jit_kernel`, :func:`~odeinfer.solve.shared.recorded_tiers`).
+    So PyTensor can cache the compiled graph on disk, and a second process does not recompile it:
+    the shared kernel's model handle is read through symbols each process links to its own
+    callbacks (:func:`odeinfer.solve.shared.linked_handle`), never held as a constant.
     """
     problem = op.problem
     with recorded_tiers() as tiers:
