@@ -204,7 +204,7 @@ def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out
     return 0
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _dde_ydot(mh, s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag2, fd, hx, hdx, hg):
     """``ydot(s)`` into ``fd``: the history's ``dX0/du`` or ``f`` at ``s`` from the dense output."""
     n = mh[0]

@@ -232,7 +232,7 @@ def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf
     out[n + m + q] = -lval
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _ddeadj_solve(mh, t0, t_end, nstep, h, tnodes, gnode, jflag, adright, p, hkind, phi, hb, hc, buf, nbuf, tb, tc,
                wl, paper, grad, anodes, adnodes, work):
     """RK4 backward adjoint on ``nstep`` steps: uniform (``h > 0``) or on ``tnodes`` with jumps ``gnode``.
