@@ -43,9 +43,8 @@ def test_every_kernel_takes_the_arguments_of_the_abi_table():
     for name, args in SIGNATURES.items():
         module = dde if name.startswith("dde") else ode
         assert tuple(inspect.signature(getattr(module, name).py_func).parameters) == args, name
-        if name != "dopri5_fixed":  # a model kernel only (fixed steps have no shared tier)
-            ptr = getattr(shared, "ptr_" + name)
-            assert tuple(inspect.signature(ptr.py_func).parameters) == ("mh", *args), name
+        ptr = getattr(shared, "ptr_" + name)
+        assert tuple(inspect.signature(ptr.py_func).parameters) == ("mh", *args), name
 
 
 def _recorded(adapter, run_args, *flags, **bound):

@@ -144,6 +144,37 @@ def test_delay_solve_equals_the_bound_solver_bitwise(gradient):
         np.testing.assert_array_equal(sens, sol.sens)
 
 
+def _read_only(*values):
+    a = np.array(values, dtype=float)
+    a.flags.writeable = False
+    return a
+
+
+def _kernel_versions(bound):
+    from odeinfer.solve.shared import shared_module
+
+    tiers = bound._tiers
+    kernel = getattr(shared_module(), "ptr_" + tiers.kernel.__name__) if tiers.tier == "shared" else tiers.kernel
+    return len(kernel.overloads)
+
+
+def test_bound_solvers_take_read_only_inputs_without_compiling_the_kernel_again():
+    """A read-only array (``problem.x0``, ``history.values``) is another argument type to numba: the bound
+    solvers pass a writable copy, so the kernel is not compiled a second time for it (10-30 s)."""
+    bound = oi.bind(oi.Problem(decay, T, x0=[2.0]))
+    y = bound(np.array([0.7]), np.array([2.0]))[0].copy()
+    versions = _kernel_versions(bound)
+    np.testing.assert_array_equal(bound(_read_only(0.7), _read_only(2.0))[0], y)
+    np.testing.assert_array_equal(bound(np.array([0.7]), np.array([2]))[0], y)  # integers: converted too
+    assert _kernel_versions(bound) == versions
+    hist = History.periodic(0.2, 2.0, 1.0)
+    bound = oi.bind(oi.Problem(lagged, np.linspace(0.0, 5.0, 11), history=hist))
+    y = bound(np.array([0.9, 0.7]), np.array(hist.values))[0].copy()
+    versions = _kernel_versions(bound)
+    np.testing.assert_array_equal(bound(_read_only(0.9, 0.7), hist.values)[0], y)
+    assert not hist.values.flags.writeable and _kernel_versions(bound) == versions
+
+
 def test_solve_reuses_the_bound_solver_of_the_problem():
     prob = oi.Problem(decay, T, x0=[2.0])
     bound = oi.bind(prob)

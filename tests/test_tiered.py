@@ -298,12 +298,33 @@ def test_a_bad_tiered_setting_is_refused_with_the_fix(monkeypatch):
         solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
 
 
-def test_fixed_steps_and_the_switch_off_compile_the_model_kernel(monkeypatch):
+def test_the_fixed_step_shared_kernel_is_bitwise_equal_to_the_model_kernel():
+    """``dopri5_fixed`` (the model's kernel) and ``ptr_dopri5_fixed`` (through the C callbacks): the same
+    bits, states alone and with sensitivities (one kernel serves both)."""
+    entry = oi.zoo.lotka_volterra()
+    cm = oi.solve._inputs.compiled_model(entry.model)
+    n, m = cm.n_states, cm.n_params
+    t, p, x0 = np.asarray(entry.t, float), entry.params_array(), entry.x0_array()
+    for sens in (False, True):
+        k = n + m if sens else 0
+        out = []
+        for kernel, lead in ((cm.module.dopri5_fixed, ()),
+                             (shared.shared_module().ptr_dopri5_fixed, (shared.model_handle(cm),))):
+            z, info = np.empty((t.size, n * (1 + k))), np.zeros(6)
+            status = kernel(*lead, float(entry.t0), t, x0, p, sens, 0.01, z, np.empty(10 * n * (1 + k) + n * (n + m)),
+                            info)
+            out.append((status, z, info))
+        (s1, z1, i1), (s2, z2, i2) = out
+        assert s1 == s2 == Status.SUCCESS and np.array_equal(z1, z2) and np.array_equal(i1, i2)
+        assert i1[1] >= 2000 and i1[2] == 0  # constant steps of 0.01 to t = 20, none rejected
+
+
+def test_fixed_steps_are_tiered_and_the_switch_off_compiles_the_model_kernel(monkeypatch):
     model = oi.zoo.lotka_volterra().model
     monkeypatch.setenv("ODEINFER_TIERED", "1")
-    # Rodas is tiered too (tests/test_shared_tier.py); the fixed-step convergence mode is not
+    # Rodas (tests/test_shared_tier.py) and the fixed-step convergence mode are tiered too
     assert oi.bind(oi.Problem(model, [0.0, 1.0]), solver=oi.Rodas()).tier == "pending"
-    assert oi.bind(oi.Problem(model, [0.0, 1.0]), solver=oi.Dopri5(fixed_step=0.1)).tier == "model"
+    assert oi.bind(oi.Problem(model, [0.0, 1.0]), solver=oi.Dopri5(fixed_step=0.1)).tier == "pending"
     monkeypatch.setenv("ODEINFER_TIERED", "0")
     solver = oi.bind(oi.Problem(model, [0.0, 1.0]))
     solver(np.array([0.55, 0.028, 0.80, 0.024]), np.array([33.96, 5.93]))
@@ -556,3 +577,32 @@ def test_a_lock_of_a_reused_pid_or_an_earlier_boot_is_taken_over(tmp_path):
     # another host sharing the cache directory: not known here, so only the stale limit frees it
     assert shared._owner_alive(f"{host}.elsewhere {boot} {pid} {start}") is None
     assert shared._owner_alive("") is None
+
+
+def test_a_shared_kernel_is_compiled_under_a_lock_that_other_processes_wait_for(tmp_path, monkeypatch):
+    """``compile_once``: while another process holds the kernel's compile lock, the caller waits; once it
+    has compiled, a second call finds the signature compiled and returns at once."""
+    import fcntl
+    import os
+    import threading
+
+    from numba import njit, types
+
+    monkeypatch.setenv("ODEINFER_CACHE_DIR", str(tmp_path))
+
+    @njit
+    def kernel(a, b):
+        return a + b
+
+    lock = tmp_path / f"{kernel.py_func.__module__.rsplit('_', 1)[-1]}.{kernel.py_func.__name__}.compile.lock"
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process compiling it
+    f8, i8 = (types.float64,) * 2, (types.int64,) * 2
+    done = threading.Event()
+    threading.Thread(target=lambda: (shared.compile_once(kernel, f8), done.set()), daemon=True).start()
+    assert not done.wait(1.0) and not kernel.overloads  # waits for the lock
+    os.close(fd)
+    assert done.wait(60.0) and list(kernel.overloads) == [f8]
+    shared.compile_once(kernel, f8)  # compiled: nothing to do
+    shared.compile_once(kernel, i8)  # other types: a second version
+    assert list(kernel.overloads) == [f8, i8]

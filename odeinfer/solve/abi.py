@@ -124,7 +124,7 @@ _SOLVE_SENS = _SOLVE[:4] + ("sens_err",) + _SOLVE[4:]
 _SOLVE_DIR = _SOLVE[:4] + ("pdir", "s0", "sens_err") + _SOLVE[4:]
 
 #: Each kernel's arguments, in order (documented in its kernel file). The model's generated module
-#: defines ``<name>``; the shared module ``ptr_<name>(mh, ...)`` (all but ``dopri5_fixed``).
+#: defines ``<name>``; the shared module ``ptr_<name>(mh, ...)``.
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "dopri5_solve": _SOLVE,
     "dopri5_solve_sens": _SOLVE_SENS,
@@ -221,6 +221,20 @@ def call(kernel, name: str, **values):
 
 
 # ---- adapters for Python callers: closures over the bound values (the cheapest call from Python) ----
+
+def kernel_array(a):
+    """``a`` as the kernels' compiled signatures take an input array: itself when it is a writable
+    C-contiguous float64 array, else such a copy. A read-only, strided or integer array is another
+    argument type to numba, which would compile the whole kernel again for it (10-30 s): the bound
+    solvers pass what callers give them (e.g. ``problem.x0``, ``history.values``, read-only) through
+    this."""
+    if type(a) is np.ndarray and a.dtype == _F8 and a.flags.writeable and a.flags.c_contiguous:
+        return a
+    return np.array(a, dtype=np.float64, order="C")
+
+
+_F8 = np.dtype(np.float64)
+
 
 def ode_solve_call(kernel, sensitivities, directions, t0, t_eval, rtol, atol, first_step, max_steps, sens_err,
                    z_out, work, info):

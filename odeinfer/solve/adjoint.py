@@ -69,7 +69,7 @@ class VJP:
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""
-        return self.grad, self._run(params, x0, g)
+        return self.grad, self._run(abi.kernel_array(params), abi.kernel_array(x0), abi.kernel_array(g))
 
     @property
     def tier(self):

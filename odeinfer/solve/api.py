@@ -142,28 +142,29 @@ class Solver:
         self.directions = directions
         self._nan_cols = np.array(sens_exclude if sensitivities and not directions else (), dtype=np.int64)
         self.sens_exclude = tuple(compiled.params[i] for i in self._nan_cols)
-        self.kernel = getattr(module, abi.solve_kernel_name(method, sensitivities, bool(directions)))
+        self.kernel = getattr(module, "dopri5_fixed" if self.fixed_step else
+                              abi.solve_kernel_name(method, sensitivities, bool(directions)))
         self.work = np.empty(abi.ode_work_size(method, n, m, k))
         self.info = np.zeros(INFO_SIZE)
         self.z = np.empty((t.size, n * (1 + k)))
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
-        # adaptive solves: the model kernel or, while it compiles, the shared one
-        self._tiers = None if self.fixed_step else _shared.TieredKernel(compiled, self.kernel)
+        # the model kernel or, while it compiles, the shared one
+        self._tiers = _shared.TieredKernel(compiled, self.kernel)
         self._run = self._bind()
 
     @property
     def tier(self):
         """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the model-independent
         ``ptr_dopri5_*`` / ``ptr_rodas_*`` kernel while :attr:`kernel` compiles in a background
-        process; same results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (an adaptive
-        solver before its first call, which decides)."""
-        return "model" if self._tiers is None else self._tiers.tier
+        process; same results, see :mod:`odeinfer.solve.shared`) or ``"pending"`` (before the first
+        call, which decides)."""
+        return self._tiers.tier
 
     def _bind(self):
         # a closure over the bound values: the cheapest call path from Python to the kernel
         if self.fixed_step:
-            run = abi.fixed_step_call(self.compiled.module.dopri5_fixed, self.t0, self.t, self.sensitivities,
+            run = abi.fixed_step_call(self._tiers, self.t0, self.t, self.sensitivities,
                                       self.fixed_step, self.z, self.work, self.info)
         else:
             run = abi.ode_solve_call(self._tiers, self.sensitivities, bool(self.directions), self.t0, self.t,
@@ -181,7 +182,8 @@ class Solver:
     def __call__(self, params, x0, *directions):
         """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
         (n_params, k) and ``s0`` (n_states, k)); returns ``(y, sens, status)``."""
-        return self._y, self._sens, self._run(params, x0, *directions)
+        return self._y, self._sens, self._run(abi.kernel_array(params), abi.kernel_array(x0),
+                                                *map(abi.kernel_array, directions))
 
     def __reduce__(self):
         # rebuilt from its values in the receiving process (fresh buffers, the cached kernels);

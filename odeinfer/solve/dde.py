@@ -182,7 +182,8 @@ class DDESolver:
 
     def __call__(self, params, history_params=None):
         """Solve; returns ``(y, sens, status)``."""
-        phi = self._phi if history_params is None else history_params
+        params = abi.kernel_array(params)
+        phi = self._phi if history_params is None else abi.kernel_array(history_params)
         while True:
             status = self._run(params, phi, self.buf)
             if status == 0 or self.info[Info.BUF_FULL] == 0.0 or self.buf.shape[0] >= self.max_steps:

@@ -70,11 +70,12 @@ class DDEVJP:
 
     def __call__(self, params, history_params, g):
         f = self.forward
-        phi = f._phi if history_params is None else history_params  # writable, as DDESolver passes it
+        params = abi.kernel_array(params)
+        phi = f._phi if history_params is None else abi.kernel_array(history_params)  # as DDESolver passes it
         _, _, status = f(params, phi)
         if status != Status.SUCCESS:
             return self.grad, status
-        return self.grad, self._run(params, phi, g, f.buf, int(f.info[Info.N_STORED]), self.grad)
+        return self.grad, self._run(params, phi, abi.kernel_array(g), f.buf, int(f.info[Info.N_STORED]), self.grad)
 
     @property
     def tier(self):

@@ -119,14 +119,17 @@ def _entry(kernel: str, sig: tuple) -> str:
 
     from odeinfer.model.cache import _PREFIX, load_module
     from odeinfer.solve.abi import SIGNATURES
-    from odeinfer.solve.shared import shared_module
+    from odeinfer.solve.shared import compile_lock, compile_once, shared_module
     from odeinfer.solve.warmup import await_kernel
 
     await_kernel("entry_" + kernel)  # a warm-up process compiling this entry: load its machine code instead
 
-    text = _source(shared_module().__name__, kernel, SIGNATURES[kernel], sig)
+    shared = shared_module()
+    compile_once(getattr(shared, "ptr_" + kernel), sig)  # the kernel the entry calls, compiled by one process
+    text = _source(shared.__name__, kernel, SIGNATURES[kernel], sig)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-    module = load_module(f"{_PREFIX}e_{digest}", text)
+    with compile_lock(f"e_{digest}"):  # the entry links and compiles the kernel again: one process at a time
+        module = load_module(f"{_PREFIX}e_{digest}", text)
     symbol = f"odeinfer_entry_{digest}"
     binding.add_symbol(symbol, module.entry.address)
     with _LOCK:

@@ -1,6 +1,6 @@
-"""Tiered compilation of the adaptive solvers: answer at once, specialise in the background.
+"""Tiered compilation of the solvers: answer at once, specialise in the background.
 
-A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``,
+A model's own solver kernels (``dopri5_solve``, ``dopri5_solve_sens``, ``dopri5_solve_dir``, ``dopri5_fixed``,
 ``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``, ``dopri5_adjoint_vjp``; ``dde_solve``,
 ``dde_adjoint_vjp`` and ``dde_adjoint_gradient`` for a model with delays; the estimators' kernels)
 have the model inlined and its sizes as constants: the fastest warm calls, but 10-35 s of numba compilation the first time a model is solved. The *shared* module
@@ -11,7 +11,7 @@ have the model inlined and its sizes as constants: the fastest warm calls, but 1
 ``dde_cfuncs.py``), lowered straight to LLVM IR by :mod:`odeinfer.model.native` in milliseconds
 (numba's bits); numba compiles them (about a second each) only for a source outside that subset.
 
-On the first call of a :class:`~odeinfer.solve.Solver` (adaptive ``Dopri5`` or ``Rodas``) or
+On the first call of a :class:`~odeinfer.solve.Solver` (``Dopri5``, adaptive or fixed-step, or ``Rodas``) or
 :class:`~odeinfer.solve.dde.DDESolver` whose model kernel is not compiled yet
 (neither in this process nor on disk), the solver answers with the shared kernel and starts
 one low-priority background process that compiles the model kernel into the disk cache. Once
@@ -52,8 +52,8 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "TieredKernel", "jit_kernel", "linked_handle", "model_handle", "recorded_tiers",
-           "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "compile_lock", "compile_once", "jit_kernel", "linked_handle", "model_handle",
+           "recorded_tiers", "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
 
 #: Environment variable naming the file whose exclusive lock is the one background-compile slot of a
 #: cache directory: background compilers run one at a time, each waiting for the slot
@@ -244,8 +244,40 @@ class TieredKernel:
             return
         self._shared = shared_kernel(name)
         self._mh = model_handle(self.compiled, full=self._full)
+        # the types the call itself dispatches on
+        compile_once(self._shared, tuple(map(self._shared.typeof_pyval, (self._mh, *args))))
         self._spec = spec
         self.tier = "shared"
+
+
+@contextlib.contextmanager
+def compile_lock(name: str):
+    """Hold an exclusive lock on ``<name>.compile.lock`` in the cache directory while compiling what
+    ``name`` names: processes that need the same new kernel at once (the workers of a pool or of a test
+    run) compile it one at a time, and each after the first loads the machine code from numba's disk
+    cache instead of compiling it again (10-40 s of CPU per shared kernel). The operating system
+    releases the lock when its holder dies. Without advisory locks (Windows) nothing is held."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    from odeinfer.model.cache import cache_dir
+
+    fd = os.open(cache_dir() / f"{name}.compile.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def compile_once(dispatcher, sig: tuple) -> None:
+    """Compile the shared kernel ``dispatcher`` for the numba argument types ``sig`` unless this process
+    has, under its :func:`compile_lock`."""
+    if sig not in dispatcher.overloads:
+        with compile_lock(f"{dispatcher.py_func.__module__.rsplit('_', 1)[-1]}.{dispatcher.py_func.__name__}"):
+            dispatcher.compile(sig)
 
 
 _RECORD = threading.local()

@@ -94,14 +94,20 @@ def dopri5_solve_dir(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_st
 @njit(cache=True, error_model="numpy", fastmath=False)
 def dopri5_fixed(t0, t_eval, y0, p, sens, h, z_out, work, info):
     """Dormand-Prince 5 with constant step ``h > 0``; see the module docstring."""
+    return _dopri5_fixed_run(MODEL_HANDLE, t0, t_eval, y0, p, n_sens_columns(sens), h, z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _dopri5_fixed_run(mh, t0, t_eval, y0, p, k, h, z_out, work, info):
+    # the constant-step mode of dopri5_fixed and the shared ptr_dopri5_fixed: no error control
     if not (h > 0.0) or t_eval.shape[0] == 0:
         return ST_BAD_INPUT
     n_max = min((t_eval[t_eval.shape[0] - 1] - t0) / h + 2.0, 9.0e18)
     if not (n_max >= 0.0):
         return ST_BAD_INPUT
     none = no_directions(work)
-    return _dopri5_run(MODEL_HANDLE, t0, t_eval, y0, p, n_sens_columns(sens), none, none, N_STATES, 1.0, 1.0,
-                       h, h, int(n_max), z_out, work, info, False, z_out)
+    return _dopri5_run(mh, t0, t_eval, y0, p, k, none, none, mh[0], 1.0, 1.0, h, h, int(n_max), z_out, work, info,
+                       False, z_out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")

@@ -101,6 +101,12 @@ def ptr_dopri5_solve_dir(mh, t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, 
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_dopri5_fixed(mh, t0, t_eval, y0, p, sens, h, z_out, work, info):
+    """``dopri5_fixed`` for the model behind ``mh``."""
+    return _dopri5_fixed_run(mh, t0, t_eval, y0, p, mh[0] + mh[1] if sens else 0, h, z_out, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
 def mh_f_t(mh, t, y, p, out):
     _ptr_call(mh[5], t, (y, p, out))
 
