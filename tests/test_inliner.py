@@ -91,3 +91,49 @@ def test_each_scope_is_copied_once_per_copy_of_the_callee(monkeypatch):
     # copy copies them once per block
     assert ours == 2 * 2 * 2
     assert len(seen) > 5 * ours
+
+
+def _generated_callee():
+    """``_callee`` as a function of a generated module (the memo's domain: fixed text, constant globals)."""
+    import inspect
+
+    namespace = {"__name__": "odeinfer_generated_test_inliner"}
+    exec(compile(inspect.getsource(_callee), "<generated>", "exec"), namespace)  # our own source, not user text
+    return namespace["_callee"]
+
+
+def _compiled_generated(inline_function):
+    """A caller inlining the generated ``_callee`` at two sites (and a third time through a second
+    caller), compiled with ``inline_function`` as numba's: (values, machine code of both callers)."""
+    saved = inline_closurecall.InlineWorker.inline_function
+    inline_closurecall.InlineWorker.inline_function = inline_function
+    try:
+        callee = njit(inline="always")(_generated_callee())
+        first = njit(lambda x, n: callee(x, n) - 2.0 * callee(x[::-1], n))
+        second = njit(lambda x, n: callee(x, n) * 0.5)
+        x = np.random.default_rng(3).normal(size=40)
+        return (first(x, 40), second(x, 40)), _instructions(first) + _instructions(second)
+    finally:
+        inline_closurecall.InlineWorker.inline_function = saved
+
+
+def test_a_generated_callee_is_translated_once_and_inlined_as_numba_inlines_it(monkeypatch):
+    """The memo of ``inline_function``: the callee's bytecode is translated once for its three inlines,
+    and the callers' machine code and values are those of numba's own inliner (and Python's bits)."""
+    translated = []
+    run = inline_closurecall.InlineWorker.run_untyped_passes
+
+    def counting(self, func, enable_ssa=False):
+        translated.append(func.__name__)
+        return run(self, func, enable_ssa)
+
+    monkeypatch.setattr(inline_closurecall.InlineWorker, "run_untyped_passes", counting)
+    memo = inline_closurecall.InlineWorker.inline_function
+    ours, ours_code = _compiled_generated(memo)
+    assert translated.count("_callee") == 1
+    translated.clear()
+    numba_s, numba_s_code = _compiled_generated(memo.__wrapped__)
+    assert translated.count("_callee") == 3
+    x = list(np.random.default_rng(3).normal(size=40))
+    assert ours == numba_s == (_caller(x, 40), _callee(x, 40) * 0.5)
+    assert ours_code == numba_s_code and len(ours_code) > 100

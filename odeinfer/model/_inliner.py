@@ -10,17 +10,29 @@ shares one copy of each scope, which is what the callee's IR had before the copy
 share one scope). Nothing else changes: the inliner's steps, the IR it produces and the machine
 code are numba's own.
 
+And before each inline, numba runs the callee's untyped pipeline again (``inline_function`` calls
+``run_untyped_passes``): the same helper inlined at ten call sites, or into ten kernels of a module,
+was translated from bytecode ten times, its own inlines included. For the functions of odeinfer's
+generated modules (fixed source text, constant globals), :func:`install` keeps the callee's IR of
+the first translation per compile configuration and hands it to ``inline_ir``, which copies it
+before any change ("Always copy the callee IR, it gets mutated").
+
 Installed once per process by :mod:`odeinfer.model.cache` (which builds every generated kernel
 module); left out, with everything still correct, on a numba whose inliner does not have the
 expected shape.
 """
 
+import collections
 import copy
 import functools
 import inspect
+import threading
 
 _EXPECTED = ("self", "caller_ir", "block", "i", "callee_ir", "callee_freevars", "arg_typs")
+_EXPECTED_FUNCTION = ("self", "caller_ir", "block", "i", "function", "arg_typs")
 _STATE = {"installed": False}
+_GENERATED = "odeinfer_generated_"  # the generated modules' names (odeinfer.model.cache)
+_MEMO_SIZE = 256  # callee IRs kept (least recently used dropped): a few MB
 
 
 def install() -> bool:
@@ -29,9 +41,12 @@ def install() -> bool:
         return True
     from numba.core import inline_closurecall, ir
 
-    original = inline_closurecall.InlineWorker.inline_ir
+    worker = inline_closurecall.InlineWorker
+    original = worker.inline_ir
     if (tuple(inspect.signature(original).parameters) != _EXPECTED or "__deepcopy__" in vars(ir.Scope)
-            or not hasattr(copy, "_reconstruct")):
+            or not hasattr(copy, "_reconstruct")
+            or tuple(inspect.signature(worker.inline_function).parameters) != _EXPECTED_FUNCTION
+            or not hasattr(worker, "run_untyped_passes")):
         return False
 
     @functools.wraps(original)
@@ -56,5 +71,30 @@ def install() -> bool:
                 ir.Scope.__deepcopy__ = outer
 
     inline_closurecall.InlineWorker.inline_ir = inline_ir
+    inline_closurecall.InlineWorker.inline_function = _memo_inline_function(worker.inline_function)
     _STATE["installed"] = True
     return True
+
+
+def _memo_inline_function(original):
+    memo, lock = collections.OrderedDict(), threading.Lock()
+
+    @functools.wraps(original)
+    def inline_function(self, caller_ir, block, i, function, arg_typs=None):
+        if not getattr(function, "__module__", "").startswith(_GENERATED):
+            return original(self, caller_ir, block, i, function, arg_typs)
+        self.flags.enable_ssa = False  # as run_untyped_passes leaves it
+        key = (function, self._compiler_pipeline, repr(self.flags), repr(sorted(self.locals.items(), key=str)))
+        with lock:
+            callee_ir = memo.get(key)
+            if callee_ir is not None:
+                memo.move_to_end(key)
+        if callee_ir is None:
+            callee_ir = self.run_untyped_passes(function)
+            with lock:
+                memo[key] = callee_ir
+                if len(memo) > _MEMO_SIZE:
+                    memo.popitem(last=False)
+        return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
+
+    return inline_function
