@@ -52,8 +52,8 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["Specialisation", "TieredKernel", "compile_lock", "compile_once", "jit_kernel", "linked_handle", "model_handle",
-           "recorded_tiers", "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
+__all__ = ["Specialisation", "TieredKernel", "compile_lock", "compile_once", "jit_kernel", "linked_handle",
+           "model_handle", "recorded_tiers", "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
 
 #: Environment variable naming the file whose exclusive lock is the one background-compile slot of a
 #: cache directory: background compilers run one at a time, each waiting for the slot
