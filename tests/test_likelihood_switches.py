@@ -55,7 +55,7 @@ def _problem(model, params):
     return oi.FitProblem(m, oi.Data(T, Y, "obs"), params, x0={"x": "xi"})
 
 
-def _check(ev, nll, grad):
+def assert_nll_and_gradient(ev, nll, grad):
     assert ev.ok, ev.failure
     assert ev.nll == pytest.approx(nll, rel=RTOL)
     np.testing.assert_allclose(ev.grad, grad, rtol=RTOL, atol=RTOL * np.max(np.abs(grad)))
@@ -76,7 +76,7 @@ def test_a_step_switched_on_at_an_estimated_time_has_the_exact_gradient():
     points = [np.array([0.8, 1.3, 2.0]), np.array([1.1, 2.9, 1.5])]
     first = [obj(u) for u in points]
     for u, ev in zip(points, first):
-        _check(ev, *_step_on_reference(*u))
+        assert_nll_and_gradient(ev, *_step_on_reference(*u))
     again = obj(points[0])  # the segments cut for the second point do not leak into the first
     assert again.nll == first[0].nll and np.array_equal(again.grad, first[0].grad)
 
@@ -90,7 +90,7 @@ def test_a_switch_time_outside_the_data_moves_nothing(tau):
     s = (1.0 - np.exp(-T)) if tau < 0 else np.zeros_like(T)
     e = np.exp(-T)
     nll, grad = _nll_grad(2.0 * e + 0.8 * s, np.column_stack([s, np.zeros_like(T), e]))
-    _check(ev, nll, grad)
+    assert_nll_and_gradient(ev, nll, grad)
     assert ev.grad[1] == 0.0
 
 
@@ -106,7 +106,7 @@ def test_two_switches_on_one_parameter_and_a_sum_of_parameters():
     h = xi * e + k * (s1 - s2)
     dh = np.column_stack([s1 - s2, k * (ds1 - ds2) * tau, -k * ds2, e])  # d/d log(tau) = tau d/d tau
     ev = obj(np.array([k, np.log(tau), d, xi]))
-    _check(ev, *_nll_grad(h, dh))
+    assert_nll_and_gradient(ev, *_nll_grad(h, dh))
 
 
 def test_switches_shared_by_experiments_with_their_own_switch_times():
@@ -120,7 +120,7 @@ def test_switches_shared_by_experiments_with_their_own_switch_times():
     ev = oi.Objective(prob, solver=TIGHT)(np.array([0.8, 1.3, 3.6, 2.0]))
     na, ga = _step_on_reference(0.8, 1.3, 2.0)
     nb, gb = _step_on_reference(0.8, 3.6, 2.0)
-    _check(ev, na + nb, [ga[0] + gb[0], ga[1], gb[1], ga[2] + gb[2]])
+    assert_nll_and_gradient(ev, na + nb, [ga[0] + gb[0], ga[1], gb[1], ga[2] + gb[2]])
 
 
 def test_a_switch_that_depends_on_the_states_is_still_refused():
@@ -193,7 +193,7 @@ def test_a_switch_time_estimated_in_the_pre_equilibration_is_refused_when_the_ob
     # pre-equilibrated with the step on from t = 0: x_ss = k; then off until tau: x = k e^{-t} + k s(t - tau)
     s, ds = _step(T, 1.3)
     e = np.exp(-T)
-    _check(ev, *_nll_grad(0.8 * e + 0.8 * s, np.column_stack([e + s, 0.8 * ds])))
+    assert_nll_and_gradient(ev, *_nll_grad(0.8 * e + 0.8 * s, np.column_stack([e + s, 0.8 * ds])))
     free = oi.Condition(preequilibrate=oi.Condition())
     prob = oi.FitProblem(m, oi.Experiments([oi.Data(T, Y, "obs", name="e")], conditions={"e": free}), params,
                          x0={"x": 0.0})

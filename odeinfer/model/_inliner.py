@@ -26,7 +26,6 @@ import collections
 import copy
 import functools
 import inspect
-import threading
 
 _EXPECTED = ("self", "caller_ir", "block", "i", "callee_ir", "callee_freevars", "arg_typs")
 _EXPECTED_FUNCTION = ("self", "caller_ir", "block", "i", "function", "arg_typs")
@@ -77,7 +76,7 @@ def install() -> bool:
 
 
 def _memo_inline_function(original):
-    memo, lock = collections.OrderedDict(), threading.Lock()
+    memo = collections.OrderedDict()  # used under numba's global compile lock: one compile at a time
 
     @functools.wraps(original)
     def inline_function(self, caller_ir, block, i, function, arg_typs=None):
@@ -85,16 +84,13 @@ def _memo_inline_function(original):
             return original(self, caller_ir, block, i, function, arg_typs)
         self.flags.enable_ssa = False  # as run_untyped_passes leaves it
         key = (function, self._compiler_pipeline, repr(self.flags), repr(sorted(self.locals.items(), key=str)))
-        with lock:
-            callee_ir = memo.get(key)
-            if callee_ir is not None:
-                memo.move_to_end(key)
+        callee_ir = memo.get(key)
         if callee_ir is None:
-            callee_ir = self.run_untyped_passes(function)
-            with lock:
-                memo[key] = callee_ir
-                if len(memo) > _MEMO_SIZE:
-                    memo.popitem(last=False)
+            callee_ir = memo[key] = self.run_untyped_passes(function)
+            if len(memo) > _MEMO_SIZE:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
         return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
 
     return inline_function
