@@ -77,11 +77,11 @@ def trajectory_residuals(model, d, x0, t0, params_full, maps=None):
 @functools.lru_cache(maxsize=32)
 def _smoothed_at(t: bytes, y: bytes, at: float) -> float:
     """The GCV smoothing spline of ``y`` over ``t`` (float64 bytes) at ``at``: a function of the data
-    alone (about 0.3 s at n = 400), so refits, profiles and multistarts on the same data reuse it (the
-    last 32 series are kept: 16 n bytes each)."""
-    from scipy.interpolate import make_smoothing_spline
+    alone, so refits, profiles and multistarts on the same data reuse it (the last 32 series are kept:
+    16 n bytes each)."""
+    from odeinfer.smooth.gcv import smoothing_spline
 
-    return float(make_smoothing_spline(np.frombuffer(t), np.frombuffer(y))(at))
+    return float(smoothing_spline(np.frombuffer(t), np.frombuffer(y))(at))
 
 
 def _start(model, d, known, fns):

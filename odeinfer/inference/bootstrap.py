@@ -194,9 +194,8 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
         return
 
     def build():  # on first use: the smoothing splines cost as much as a fit
-        from scipy.interpolate import make_smoothing_spline
-
         from odeinfer.estimators._noise_cov import noise_variance
+        from odeinfer.smooth.gcv import smoothing_spline
 
         x0_values, var = [], {}
         for d in experiments:
@@ -204,7 +203,7 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
             for j, s in enumerate(d.states):
                 ok = np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])
                 t, y = np.asarray(d.t, float)[ok], np.asarray(d.y, float)[ok, j]
-                x0[s] = float(make_smoothing_spline(t, y)(float(d.t0)))
+                x0[s] = float(smoothing_spline(t, y)(float(d.t0)))
                 var.setdefault(s, []).append(noise_variance(t, y))
             x0_values.append(x0)
         sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}

@@ -1,0 +1,139 @@
+"""The cubic smoothing spline with its penalty chosen by generalised cross-validation (GCV), in O(n).
+
+``scipy.interpolate.make_smoothing_spline(x, y)`` minimises the GCV criterion over the penalty
+``lam`` in ``(0, n)`` with scipy's bounded scalar minimiser, and evaluates the criterion in Python
+loops: about 0.25 s per series at n = 200-400, which was 98% of a Newton-family fit (its trajectory
+check smooths each state's first observation, and ``derivative="spline"`` smooths every state).
+:func:`gcv_lambda` minimises the same criterion, with the same minimiser and bounds, evaluated by a
+numba kernel in Reinsch's form (Green & Silverman, *Nonparametric Regression and Generalized Linear
+Models*, 1994, sec. 2.3 and 3.2): with ``h_i = x_{i+1} - x_i``, the tridiagonal ``Q`` (n x (n-2))
+and ``R`` ((n-2) x (n-2)) of the natural cubic spline, and ``gamma`` solving
+``(R + lam Q'Q) gamma = Q'y``, the residuals are ``y - g = lam Q gamma`` and
+``n - tr(A) = lam tr((R + lam Q'Q)^-1 Q'Q)``, so
+
+    GCV(lam) = n |y - g|^2 / (n - tr A)^2 = n |Q gamma|^2 / tr((R + lam Q'Q)^-1 Q'Q)^2,
+
+the trace from the five central bands of the inverse (Hutchinson & de Hoog, Numer. Math. 47, 1985,
+from the banded LDL' factors). :func:`smoothing_spline` then builds scipy's spline at that ``lam``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["gcv_lambda", "smoothing_spline"]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _bands(x, y, qq, r, qty):
+    """``Q'Q`` (bands 0, 1, 2 in ``qq[0..2]``), ``R`` (bands 0, 1) and ``Q'y`` of the natural cubic spline."""
+    m = x.size - 2
+    for c in range(m):
+        h0 = x[c + 1] - x[c]
+        h1 = x[c + 2] - x[c + 1]
+        q0, q2 = 1.0 / h0, 1.0 / h1
+        q1 = -q0 - q2
+        qq[0, c] = q0 * q0 + q1 * q1 + q2 * q2
+        qq[1, c] = 0.0
+        qq[2, c] = 0.0
+        if c + 1 < m:
+            p0 = 1.0 / h1
+            p2 = 1.0 / (x[c + 3] - x[c + 2])
+            qq[1, c] = q1 * p0 + q2 * (-p0 - p2)
+        if c + 2 < m:
+            qq[2, c] = q2 / (x[c + 3] - x[c + 2])
+        r[0, c] = (h0 + h1) / 3.0
+        r[1, c] = h1 / 6.0 if c + 1 < m else 0.0
+        qty[c] = q0 * y[c] + q1 * y[c + 1] + q2 * y[c + 2]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _gcv(lam, x, qq, r, qty, work):
+    """GCV criterion at ``lam > 0`` (module notes); ``inf`` when the system is not positive definite.
+    ``work``: (7, n - 2) scratch."""
+    m = qty.size
+    n = m + 2
+    d, l1, l2, g, s0, s1, s2 = work[0], work[1], work[2], work[3], work[4], work[5], work[6]
+    for i in range(m):  # LDL' of the pentadiagonal R + lam Q'Q
+        a = r[0, i] + lam * qq[0, i]
+        b = r[1, i] + lam * qq[1, i]
+        if i >= 1:
+            a -= d[i - 1] * l1[i - 1] * l1[i - 1]
+            b -= d[i - 1] * l1[i - 1] * l2[i - 1]
+        if i >= 2:
+            a -= d[i - 2] * l2[i - 2] * l2[i - 2]
+        if not a > 0.0:
+            return np.inf
+        d[i] = a
+        l1[i] = b / a
+        l2[i] = lam * qq[2, i] / a
+    for i in range(m):  # forward substitution
+        z = qty[i]
+        if i >= 1:
+            z -= l1[i - 1] * g[i - 1]
+        if i >= 2:
+            z -= l2[i - 2] * g[i - 2]
+        g[i] = z
+    for i in range(m - 1, -1, -1):  # D^-1, then back substitution; the inverse's bands on the way
+        gi = g[i] / d[i]
+        a1 = l1[i] if i + 1 < m else 0.0
+        a2 = l2[i] if i + 2 < m else 0.0
+        if i + 1 < m:
+            gi -= a1 * g[i + 1]
+        if i + 2 < m:
+            gi -= a2 * g[i + 2]
+        g[i] = gi
+        t2 = 0.0
+        t1 = 0.0
+        if i + 2 < m:
+            t2 = -a1 * s1[i + 1] - a2 * s0[i + 2]
+        if i + 1 < m:
+            t1 = -a1 * s0[i + 1] - a2 * s1[i + 1]
+        s2[i] = t2
+        s1[i] = t1
+        s0[i] = 1.0 / d[i] - a1 * t1 - a2 * t2
+    trace = 0.0
+    for i in range(m):
+        trace += s0[i] * qq[0, i] + 2.0 * (s1[i] * qq[1, i] + s2[i] * qq[2, i])
+    rss = 0.0
+    for i in range(n):  # (Q gamma)_i from the columns i, i-1, i-2
+        v = 0.0
+        if i < m:
+            v += g[i] / (x[i + 1] - x[i])
+        if 1 <= i <= m:
+            v += g[i - 1] * (-1.0 / (x[i] - x[i - 1]) - 1.0 / (x[i + 1] - x[i]))
+        if 2 <= i:
+            v += g[i - 2] / (x[i] - x[i - 1])
+        rss += v * v
+    if not trace > 0.0:
+        return np.inf
+    return n * rss / (trace * trace)
+
+
+def gcv_lambda(x, y) -> float:
+    """The penalty ``lam`` of the GCV cubic smoothing spline of ``y`` over strictly increasing ``x`` (at least
+    5 points, unit weights): the minimiser over ``(0, n)`` that ``make_smoothing_spline(x, y)`` finds."""
+    from scipy.optimize import minimize_scalar
+
+    x = np.ascontiguousarray(x, dtype=float)
+    y = np.ascontiguousarray(y, dtype=float)
+    n = x.size
+    if x.ndim != 1 or y.shape != x.shape or n < 5 or not np.all(np.diff(x) > 0):
+        raise ValueError(f"gcv_lambda: x must be strictly increasing with at least 5 points and y of its shape; got "
+                         f"x of shape {x.shape}, y of shape {y.shape}")
+    m = n - 2
+    qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
+    _bands(x, y, qq, r, qty)
+    est = minimize_scalar(_gcv, bounds=(0, n), method="bounded", args=(x, qq, r, qty, work))
+    if not est.success:
+        raise ValueError(f"gcv_lambda: the GCV minimisation failed ({est.message})")
+    return float(est.x)
+
+
+def smoothing_spline(x, y, lam=None):
+    """``scipy.interpolate.make_smoothing_spline(x, y, lam=...)`` with ``lam`` chosen by :func:`gcv_lambda` when
+    None (the same spline as scipy's own GCV choice, without its Python-loop criterion)."""
+    from scipy.interpolate import make_smoothing_spline
+
+    return make_smoothing_spline(x, y, lam=gcv_lambda(x, y) if lam is None else lam)

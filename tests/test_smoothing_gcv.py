@@ -1,0 +1,78 @@
+"""The O(n) GCV smoothing spline (odeinfer.smooth.gcv) against two independent references: the dense
+influence matrix of the natural cubic smoothing spline (the criterion itself) and scipy's
+``make_smoothing_spline`` with its own GCV choice (the spline the callers used before)."""
+
+import numpy as np
+import pytest
+from scipy.interpolate import make_smoothing_spline
+
+from odeinfer.smooth.gcv import _bands, _gcv, gcv_lambda, smoothing_spline
+
+
+def _dense_gcv(x, y, lam):
+    """n RSS / (n - tr A)^2 with A = (I + lam Q R^-1 Q')^-1 built densely (Green & Silverman 1994, sec. 2.3)."""
+    n = x.size
+    h = np.diff(x)
+    Q = np.zeros((n, n - 2))
+    R = np.zeros((n - 2, n - 2))
+    for c in range(n - 2):
+        Q[c, c], Q[c + 1, c], Q[c + 2, c] = 1 / h[c], -1 / h[c] - 1 / h[c + 1], 1 / h[c + 1]
+        R[c, c] = (h[c] + h[c + 1]) / 3
+        if c + 1 < n - 2:
+            R[c, c + 1] = R[c + 1, c] = h[c + 1] / 6
+    A = np.linalg.inv(np.eye(n) + lam * Q @ np.linalg.solve(R, Q.T))
+    g = A @ y
+    return n * np.sum((y - g) ** 2) / (n - np.trace(A)) ** 2, g
+
+
+def _series(n, seed):
+    """n times on [0, 10], each jittered by up to 0.3 of the spacing; a smooth signal plus noise of sd 0.3."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0.0, 10.0, n) + rng.uniform(-0.3, 0.3, n) * 10.0 / (n - 1)
+    return x, np.sin(x) + 0.1 * x ** 2 + rng.normal(0.0, 0.3, n)
+
+
+@pytest.mark.parametrize("n", [5, 6, 9, 40, 150])
+@pytest.mark.parametrize("lam", [1e-4, 0.05, 3.0, 200.0])
+def test_criterion_equals_the_dense_influence_matrix(n, lam):
+    x, y = _series(n, n)
+    m = n - 2
+    qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
+    _bands(x, y, qq, r, qty)
+    ref, g = _dense_gcv(x, y, lam)
+    assert _gcv(lam, x, qq, r, qty, work) == pytest.approx(ref, rel=1e-8)
+    # scipy's spline at the same penalty is the same smoother (the penalty has the same scale)
+    np.testing.assert_allclose(make_smoothing_spline(x, y, lam=lam)(x), g, rtol=1e-8, atol=1e-9 * np.ptp(y))
+
+
+@pytest.mark.parametrize("n,seed", [(5, 1), (8, 2), (21, 3), (60, 4), (200, 5), (401, 6)])
+def test_the_spline_is_scipys_gcv_spline(n, seed, monkeypatch):
+    """Both minimise the same criterion (to rounding) with the same bounded Brent search over (0, n)
+    (absolute tolerance 1e-5), so the penalties agree to the search's resolution on a flat minimum
+    (1e-3 here) and the splines far below the noise (sd 0.3): within 1e-3 of it at and between the data
+    and one spacing before the first time (where the callers evaluate it)."""
+    import scipy.interpolate._bsplines as bsplines
+
+    found = []
+
+    def recording(*args, **kwargs):
+        est = minimize_scalar(*args, **kwargs)
+        found.append(est.x)
+        return est
+
+    minimize_scalar = bsplines.minimize_scalar
+    monkeypatch.setattr(bsplines, "minimize_scalar", recording)
+    x, y = _series(n, seed)
+    theirs = make_smoothing_spline(x, y)
+    lam = gcv_lambda(x, y)
+    assert len(found) == 1 and abs(lam - found[0]) <= 1e-3
+    ours = smoothing_spline(x, y)
+    grid = np.linspace(x[0] - (x[1] - x[0]), x[-1], 4 * n)
+    np.testing.assert_allclose(ours(grid), theirs(grid), rtol=0, atol=1e-3 * 0.3)
+
+
+def test_bad_series_are_refused():
+    with pytest.raises(ValueError, match="at least 5 points"):
+        gcv_lambda([0, 1, 2, 3], [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        gcv_lambda([0, 1, 1, 3, 4], [1, 2, 3, 4, 5])
