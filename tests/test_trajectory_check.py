@@ -64,8 +64,8 @@ def test_known_x0_is_the_start(pinene_400):
 
 
 def test_the_smoothed_start_is_computed_once_per_data(pinene_400, monkeypatch):
-    """The GCV smoothing spline of the start (about 0.3 s per state at n = 400) is a function of the
-    data alone: a second check of the same data (a refit, a profile, a multistart) reuses it, and
+    """The GCV smoothing spline of the start is a function of the data alone: a second check of the
+    same data (a refit, a profile, a multistart) reuses it, and
     gives the same bits as a fresh computation; other data compute their own."""
     import scipy.interpolate
 
@@ -84,3 +84,25 @@ def test_the_smoothed_start_is_computed_once_per_data(pinene_400, monkeypatch):
     shifted = oi.Data(data.t, data.y + 0.5, data.states, t0=data.t0)
     trajectory_check(prepare(z.model, shifted), z.params_array(), "Test")
     assert len(calls) == z.model.n_states  # new data: each state's spline is computed
+
+
+def test_replicate_measurements_are_checked():
+    """Data with replicate measurements (two independent noisy series at the same times,
+    ``replicates=True``): the matching estimators' check starts from the smoothing spline of the
+    replicate means and measures the noise as the pooled within-time variance (it used to raise: a
+    smoothing spline needs distinct times). At the truth the misfit is noise (RMS about 1)."""
+    from odeinfer.estimators._noise_cov import noise_variance
+
+    z = oi.zoo.alpha_pinene()
+    t = np.linspace(0.0, 100.0, 51)[1:]
+    runs = [oi.simulate(z.model, z.params, z.x0, t, t0=0.0, noise=3.0, rng=seed).data for seed in (1, 2)]
+    order = np.argsort(np.concatenate([t, t]), kind="stable")
+    y = np.concatenate([runs[0].y, runs[1].y])[order]
+    data = oi.Data(np.concatenate([t, t])[order], y, states=runs[0].states, t0=0.0, replicates=True)
+    # pairs: the pooled within-time variance is sum((y1 - y2)^2 / 2) / K (independent of the code's formula)
+    pairs = (runs[0].y[:, 0] - runs[1].y[:, 0]) ** 2 / 2
+    assert noise_variance(data.t, data.y[:, 0]) == pytest.approx(pairs.mean(), rel=1e-12)
+    info, msg = trajectory_check(prepare(z.model, data), z.params_array(), "Test")
+    assert msg is None and info["n"] == 500 and 0.8 < info["rms_ratio"] < 1.3
+    est = oi.OrthogonalConditions().fit(z.model, data)
+    assert est.extras["trajectory_check"]["checked"]

@@ -83,9 +83,20 @@ def noise_variance(t, y, half_width: int = _HALF_WIDTH) -> float:
     bias is of order ``h^4`` times the fourth derivative instead of ``h^2`` times the second (it
     matters on fast dynamics such as Lorenz at dt = 0.05). NaN with fewer than
     ``2 half_width + 1`` finite samples.
+
+    Replicate measurements (equal times, ``Data(..., replicates=True)``) measure the noise directly:
+    the estimate is then their pooled within-time variance ``sum (y_ij - mean_i)^2 / (N - K)`` (N finite
+    samples at K distinct times), which needs no smoothness of the signal.
     """
     y = np.asarray(y, float)
     ok = np.isfinite(y)
+    t = np.asarray(t, float)
+    if np.any(np.diff(t[ok]) == 0):
+        times, index = np.unique(t[ok], return_inverse=True)
+        counts = np.bincount(index)
+        means = np.bincount(index, weights=y[ok]) / counts
+        dof = int(ok.sum()) - times.size
+        return float(np.sum((y[ok] - means[index]) ** 2) / dof)
     out = np.zeros(2)
     _pseudo_residual_sums(np.ascontiguousarray(np.asarray(t, float)[ok]), np.ascontiguousarray(y[ok]),
                           int(half_width), out)

@@ -79,9 +79,9 @@ def _smoothed_at(t: bytes, y: bytes, at: float) -> float:
     """The GCV smoothing spline of ``y`` over ``t`` (float64 bytes) at ``at``: a function of the data
     alone, so refits, profiles and multistarts on the same data reuse it (the last 32 series are kept:
     16 n bytes each)."""
-    from odeinfer.smooth.gcv import smoothing_spline
+    from odeinfer.smooth.gcv import smoothed_value
 
-    return float(smoothing_spline(np.frombuffer(t), np.frombuffer(y))(at))
+    return smoothed_value(np.frombuffer(t), np.frombuffer(y), at)
 
 
 def _start(model, d, known, fns):
@@ -96,8 +96,8 @@ def _start(model, d, known, fns):
         fn = fns.get(s)
         y = d.y[:, j] if fn is None else fn.z(d.y[:, j])
         ok = d.mask[:, j] & np.isfinite(y)
-        if ok.sum() < 5:
-            return None, None, f"state {s!r} has fewer than 5 observations in {d.name!r}"
+        if np.unique(d.t[ok]).size < 5:
+            return None, None, f"state {s!r} is observed at fewer than 5 times in {d.name!r}"
         v = _smoothed_at(np.ascontiguousarray(d.t[ok], float).tobytes(),
                          np.ascontiguousarray(y[ok], float).tobytes(), float(d.t[0]))
         x0[k] = v if fn is None else float(fn.x(v))

@@ -184,18 +184,18 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
 
     These estimators neither estimate nor take initial states and noise sds: the simulated trajectories
     start at each state's smoothing spline (GCV) at the experiment's ``t0``, and the noise sd of each
-    state is the data's own (local cubic pseudo-residuals,
-    :func:`~odeinfer.estimators._noise_cov.noise_variance`, averaged over experiments). A state with
-    fewer than 5 observations in some experiment leaves the estimate without a bootstrap.
+    state is the data's own (:func:`~odeinfer.estimators._noise_cov.noise_variance`, averaged over
+    experiments). A state observed at fewer than 5 times in some experiment leaves the estimate without a
+    bootstrap.
     """
     experiments = problem.experiments
-    if any(int(np.sum(np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j]))) < 5
+    if any(np.unique(np.asarray(d.t)[np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])]).size < 5
            for d in experiments for j in range(len(d.states))):
         return
 
-    def build():  # on first use: the smoothing splines cost as much as a fit
+    def build():  # on first use
         from odeinfer.estimators._noise_cov import noise_variance
-        from odeinfer.smooth.gcv import smoothing_spline
+        from odeinfer.smooth.gcv import smoothed_value
 
         x0_values, var = [], {}
         for d in experiments:
@@ -203,7 +203,7 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
             for j, s in enumerate(d.states):
                 ok = np.asarray(d.mask)[:, j] & np.isfinite(d.y[:, j])
                 t, y = np.asarray(d.t, float)[ok], np.asarray(d.y, float)[ok, j]
-                x0[s] = float(smoothing_spline(t, y)(float(d.t0)))
+                x0[s] = smoothed_value(t, y, d.t0)
                 var.setdefault(s, []).append(noise_variance(t, y))
             x0_values.append(x0)
         sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["gcv_lambda", "smoothing_spline"]
+__all__ = ["gcv_lambda", "smoothed_value", "smoothing_spline"]
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -137,3 +137,14 @@ def smoothing_spline(x, y, lam=None):
     from scipy.interpolate import make_smoothing_spline
 
     return make_smoothing_spline(x, y, lam=gcv_lambda(x, y) if lam is None else lam)
+
+
+def smoothed_value(t, y, at) -> float:
+    """The GCV smoothing spline of ``y`` over nondecreasing ``t`` at ``at``; replicate measurements (equal
+    times) enter as their mean. Needs at least 5 distinct times."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if t.size and np.any(np.diff(t) == 0):
+        t, index = np.unique(t, return_inverse=True)
+        y = np.bincount(index, weights=y) / np.bincount(index)
+    return float(smoothing_spline(t, y)(float(at)))
