@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.interpolate import make_smoothing_spline
 
-from odeinfer.smooth.gcv import _bands, _gcv, gcv_lambda, smoothing_spline
+from odeinfer.smooth.gcv import SmoothingSpline, _bands, _gcv, gcv_lambda, smoothed_value
 
 
 def _dense_gcv(x, y, lam):
@@ -66,9 +66,30 @@ def test_the_spline_is_scipys_gcv_spline(n, seed, monkeypatch):
     theirs = make_smoothing_spline(x, y)
     lam = gcv_lambda(x, y)
     assert len(found) == 1 and abs(lam - found[0]) <= 1e-3
-    ours = smoothing_spline(x, y)
+    ours = SmoothingSpline(x, y)
     grid = np.linspace(x[0] - (x[1] - x[0]), x[-1], 4 * n)
     np.testing.assert_allclose(ours(grid), theirs(grid), rtol=0, atol=1e-3 * 0.3)
+    np.testing.assert_allclose(ours(grid, nu=1), theirs.derivative()(grid), rtol=0, atol=1e-2 * 0.3)
+
+
+@pytest.mark.parametrize("n", [5, 8, 60])
+def test_the_spline_equals_scipys_at_the_same_penalty(n):
+    """Values and first derivatives from the Reinsch solution equal scipy's spline at the same penalty: at
+    the data, between them and outside them (the end pieces' cubics); replicate times enter as their means."""
+    x, y = _series(n, 10 + n)
+    lam = gcv_lambda(x, y)
+    spline = make_smoothing_spline(x, y, lam=lam)
+    at = np.array([x[0] - 0.7, x[0], 0.5 * (x[0] + x[1]), x[n // 2] + 0.01, x[-1], x[-1] + 0.4, *x])
+    ours = SmoothingSpline(x, y)
+    assert ours.lam == lam
+    np.testing.assert_allclose(ours(at), spline(at), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours(at, nu=1), spline.derivative()(at), rtol=1e-9, atol=1e-11)
+    fixed = make_smoothing_spline(x, y, lam=0.3).derivative()
+    np.testing.assert_allclose(SmoothingSpline(x, y, lam=0.3)(at, nu=1), fixed(at), rtol=1e-9, atol=1e-11)
+    assert smoothed_value(x, y, x[0]) == pytest.approx(float(spline(x[0])), rel=1e-10, abs=1e-12)
+    t2 = np.repeat(x, 2)
+    y2 = np.repeat(y, 2) + np.tile([-0.1, 0.1], n)  # replicate pairs whose means are y
+    assert smoothed_value(t2, y2, x[0]) == pytest.approx(float(spline(x[0])), rel=1e-10, abs=1e-12)
 
 
 def test_bad_series_are_refused():

@@ -23,8 +23,8 @@ Every scheme turns samples ``(t_i, y_i)``, ``i = 0..N-1``, into *rows*
     slope at ``t_i``. Rows ``i = h..N-1-h``, ``h = window // 2``.
 ``"spline"``
     Penalised cubic smoothing spline per state (``scipy.interpolate.make_smoothing_spline``,
-    smoothing by GCV unless ``spline_lam`` is given: scipy's criterion and search, evaluated by
-    :func:`odeinfer.smooth.gcv.gcv_lambda`); value and derivative at every ``t_i``.
+    smoothing by GCV unless ``spline_lam`` is given; computed by :class:`odeinfer.smooth.gcv.SmoothingSpline`,
+    the same spline in O(n)); value and derivative at every ``t_i``.
     Needs the whole series (not available for streaming).
 
 For the smoothing schemes the state at which ``f`` is evaluated is the smoothed value
@@ -139,7 +139,7 @@ class DerivativeScheme:
         return self._spline_rows(t, Y)
 
     def _spline_rows(self, t, Y):
-        from odeinfer.smooth.gcv import smoothing_spline
+        from odeinfer.smooth.gcv import SmoothingSpline
 
         X = np.full_like(Y, np.nan)
         D = np.full_like(Y, np.nan)
@@ -148,9 +148,9 @@ class DerivativeScheme:
             if ok.sum() < 5:
                 raise DataError(f"data: state column {k} has {int(ok.sum())} observed values; derivative='spline' "
                                 "needs at least 5 per state (use derivative='forward' for very short series)")
-            spl = smoothing_spline(t[ok], Y[ok, k], lam=self.spline_lam)
+            spl = SmoothingSpline(t[ok], Y[ok, k], lam=self.spline_lam)
             X[:, k] = spl(t)
-            D[:, k] = spl.derivative()(t)
+            D[:, k] = spl(t, nu=1)
         if self.evaluate_at == "measured":
             X = Y.copy()
         return t.copy(), X, D

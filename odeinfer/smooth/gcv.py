@@ -14,7 +14,8 @@ and ``R`` ((n-2) x (n-2)) of the natural cubic spline, and ``gamma`` solving
     GCV(lam) = n |y - g|^2 / (n - tr A)^2 = n |Q gamma|^2 / tr((R + lam Q'Q)^-1 Q'Q)^2,
 
 the trace from the five central bands of the inverse (Hutchinson & de Hoog, Numer. Math. 47, 1985,
-from the banded LDL' factors). :func:`smoothing_spline` then builds scipy's spline at that ``lam``.
+from the banded LDL' factors). :class:`SmoothingSpline` evaluates the spline and its derivative from the
+same solution (no spline object of scipy's is built: its construction loops in Python too).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["gcv_lambda", "smoothed_value", "smoothing_spline"]
+__all__ = ["SmoothingSpline", "gcv_lambda", "smoothed_value"]
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -111,13 +112,11 @@ def _gcv(lam, x, qq, r, qty, work):
     return n * rss / (trace * trace)
 
 
-def gcv_lambda(x, y) -> float:
-    """The penalty ``lam`` of the GCV cubic smoothing spline of ``y`` over strictly increasing ``x`` (at least
-    5 points, unit weights): the minimiser over ``(0, n)`` that ``make_smoothing_spline(x, y)`` finds."""
+def _solve(x, y, lam=None):
+    """``(lam, gamma)``: the GCV penalty (minimised over ``(0, n)`` as ``make_smoothing_spline`` does) unless
+    ``lam`` is given, and the interior second derivatives ``gamma`` at it."""
     from scipy.optimize import minimize_scalar
 
-    x = np.ascontiguousarray(x, dtype=float)
-    y = np.ascontiguousarray(y, dtype=float)
     n = x.size
     if x.ndim != 1 or y.shape != x.shape or n < 5 or not np.all(np.diff(x) > 0):
         raise ValueError(f"gcv_lambda: x must be strictly increasing with at least 5 points and y of its shape; got "
@@ -125,26 +124,57 @@ def gcv_lambda(x, y) -> float:
     m = n - 2
     qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
     _bands(x, y, qq, r, qty)
-    est = minimize_scalar(_gcv, bounds=(0, n), method="bounded", args=(x, qq, r, qty, work))
-    if not est.success:
-        raise ValueError(f"gcv_lambda: the GCV minimisation failed ({est.message})")
-    return float(est.x)
+    if lam is None:
+        est = minimize_scalar(_gcv, bounds=(0, n), method="bounded", args=(x, qq, r, qty, work))
+        if not est.success:
+            raise ValueError(f"gcv_lambda: the GCV minimisation failed ({est.message})")
+        lam = float(est.x)
+    if not np.isfinite(_gcv(lam, x, qq, r, qty, work)) and lam > 0:
+        raise ValueError(f"smoothing spline: the penalty {lam!r} gives no positive definite system")
+    return lam, work[3].copy()
 
 
-def smoothing_spline(x, y, lam=None):
-    """``scipy.interpolate.make_smoothing_spline(x, y, lam=...)`` with ``lam`` chosen by :func:`gcv_lambda` when
-    None (the same spline as scipy's own GCV choice, without its Python-loop criterion)."""
-    from scipy.interpolate import make_smoothing_spline
+def gcv_lambda(x, y) -> float:
+    """The penalty ``lam`` of the GCV cubic smoothing spline of ``y`` over strictly increasing ``x`` (at least
+    5 points, unit weights): the minimiser over ``(0, n)`` that ``make_smoothing_spline(x, y)`` finds."""
+    return _solve(np.ascontiguousarray(x, dtype=float), np.ascontiguousarray(y, dtype=float))[0]
 
-    return make_smoothing_spline(x, y, lam=gcv_lambda(x, y) if lam is None else lam)
+
+class SmoothingSpline:
+    """The natural cubic smoothing spline of ``y`` over ``t`` at penalty ``lam`` (None: by GCV, the penalty
+    ``make_smoothing_spline(t, y)`` finds; the same spline to 1e-3 of the noise), held as Reinsch's
+    solution: the knots ``x``, fitted values ``g`` and second derivatives ``gamma`` (zero at the ends).
+    Replicate measurements (equal times) enter as their mean. Calling it evaluates the spline (``nu = 0``) or
+    its first derivative (``nu = 1``) at any times: on the piece that holds each (Green & Silverman eq. 2.5);
+    outside the data, the end piece's cubic, as scipy's spline extrapolates."""
+
+    def __init__(self, t, y, lam=None):
+        x = np.asarray(t, dtype=float)
+        y = np.asarray(y, dtype=float)
+        if x.size and np.any(np.diff(x) == 0):
+            x, index = np.unique(x, return_inverse=True)
+            y = np.bincount(index, weights=y) / np.bincount(index)
+        x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+        self.lam, interior = _solve(x, y, lam)
+        self.x = x
+        self.gamma = np.concatenate(([0.0], interior, [0.0]))
+        h = np.diff(x)
+        d = np.diff(self.gamma) / h  # (Q gamma)_k = d_k - d_{k-1}, with d_{-1} = d_{n-1} = 0 (natural ends)
+        self.g = y - self.lam * (np.concatenate((d, [0.0])) - np.concatenate(([0.0], d)))
+
+    def __call__(self, at, nu=0):
+        x, g, gamma = self.x, self.g, self.gamma
+        at = np.asarray(at, dtype=float)
+        i = np.clip(np.searchsorted(x, at, side="right") - 1, 0, x.size - 2)
+        h = x[i + 1] - x[i]
+        a, b = at - x[i], x[i + 1] - at
+        if nu == 0:
+            return (a * g[i + 1] + b * g[i]) / h - a * b * ((1.0 + a / h) * gamma[i + 1] + (1.0 + b / h) * gamma[i]) / 6.0
+        if nu == 1:
+            return (g[i + 1] - g[i]) / h + ((3.0 * a * a / h - h) * gamma[i + 1] - (3.0 * b * b / h - h) * gamma[i]) / 6.0
+        raise ValueError(f"SmoothingSpline: nu must be 0 or 1, got {nu!r}")
 
 
 def smoothed_value(t, y, at) -> float:
-    """The GCV smoothing spline of ``y`` over nondecreasing ``t`` at ``at``; replicate measurements (equal
-    times) enter as their mean. Needs at least 5 distinct times."""
-    t = np.asarray(t, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if t.size and np.any(np.diff(t) == 0):
-        t, index = np.unique(t, return_inverse=True)
-        y = np.bincount(index, weights=y) / np.bincount(index)
-    return float(smoothing_spline(t, y)(float(at)))
+    """The GCV smoothing spline of ``y`` over nondecreasing ``t`` at ``at`` (:class:`SmoothingSpline`)."""
+    return float(SmoothingSpline(t, y)(float(at)))
