@@ -93,7 +93,13 @@ def test_the_spline_equals_scipys_at_the_same_penalty(n):
 
 
 def test_bad_series_are_refused():
-    with pytest.raises(ValueError, match="at least 5 points"):
+    from odeinfer.errors import DataError, InputError
+
+    with pytest.raises(DataError, match="at least 5 distinct times"):
         gcv_lambda([0, 1, 2, 3], [1, 2, 3, 4])
-    with pytest.raises(ValueError, match="strictly increasing"):
+    with pytest.raises(DataError, match=r"strictly increasing.*got t of shape \(5,\)"):
         gcv_lambda([0, 1, 1, 3, 4], [1, 2, 3, 4, 5])
+    with pytest.raises(DataError, match="at least 5 distinct times"):  # replicates: 4 distinct times
+        SmoothingSpline([0, 1, 1, 2, 3], [1, 2, 3, 4, 5])
+    with pytest.raises(InputError, match="nu: expected 0"):
+        SmoothingSpline(*_series(8, 1))(0.5, nu=2)

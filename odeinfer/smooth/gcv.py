@@ -117,20 +117,23 @@ def _solve(x, y, lam=None):
     ``lam`` is given, and the interior second derivatives ``gamma`` at it."""
     from scipy.optimize import minimize_scalar
 
+    from odeinfer.errors import DataError, SolverError
+
     n = x.size
     if x.ndim != 1 or y.shape != x.shape or n < 5 or not np.all(np.diff(x) > 0):
-        raise ValueError(f"gcv_lambda: x must be strictly increasing with at least 5 points and y of its shape; got "
-                         f"x of shape {x.shape}, y of shape {y.shape}")
+        raise DataError(f"smoothing spline: t must be strictly increasing with at least 5 distinct times and y of "
+                        f"its shape, got t of shape {x.shape} and y of shape {y.shape}; drop missing values and "
+                        "sort the times first")
     m = n - 2
     qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
     _bands(x, y, qq, r, qty)
     if lam is None:
         est = minimize_scalar(_gcv, bounds=(0, n), method="bounded", args=(x, qq, r, qty, work))
         if not est.success:
-            raise ValueError(f"gcv_lambda: the GCV minimisation failed ({est.message})")
+            raise SolverError(f"smoothing spline: the GCV minimisation failed ({est.message})")
         lam = float(est.x)
     if not np.isfinite(_gcv(lam, x, qq, r, qty, work)) and lam > 0:
-        raise ValueError(f"smoothing spline: the penalty {lam!r} gives no positive definite system")
+        raise SolverError(f"smoothing spline: the penalty {lam!r} gives no positive definite system")
     return lam, work[3].copy()
 
 
@@ -163,16 +166,20 @@ class SmoothingSpline:
         self.g = y - self.lam * (np.concatenate((d, [0.0])) - np.concatenate(([0.0], d)))
 
     def __call__(self, at, nu=0):
+        from odeinfer.errors import InputError
+
         x, g, gamma = self.x, self.g, self.gamma
         at = np.asarray(at, dtype=float)
         i = np.clip(np.searchsorted(x, at, side="right") - 1, 0, x.size - 2)
         h = x[i + 1] - x[i]
         a, b = at - x[i], x[i + 1] - at
         if nu == 0:
-            return (a * g[i + 1] + b * g[i]) / h - a * b * ((1.0 + a / h) * gamma[i + 1] + (1.0 + b / h) * gamma[i]) / 6.0
+            curvature = (1.0 + a / h) * gamma[i + 1] + (1.0 + b / h) * gamma[i]
+            return (a * g[i + 1] + b * g[i]) / h - a * b * curvature / 6.0
         if nu == 1:
-            return (g[i + 1] - g[i]) / h + ((3.0 * a * a / h - h) * gamma[i + 1] - (3.0 * b * b / h - h) * gamma[i]) / 6.0
-        raise ValueError(f"SmoothingSpline: nu must be 0 or 1, got {nu!r}")
+            slope = (3.0 * a * a / h - h) * gamma[i + 1] - (3.0 * b * b / h - h) * gamma[i]
+            return (g[i + 1] - g[i]) / h + slope / 6.0
+        raise InputError(f"nu: expected 0 (the spline) or 1 (its derivative), got {nu!r}")
 
 
 def smoothed_value(t, y, at) -> float:
