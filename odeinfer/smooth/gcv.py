@@ -97,7 +97,7 @@ def _gcv(lam, x, qq, r, qty, work):
     trace = 0.0
     for i in range(m):
         trace += s0[i] * qq[0, i] + 2.0 * (s1[i] * qq[1, i] + s2[i] * qq[2, i])
-    rss = 0.0
+    qg2 = 0.0  # |Q gamma|^2 = |y - g|^2 / lam^2
     for i in range(n):  # (Q gamma)_i from the columns i, i-1, i-2
         v = 0.0
         if i < m:
@@ -106,10 +106,10 @@ def _gcv(lam, x, qq, r, qty, work):
             v += g[i - 1] * (-1.0 / (x[i] - x[i - 1]) - 1.0 / (x[i + 1] - x[i]))
         if 2 <= i:
             v += g[i - 2] / (x[i] - x[i - 1])
-        rss += v * v
+        qg2 += v * v
     if not trace > 0.0:
         return np.inf
-    return n * rss / (trace * trace)
+    return n * qg2 / (trace * trace)
 
 
 def _solve(x, y, lam=None):
