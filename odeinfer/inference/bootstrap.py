@@ -30,6 +30,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from odeinfer.errors import InputError, OdeinferWarning
+from odeinfer.estimators._coverage import CoverageWarning, bootstrap_coverage_note
 
 __all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap",
            "attach_matching_bootstrap", "attach_newton_bootstrap", "trajectory_builder",
@@ -138,6 +139,9 @@ class ParametricBootstrap:
             lower.append(float(lo))
             upper.append(float(hi))
         frame = pd.DataFrame({"lower": lower, "upper": upper}, index=list(self.names))
+        note = bootstrap_coverage_note(type(self._est).__name__, kind, default=_has_defaults(self._est))
+        if note is not None:
+            warnings.warn(note, CoverageWarning, stacklevel=3)
         frame.attrs.update(method="bootstrap", kind=kind, alpha=float(alpha), n_boot=int(n_boot), seed=int(seed),
                            n_failed=int(n_failed), n_unconverged=n_unconverged,
                            n_used=dict(zip(self.names, (int(u) for u in used))))
@@ -149,6 +153,21 @@ class ParametricBootstrap:
                 ". Many failures make the interval unreliable: check the estimate, or raise the estimator's max_iter",
                 BootstrapWarning, stacklevel=3)
         return frame
+
+
+def _has_defaults(estimator):
+    """Whether ``estimator`` (a dataclass) has the configuration of ``type(estimator)()``, apart from the fields
+    a bootstrap refit sets (one start, in its own worker)."""
+    fresh = type(estimator)()
+    for f in fields(estimator):
+        if f.name in ("starts", "n_jobs", "executor"):
+            continue
+        try:
+            if not bool(getattr(estimator, f.name) == getattr(fresh, f.name)):
+                return False
+        except Exception:  # a value without a plain equality (an array, a smoother object)
+            return False
+    return True
 
 
 def attach_trajectory_bootstrap(estimator, estimate, model, experiments, single, fit_kwargs, exp_names, *,
