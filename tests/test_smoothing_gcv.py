@@ -47,10 +47,11 @@ def test_criterion_equals_the_dense_influence_matrix(n, lam):
 
 @pytest.mark.parametrize("n,seed", [(5, 1), (8, 2), (21, 3), (60, 4), (200, 5), (401, 6)])
 def test_the_spline_is_scipys_gcv_spline(n, seed, monkeypatch):
-    """Both minimise the same criterion (to rounding) with the same bounded Brent search over (0, n)
-    (absolute tolerance 1e-5), so the penalties agree to the search's resolution on a flat minimum
-    (1e-3 here) and the splines far below the noise (sd 0.3): within 1e-3 of it at and between the data
-    and one spacing before the first time (where the callers evaluate it)."""
+    """Both minimise the same criterion (to rounding); scipy's bounded Brent search over (0, n) holds the
+    minimum on these series, so ours reaches scipy's criterion or lower (1e-12 relative: rounding) and the
+    penalties agree to the resolution of scipy's search on a flat minimum (absolute tolerance 1e-5; 1e-3
+    here), the splines far below the noise (sd 0.3): within 1e-3 of it at and between the data and one
+    spacing before the first time (where the callers evaluate it)."""
     import scipy.interpolate._bsplines as bsplines
 
     found = []
@@ -66,10 +67,31 @@ def test_the_spline_is_scipys_gcv_spline(n, seed, monkeypatch):
     theirs = make_smoothing_spline(x, y)
     lam = gcv_lambda(x, y)
     assert len(found) == 1 and abs(lam - found[0]) <= 1e-3
+    m = n - 2
+    qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
+    _bands(x, y, qq, r, qty)
+    assert _gcv(lam, x, qq, r, qty, work) <= _gcv(found[0], x, qq, r, qty, work) * (1 + 1e-12)
     ours = SmoothingSpline(x, y)
     grid = np.linspace(x[0] - (x[1] - x[0]), x[-1], 4 * n)
     np.testing.assert_allclose(ours(grid), theirs(grid), rtol=0, atol=1e-3 * 0.3)
     np.testing.assert_allclose(ours(grid, nu=1), theirs.derivative()(grid), rtol=0, atol=1e-2 * 0.3)
+
+
+def test_the_penalty_does_not_depend_on_the_time_unit():
+    """The same noisy sine (n = 60, sd 0.3) with its times in units 1e-2 to 1e5 times larger: the roughness
+    penalty scales as time ** 3 (the smoother itself is unchanged), so the penalty divided by the unit cubed
+    and the smoothed values are the same; the smoothed RMS error is well below the noise's 0.3 (scipy's
+    search, bounded by (0, n) in the data's unit, gave 0.27-0.34 at the extreme units: no smoothing)."""
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 2 * np.pi, 60)
+    y = np.sin(t) + rng.normal(0.0, 0.3, t.size)
+    base = SmoothingSpline(t, y)
+    assert np.sqrt(np.mean((base(t) - np.sin(t)) ** 2)) < 0.2
+    for unit in (1e-2, 10.0, 1e3, 1e5):
+        s = SmoothingSpline(t * unit, y)
+        assert s.lam / unit ** 3 == pytest.approx(base.lam, rel=1e-4)
+        np.testing.assert_allclose(s(t * unit), base(t), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(s(t * unit, nu=1) * unit, base(t, nu=1), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("n", [5, 8, 60])

@@ -23,8 +23,8 @@ Every scheme turns samples ``(t_i, y_i)``, ``i = 0..N-1``, into *rows*
     slope at ``t_i``. Rows ``i = h..N-1-h``, ``h = window // 2``.
 ``"spline"``
     Penalised cubic smoothing spline per state (``scipy.interpolate.make_smoothing_spline``,
-    smoothing by GCV unless ``spline_lam`` is given; computed by :class:`odeinfer.smooth.gcv.SmoothingSpline`,
-    the same spline in O(n)); value and derivative at every ``t_i``.
+    smoothing by GCV unless ``spline_lam`` is given; computed by :class:`odeinfer.smooth.gcv.SmoothingSpline`
+    in O(n), with a GCV search that does not depend on the time unit); value and derivative at every ``t_i``.
     Needs the whole series (not available for streaming).
 
 For the smoothing schemes the state at which ``f`` is evaluated is the smoothed value

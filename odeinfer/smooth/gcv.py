@@ -4,8 +4,7 @@
 ``lam`` in ``(0, n)`` with scipy's bounded scalar minimiser, and evaluates the criterion in Python
 loops: about 0.25 s per series at n = 200-400, which was 98% of a Newton-family fit (its trajectory
 check smooths each state's first observation, and ``derivative="spline"`` smooths every state).
-:func:`gcv_lambda` minimises the same criterion, with the same minimiser and bounds, evaluated by a
-numba kernel in Reinsch's form (Green & Silverman, *Nonparametric Regression and Generalized Linear
+:func:`gcv_lambda` minimises the same criterion, evaluated by a numba kernel in Reinsch's form (Green & Silverman, *Nonparametric Regression and Generalized Linear
 Models*, 1994, sec. 2.3 and 3.2): with ``h_i = x_{i+1} - x_i``, the tridiagonal ``Q`` (n x (n-2))
 and ``R`` ((n-2) x (n-2)) of the natural cubic spline, and ``gamma`` solving
 ``(R + lam Q'Q) gamma = Q'y``, the residuals are ``y - g = lam Q gamma`` and
@@ -16,6 +15,11 @@ and ``R`` ((n-2) x (n-2)) of the natural cubic spline, and ``gamma`` solving
 the trace from the five central bands of the inverse (Hutchinson & de Hoog, Numer. Math. 47, 1985,
 from the banded LDL' factors). :class:`SmoothingSpline` evaluates the spline and its derivative from the
 same solution (no spline object of scipy's is built: its construction loops in Python too).
+
+The search differs from scipy's: its bounds ``(0, n)`` are in the data's own time unit, so with times
+in small units (spacing 1e-2) or large ones (spacing 1e3 and more) it returned a spline that did not
+smooth at all; :func:`_search` searches in units of the mean spacing and finds scipy's penalty (to its
+search's resolution) wherever scipy's bounds hold the minimum.
 """
 
 from __future__ import annotations
@@ -112,11 +116,45 @@ def _gcv(lam, x, qq, r, qty, work):
     return n * qg2 / (trace * trace)
 
 
-def _solve(x, y, lam=None):
-    """``(lam, gamma)``: the GCV penalty (minimised over ``(0, n)`` as ``make_smoothing_spline`` does) unless
-    ``lam`` is given, and the interior second derivatives ``gamma`` at it."""
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _gcv_grid(log_lams, x, qq, r, qty, work, out):
+    """The GCV criterion at ``10 ** log_lams`` into ``out``."""
+    for k in range(log_lams.size):
+        out[k] = _gcv(10.0 ** log_lams[k], x, qq, r, qty, work)
+
+
+def _search(x, qq, r, qty, work):
+    """The GCV penalty, searched in the units of the data's mean spacing ``hbar``: the penalty of time
+    unit ``t`` is ``hbar ** 3`` times the penalty of ``t / hbar`` (the roughness integral of ``g''``
+    scales as time ** -3), so the search below gives the same smoother in any time unit. A grid of
+    ``log10`` penalties 0.25 apart from ``1e-6 hbar^3`` (kernel width 0.03 spacings: interpolation) to
+    ``n^4 hbar^3`` (width n spacings: the straight line), then scipy's bounded Brent search in ``log10``
+    between the best point's neighbours (to 1e-7 relative). The lowest value on the grid wins when the
+    criterion has more than one local minimum."""
     from scipy.optimize import minimize_scalar
 
+    from odeinfer.errors import SolverError
+
+    n = x.size
+    shift = 3.0 * np.log10((x[-1] - x[0]) / (n - 1))
+    grid = np.arange(-6.0, 4.0 * np.log10(n) + 0.25, 0.25) + shift
+    values = np.empty(grid.size)
+    _gcv_grid(grid, x, qq, r, qty, work, values)
+    if not np.any(np.isfinite(values)):
+        raise SolverError(f"smoothing spline: the GCV criterion is not finite at any penalty from 1e-6 to n^4 "
+                          f"in units of the mean spacing cubed ({10.0 ** shift:.3g}); check the data for "
+                          "non-finite or constant values")
+    k = int(np.nanargmin(np.where(np.isfinite(values), values, np.nan)))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
+    est = minimize_scalar(lambda u: _gcv(10.0 ** u, x, qq, r, qty, work), bounds=(lo, hi), method="bounded",
+                          options={"xatol": 4e-8})
+    u = float(est.x) if est.success and est.fun <= values[k] else grid[k]
+    return 10.0 ** u
+
+
+def _solve(x, y, lam=None):
+    """``(lam, gamma)``: the GCV penalty (:func:`_search`) unless ``lam`` is given, and the interior second
+    derivatives ``gamma`` at it."""
     from odeinfer.errors import DataError, SolverError
 
     n = x.size
@@ -128,10 +166,7 @@ def _solve(x, y, lam=None):
     qq, r, qty, work = np.empty((3, m)), np.empty((2, m)), np.empty(m), np.empty((7, m))
     _bands(x, y, qq, r, qty)
     if lam is None:
-        est = minimize_scalar(_gcv, bounds=(0, n), method="bounded", args=(x, qq, r, qty, work))
-        if not est.success:
-            raise SolverError(f"smoothing spline: the GCV minimisation failed ({est.message})")
-        lam = float(est.x)
+        lam = _search(x, qq, r, qty, work)
     if not np.isfinite(_gcv(lam, x, qq, r, qty, work)) and lam > 0:
         raise SolverError(f"smoothing spline: the penalty {lam!r} gives no positive definite system")
     return lam, work[3].copy()
@@ -139,13 +174,13 @@ def _solve(x, y, lam=None):
 
 def gcv_lambda(x, y) -> float:
     """The penalty ``lam`` of the GCV cubic smoothing spline of ``y`` over strictly increasing ``x`` (at least
-    5 points, unit weights): the minimiser over ``(0, n)`` that ``make_smoothing_spline(x, y)`` finds."""
+    5 points, unit weights), in the units of ``x`` (``make_smoothing_spline(x, y, lam=lam)`` is that spline)."""
     return _solve(np.ascontiguousarray(x, dtype=float), np.ascontiguousarray(y, dtype=float))[0]
 
 
 class SmoothingSpline:
-    """The natural cubic smoothing spline of ``y`` over ``t`` at penalty ``lam`` (None: by GCV, the penalty
-    ``make_smoothing_spline(t, y)`` finds; the same spline to 1e-3 of the noise), held as Reinsch's
+    """The natural cubic smoothing spline of ``y`` over ``t`` at penalty ``lam`` (None: by GCV, :func:`gcv_lambda`;
+    the spline ``make_smoothing_spline(t, y)`` gives, where its search works), held as Reinsch's
     solution: the knots ``x``, fitted values ``g`` and second derivatives ``gamma`` (zero at the ends).
     Replicate measurements (equal times) enter as their mean. Calling it evaluates the spline (``nu = 0``) or
     its first derivative (``nu = 1``) at any times: on the piece that holds each (Green & Silverman eq. 2.5);
