@@ -87,6 +87,37 @@ def test_gradient_with_observables_noise_params_log10_scales_doses_and_step_and_
     assert np.linalg.eigvalsh(ev.fim).min() > -1e-9
 
 
+def test_condition_mappings_are_built_once_and_equal_each_experiments_own_expressions():
+    """The mapped vectors and Jacobians that ConditionMapping evaluates once for all experiments equal
+    each experiment's own expressions evaluated by sympy (``subs``, then ``evalf``; the Jacobian by
+    ``diff``); the experiments share their distinct expressions (here an initial-state formula)."""
+    import sympy as sp
+
+    from odeinfer.likelihood.mapping import ConditionMapping
+
+    m = chain.observe({"tot": "a + b"}, noise=oi.Normal(sigma=0.1))
+    t = np.array([0.5, 1.0, 2.0])
+    exps = oi.Experiments([oi.Data(t, np.ones(3), "tot", name=n) for n in ("e1", "e2", "e3")], conditions={
+        "e1": oi.Condition(), "e2": oi.Condition(params={"k1": "k1 * fold"}),
+        "e3": oi.Condition(params={"u": 0.25}, x0={"b": "sqrt(k2) * a0"})})
+    params = {"k1": oi.Param(0.7), "k2": oi.Param(0.3), "u": oi.Param(0.4), "fold": oi.Param(1.4),
+              "a0": oi.Param(0.5, estimate=False)}
+    prob = oi.FitProblem(m, exps, params, x0={"a": "a0 * exp(-k2)", "b": 0.0})
+    mapping = ConditionMapping(prob)
+    values = {"k1": 0.71, "k2": 0.33, "u": 0.42, "fold": 1.37, "a0": 0.55}
+    theta = np.array([values[n] for n in prob.names])
+    at = {prob.symbols[n]: float(theta[i]) for i, n in enumerate(prob.names)}
+    est = [prob.symbols[n] for n in prob.estimated]
+    distinct = {e for plan in prob.plans for e in plan.exprs}
+    assert len(distinct) < sum(len(plan.exprs) for plan in prob.plans)
+    for plan in prob.plans:
+        v, J = mapping.at(theta, mapping.rows(plan))
+        want_v = [float(sp.sympify(e).subs(at).evalf()) for e in plan.exprs]
+        want_J = [[float(sp.diff(e, s).subs(at).evalf()) for s in est] for e in plan.exprs]
+        np.testing.assert_allclose(v, want_v, rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(J, want_J, rtol=1e-14, atol=1e-15)
+
+
 def test_repeated_oral_doses_match_the_bateman_solution():
     @oi.model(states=["gut", "central"], params=["ka", "ke"])
     def pk(t, y, p):

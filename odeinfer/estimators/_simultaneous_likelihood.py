@@ -42,11 +42,11 @@ import time
 import numpy as np
 import scipy.sparse as sps
 import scipy.sparse.linalg as spla
-import sympy as sp
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.estimators import _bock
 from odeinfer.estimators._simultaneous_setup import _user_trajectory, collocation_pattern, make_grid
+from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, nll_terms, transform_data
 from odeinfer.likelihood.objective import apply_doses
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -75,25 +75,6 @@ def problem_from_simultaneous(model, data, fixed, x0):
     return FitProblem(model, data, params, x0=x0)
 
 
-class _Map:
-    """``v(theta)`` of one experiment and its Jacobian in the estimated parameters (natural units)."""
-
-    def __init__(self, problem, plan):
-        syms = [problem.symbols[n] for n in problem.names]
-        est = [problem.symbols[n] for n in problem.estimated]
-        v = sp.Matrix(plan.exprs)
-        rename = {s: sp.Symbol(f"_a{k}", real=True) for k, s in enumerate(syms)}
-        args = [rename[s] for s in syms]
-        self._v = sp.lambdify([args], list(v.xreplace(rename)), modules="numpy")
-        jac = v.jacobian(est)
-        self._jac = sp.lambdify([args], jac.xreplace(rename), modules="numpy")
-        self.shape = jac.shape
-
-    def __call__(self, theta):
-        return (np.asarray(self._v(theta), float).ravel(),
-                np.asarray(self._jac(theta), float).reshape(self.shape))
-
-
 class _Exp:
     """One experiment: grid (dose nodes doubled), pieces of constant parameters, jumps, measurements."""
 
@@ -101,7 +82,7 @@ class _Exp:
         m = prob.model
         n = m.n_states
         self.name, self.plan, self.offset = plan.name, plan, offset
-        self.map = _Map(prob.problem, plan)
+        self.rows = prob.mapper.rows(plan)
         t0 = plan.t0
         if plan.t_rows.size == 0:
             raise DataError(f"data: experiment {plan.name!r} has no measurement; remove it")
@@ -168,6 +149,7 @@ class LikelihoodCollocation:
         self.scales = [problem.params[k].scale for k in problem.estimated]
         self.theta = problem.nominal()
         self.est_index = np.array([problem.names.index(k) for k in problem.estimated], np.int64)
+        self.mapper = ConditionMapping(problem)
         self.exps, offset = [], 0
         for plan in problem.plans:
             e = _Exp(self, plan, est, offset)
@@ -227,7 +209,7 @@ class LikelihoodCollocation:
         n_p, n_q, n_s = self.n_p, self.n_q, self.n
         rates = self.problem.rates
         for e in self.exps:
-            v, J = e.map(theta)
+            v, J = self.mapper.at(theta, e.rows)
             Ju = J * d
             o = n_p + n_q
             od = o + n_s

@@ -26,10 +26,10 @@ gradient and the Fisher information (:mod:`odeinfer.likelihood.assemble`).
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
 
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
+from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
 from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
@@ -71,17 +71,9 @@ class _Run:
         self.n_d = len(plan.doses)
         self._solve_model, self.obj_switches = prob.solve_model, obj.switches
         self._kinks = None  # the model's kinks at state thresholds, for a failure message (_kink_note)
-        syms = [prob.symbols[n] for n in prob.names]
-        est = [prob.symbols[n] for n in prob.estimated]
-        v = sp.Matrix(plan.exprs)
-        rename = {s: sp.Symbol(f"_a{k}", real=True) for k, s in enumerate(syms)}
-        args = [rename[s] for s in syms]
-        self._v = sp.lambdify([args], list(v.xreplace(rename)), modules="numpy", cse=True)
-        jac = v.jacobian(est) if est else sp.zeros(v.rows, 0)
-        self._jac_const = np.array(jac.tolist(), dtype=float).reshape(v.rows, len(est)) if all(
-            e.is_number for e in jac) else None
-        self._jac = None if self._jac_const is not None else sp.lambdify(
-            [args], jac.xreplace(rename), modules="numpy", cse=True)
+        self._mapper = obj.mapper
+        self._rows = obj.mapper.rows(plan)
+        jac = obj.mapper.jacobian(self._rows)
         # a parameter that moves a jump of the right-hand side (e.g. a step input's end time) is
         # fine while this experiment holds it fixed: its sensitivity columns are not needed
         held = [k for k in range(self.n_p) if all(e == 0 for e in jac.row(k))]
@@ -245,9 +237,7 @@ class _Run:
         return segs, inside
 
     def mapping(self, theta):
-        v = np.asarray(self._v(theta), float).ravel()
-        J = self._jac_const if self._jac_const is not None else np.asarray(self._jac(theta), float)
-        return v, J
+        return self._mapper.at(theta, self._rows)
 
     def _kink_note(self, status):
         """For a collapsed step: the model's kinks at state thresholds, which the solvers do not locate (a
@@ -441,6 +431,7 @@ class Objective:
         self.steady = SteadyState(m)
         self.switches = TimeSwitches(problem.solve_model, m.n_params)
         self.obsf = ObservableFunctions(m)
+        self.mapper = ConditionMapping(problem)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
         self.scales = [problem.params[n].scale for n in problem.estimated]
         self.theta = problem.nominal()
