@@ -151,6 +151,23 @@ def test_merge_keeps_the_previous_rows_and_names_each_rows_code_version():
     assert "* A: vA." not in alone and "* B: vC." in alone and "2 cells run" in alone
 
 
+def test_a_new_code_version_never_takes_the_letter_of_a_kept_one():
+    """Versions A, B, D in use (C's only row was rerun by D, so C was dropped): the next version is E, and the
+    rows of D keep D's text (the letter after the last one in use; taking the count of versions, 3, gave "D"
+    and relabelled D's rows with the new version)."""
+    lv, p50 = (cv.SETTINGS[k].label for k in ("lv_n21", "pinene_n50_s3"))
+    block = cv.render({"lv_n21|Embedding|wald": _cell(0.95)}, "vA")
+    block = cv.render({"pinene_n50_s3|Embedding|wald": _cell(0.95)}, "vB", previous=block)
+    block = cv.render({"pinene_n50_s3|NewtonRaphson|wald": _cell(0.5)}, "vC", previous=block)
+    block = cv.render({"pinene_n50_s3|NewtonRaphson|wald": _cell(0.6)}, "vD", previous=block)
+    assert "* C: vC." not in block and "* D: vD." in block
+    block = cv.render({"lv_n21|OrthogonalConditions|wald": _cell(0.7)}, "vE", previous=block)
+    assert "* A: vA.\n* B: vB.\n* D: vD.\n* E: vE." in block
+    rows = _rows(block)
+    assert rows[(p50, "NewtonRaphson", "wald")].endswith("| not met | D |")
+    assert rows[(lv, "OrthogonalConditions", "wald")].endswith("| not met | E |")
+
+
 def test_merge_refuses_a_previous_block_it_cannot_read():
     old = cv.render({"lv_n21|Embedding|wald": _cell(0.95)}, "vA", previous="")
     assert old.splitlines()[2] == "* A: vA."

@@ -563,8 +563,8 @@ def render(data, version, previous=None):
     n_run = n_met = 0
     refused, not_run, undefined = {}, {}, {}
     new_tag = next((t for t, v in old_versions.items() if v == version), None)
-    if new_tag is None:
-        new_tag = _TAGS[len(old_versions)]
+    if new_tag is None:  # the letter after the last one in use (a dropped letter is not reused)
+        new_tag = _TAGS[max((_TAGS.index(t) for t in old_versions), default=-1) + 1]
     for key, s in SETTINGS.items():
         for est in ESTIMATORS:
             why = applies(s, est)
