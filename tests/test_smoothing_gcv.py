@@ -123,5 +123,9 @@ def test_bad_series_are_refused():
         gcv_lambda([0, 1, 1, 3, 4], [1, 2, 3, 4, 5])
     with pytest.raises(DataError, match="at least 5 distinct times"):  # replicates: 4 distinct times
         SmoothingSpline([0, 1, 1, 2, 3], [1, 2, 3, 4, 5])
+    with pytest.raises(DataError, match="must be finite, got non-finite values in y"):
+        gcv_lambda(np.arange(6.0), [1, 2, np.nan, 4, 5, 6])
+    with pytest.raises(DataError, match="non-finite values in t"):
+        SmoothingSpline([0, 1, 2, np.inf, 4, 5], np.arange(6.0))
     with pytest.raises(InputError, match="nu: expected 0"):
         SmoothingSpline(*_series(8, 1))(0.5, nu=2)
