@@ -7,8 +7,10 @@ measures what a user waits for after editing a model.
     python benchmarks/bench_cold.py            # 3 runs per case, prints min / median / max
     python benchmarks/bench_cold.py --runs 1
 
-Targets (issue "one solver core", item 4): first solve <= 1.5 s, first fit <= 3 s. Compare
-with diffrax's first jit(jacfwd) call when it is installed (it is not on this machine).
+Targets (issue "one solver core", item 4): first solve <= 1.5 s, first fit <= 3 s. When diffrax is
+installed (``pip install diffrax``), the same new model's first ``jax.jit(jax.jacfwd(solve))`` call
+(Dopri5, float64, the same 41 output times and tolerances as the odeinfer row, sensitivities to the 4
+parameters and the 2 initial states) runs as one more row, a whole process too.
 """
 
 from __future__ import annotations
@@ -51,6 +53,40 @@ data = oi.Data(t, sol.y + 0.01 * np.random.default_rng(1).standard_normal(sol.y.
 }
 
 
+#: the first row's problem in diffrax (the default solve: Dopri5, rtol 1e-6, atol 1e-8 as ``oi.solve``'s
+#: ``solve`` role; jacfwd through the adaptive solve, the same derivatives as odeinfer's sensitivities)
+DIFFRAX = """
+import time
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import diffrax
+
+c = {c!r}
+def f(t, y, p):
+    return jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1] + c, p[3] * y[0] * y[1] - p[2] * y[1]])
+
+ts = jnp.linspace(0.0, 20.0, 41)
+def solve(px):
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(f), diffrax.Dopri5(), 0.0, 20.0, None, px[4:], args=px[:4],
+                              saveat=diffrax.SaveAt(ts=ts), max_steps=100000, adjoint=diffrax.ForwardMode(),
+                              stepsize_controller=diffrax.PIDController(rtol={rtol!r}, atol={atol!r}))
+    return sol.ys
+
+s = time.perf_counter()
+J = jax.jit(jax.jacfwd(solve))(jnp.array([0.55, 0.028, 0.8, 0.024, 34.0, 5.9]))
+J.block_until_ready()
+print(time.perf_counter() - s)
+"""
+
+
+def diffrax_script(c):
+    from odeinfer.solve.config import DEFAULT_SOLVERS
+
+    solver = DEFAULT_SOLVERS["solve"]
+    return DIFFRAX.format(c=c, rtol=solver.rtol, atol=solver.atol)
+
+
 def script(kind, call, c, fit_only):
     body = PRELUDE[kind].format(c=c)
     if fit_only:
@@ -86,8 +122,22 @@ def main():
             walls.append(w)
             _, out = run(script(kind, call, c + 1e-16 * (1 + len(walls)), True))
             inner.append(float(out.splitlines()[-1]))
-        fmt = lambda v: f"{min(v):6.2f} {statistics.median(v):6.2f} {max(v):6.2f}"  # noqa: E731
-        print(f"{name:28s} {fmt(walls):>24s} {fmt(inner):>24s}", flush=True)
+        print(f"{name:28s} {_fmt(walls):>24s} {_fmt(inner):>24s}", flush=True)
+    try:
+        import diffrax  # noqa: F401
+    except ImportError:
+        print("diffrax is not installed: no diffrax row (pip install diffrax)")
+        return
+    walls, inner = [], []
+    for _ in range(args.runs):
+        w, out = run(diffrax_script(1.0 + time.time_ns() % 10**9 * 1e-15))
+        walls.append(w)
+        inner.append(float(out.splitlines()[-1]))
+    print(f"{'diffrax jit(jacfwd) dopri5':28s} {_fmt(walls):>24s} {_fmt(inner):>24s}", flush=True)
+
+
+def _fmt(v):
+    return f"{min(v):6.2f} {statistics.median(v):6.2f} {max(v):6.2f}"
 
 
 if __name__ == "__main__":
