@@ -133,17 +133,21 @@ def test_newton_affine_observables_equal_the_state_fit(chain, derivative):
 
 @pytest.mark.parametrize("cls", [oi.NewtonRaphson, oi.StochasticNewton])
 def test_newton_log_observable_against_scipy_spline_rows(chain, cls):
-    """Independent reference: scipy's smoothing spline of z = log-scale data (GCV), the rows mapped
-    by x = exp(s), x' = exp(s) s', then the linear least squares of the equation error by numpy."""
+    """Independent reference: scipy's smoothing spline of z = log-scale data, the rows mapped by x = exp(s),
+    x' = exp(s) s', then the linear least squares of the equation error by numpy. The penalty is the GCV
+    minimum odeinfer finds (``gcv_lambda``; its criterion and search are tested in test_smoothing_gcv.py):
+    for z, scipy's own search stops at its bound lam = n = 80, short of the minimum (about 1.1e5)."""
     from scipy.interpolate import make_smoothing_spline
+
+    from odeinfer.smooth.gcv import gcv_lambda
 
     m, X, za, yb = chain
     rng = np.random.default_rng(3)
     yb_lin = X[:, 1] + 0.02 * rng.standard_normal(T.size)
     mo = m.observe({"la": "log(a)", "yb": "b"}, noise=oi.Normal(sigma="sd"), params=["sd"])
     dobs = oi.Data(T, np.column_stack([za, yb_lin]), ["la", "yb"], t0=0.0)
-    sa = make_smoothing_spline(T, za)
-    sb = make_smoothing_spline(T, yb_lin)
+    sa = make_smoothing_spline(T, za, lam=gcv_lambda(T, za))
+    sb = make_smoothing_spline(T, yb_lin, lam=gcv_lambda(T, yb_lin))
     xa, da = np.exp(sa(T)), np.exp(sa(T)) * sa.derivative()(T)
     xb, db = sb(T), sb.derivative()(T)
     A = np.vstack([np.column_stack([-xa, np.zeros_like(xa)]), np.column_stack([xa, -xb])])
