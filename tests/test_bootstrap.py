@@ -415,4 +415,5 @@ def test_the_bootstrap_note_says_when_the_configuration_was_not_run():
     assert "this configuration was not run" in note and "0.36-0.64 per parameter" in note
     assert "kind='studentized' under-covered in its turn at Lotka-Volterra n = 21" in note
     assert bootstrap_coverage_note("Embedding", "percentile") is None  # covered in all ten settings
-    assert bootstrap_coverage_note("NewtonRaphson", "studentized") is None  # not run: no claim
+    assert bootstrap_coverage_note("StochasticNewton", "studentized") is None  # not run: no claim
+    assert "in 7 of 7 settings" in bootstrap_coverage_note("NewtonRaphson", "percentile")
