@@ -7,6 +7,10 @@ measures what a user waits for after editing a model.
     python benchmarks/bench_cold.py            # 3 runs per case, prints min / median / max
     python benchmarks/bench_cold.py --runs 1
 
+The first row is the floor every such process pays before odeinfer's own work: python start, importing
+numpy, sympy, scipy.linalg and numba, one call of a small ``@njit(cache=True)`` function loaded from numba's
+disk cache (numba's start-up: its target context imports scipy.linalg for BLAS), and the interpreter's exit.
+
 Targets (issue "one solver core", item 4): first solve <= 1.5 s, first fit <= 3 s. When diffrax is
 installed (``pip install diffrax``), the same new model's first ``jax.jit(jax.jacfwd(solve))`` call
 (Dopri5, float64, the same 41 output times and tolerances as the odeinfer row, sensitivities to the 4
@@ -20,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CASES = {
@@ -80,6 +85,16 @@ print(time.perf_counter() - s)
 """
 
 
+#: the floor row: what any process that builds a model with sympy and runs numba-cached code pays
+FLOOR = """
+import numpy, sympy, scipy.linalg, numba
+@numba.njit(cache=True)
+def f(x):
+    return x + 1.0
+f(1.0)
+"""
+
+
 def diffrax_script(c):
     from odeinfer.solve.config import DEFAULT_SOLVERS
 
@@ -96,9 +111,14 @@ def script(kind, call, c, fit_only):
 
 
 def run(code):
+    return run_python("-c", code)
+
+
+def run_python(*argv):
+    """Whole-process wall time and stdout of ``python *argv`` (a new process)."""
     env = dict(os.environ)
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -114,6 +134,13 @@ def main():
     for name, (kind, call) in CASES.items():  # warm the shared kernels with throwaway models
         run(script(kind, call, 0.5 + time.time_ns() % 10**6 * 1e-13, False))
     print(f"{'case':28s} {'whole process (s)':>24s} {'the call itself (s)':>24s}")
+    with tempfile.TemporaryDirectory() as tmp:
+        floor = os.path.join(tmp, "floor.py")  # a file: numba caches only functions defined in one
+        with open(floor, "w", encoding="utf-8") as fh:
+            fh.write(FLOOR)
+        run_python(floor)  # fills numba's cache of the floor's function
+        walls = [run_python(floor)[0] for _ in range(args.runs)]
+    print(f"{'floor (imports, numba)':28s} {_fmt(walls):>24s}", flush=True)
     for name, (kind, call) in CASES.items():
         walls, inner = [], []
         for _ in range(args.runs):
