@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import textwrap
 import time
 import warnings
 
@@ -151,6 +153,23 @@ def _printer(args):
     return say
 
 
+@contextlib.contextmanager
+def _plain_warnings(width=100):
+    """Show warnings as a terminal user reads them: ``Category: message``, wrapped, on stderr, without
+    the library file, line and source line that Python's default display adds."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = textwrap.fill(f"{category.__name__}: {message}", width=width, subsequent_indent="    ",
+                             break_long_words=False, break_on_hyphens=False)
+        print(text, file=sys.stderr if file is None else file, flush=True)
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
+
+
 def main(argv=None) -> int:
     """Entry point of the ``odeinfer`` command."""
     from odeinfer.errors import OdeinferError
@@ -197,7 +216,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        with _plain_warnings():
+            return args.func(args)
     except OdeinferError as exc:
         print(f"odeinfer {args.command}: error: {exc}", file=sys.stderr)
         return 1

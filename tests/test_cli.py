@@ -34,8 +34,13 @@ def _stan_lv_reference():
 def test_demo_without_bayes_writes_the_report(tmp_path, capsys):
     out = tmp_path / "demo.html"
     assert main(["demo", "--no-bayes", "-o", str(out)]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "Embedding: converged" in text and f"open {out}" in text
+    # the matching estimators' warnings, shown as "Category: message" without library paths or source lines
+    assert "CoverageWarning: OrthogonalConditions:" in captured.err
+    assert ".py:" not in captured.err and "return est.fit" not in captured.err
+    assert max(map(len, captured.err.splitlines())) <= 100
     html = out.read_text()
     assert "Embedding estimate of" in html and "<script" not in html
     line = next(s for s in text.splitlines() if s.startswith("Embedding:"))
