@@ -19,7 +19,7 @@ __all__ = [
     "datasets", "errors", "estimators", "math", "petab", "smooth", "solve", "studies", "zoo",
     # models and data
     "model", "Model", "Observation", "CompiledModel", "History", "Data", "Experiments",
-    "Normal", "Laplace", "Condition", "Dose", "Input", "Param", "FitProblem", "Objective",
+    "Normal", "Laplace", "Condition", "Dose", "Event", "Input", "Param", "FitProblem", "Objective",
     # solving and simulating
     "Problem", "solve", "bind", "Solution", "Dopri5", "Rodas", "Auto", "MethodOfSteps", "Forward", "Adjoint",
     "simulate", "Simulation", "warmup",
@@ -53,6 +53,7 @@ _LAZY = {
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),
     "Param": ("odeinfer.likelihood", "Param"),
     "FitProblem": ("odeinfer.likelihood", "FitProblem"),
+    "Event": ("odeinfer.likelihood.events", "Event"),
     "Objective": ("odeinfer.likelihood", "Objective"),
     "bayes": ("odeinfer.bayes", None),
     "diagnostics": ("odeinfer.diagnostics", None),

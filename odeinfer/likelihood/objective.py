@@ -29,6 +29,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
+from odeinfer.likelihood.events import CHECK_POINTS, MAX_FIRINGS, CompiledEvents
 from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -56,7 +57,7 @@ class Evaluation:
 
 
 class _Segment:
-    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs")
+    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs", "fine")
 
 
 class _Run:
@@ -70,6 +71,7 @@ class _Run:
         self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
         self._solve_model, self.obj_switches = prob.solve_model, obj.switches
+        self.events = obj.events
         self._kinks = None  # the model's kinks at state thresholds, for a failure message (_kink_note)
         self._mapper = obj.mapper
         self._rows = obj.mapper.rows(plan)
@@ -206,6 +208,10 @@ class _Run:
             seg = _Segment()
             seg.start, seg.out, seg.rows, seg.end_extra = start, out, _as_slice(out), extra
             seg.solver = self._bind(tt, start)
+            seg.fine = None
+            if self.events is not None:  # the triggers are checked on a finer grid too
+                fine = np.union1d(tt, np.linspace(start, end, CHECK_POINTS + 1)) if end > start else tt
+                seg.fine = (fine, np.searchsorted(fine, tt), self._bind(fine, start))
             seg.jumps = [dose for (td, dose) in self.dose_times if td == tau and td > self.t0]
             seg.switches = ids
             seg.p_inputs = [_input_at(k, inp, start, r) for k, inp, r in self.p_inputs]
@@ -281,6 +287,7 @@ class _Run:
             segments, switches = self._segments_at(p)
         else:
             segments, switches = self._segments, ()
+        armed = None  # per event: may it fire (its trigger has been false since it last fired)?
         for seg in segments:
             pdir = np.zeros((n_ps, k_dir))
             pdir[:n_p, :cols.size] = dp[:, sel]
@@ -294,7 +301,13 @@ class _Run:
                     if r is not None:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
-            y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
+            if seg.fine is None:
+                y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
+            else:
+                res = self._run_events(seg, pj, x, pdir, s0, armed)
+                if isinstance(res, str):
+                    return f"experiment {self.name!r}: {res}"
+                y, S, st, armed = res
             if st != 0:
                 info = seg.solver.info
                 why = status_message(st, t_reached=info[0], max_steps=seg.solver.max_steps)
@@ -319,6 +332,134 @@ class _Run:
                 return f"experiment {self.name!r}: {res}"
             X[self.at_inf], dX[self.at_inf] = res
         return X, dX
+
+
+    def _run_events(self, seg, pj, x, pdir, s0, armed):
+        """The segment ``seg`` with its events (:mod:`odeinfer.likelihood.events`): ``(y, S, status, armed)``
+        at the segment's output times like its solver's, or a failure text. ``armed``: None at the
+        experiment's start (then each event's ``initial_value`` decides)."""
+        ev, n = self.events, self.n_s
+        fine, pick, solver = seg.fine
+        Y = np.empty((fine.size, n))
+        SS = np.empty((fine.size, n, pdir.shape[1]))
+        t_cur, x_cur, S_cur = seg.start, np.array(x, float), np.array(s0, float)
+        if armed is None:  # before the start, each trigger has its initial_value
+            armed = [not e.initial_value or not ev.true_at(k, t_cur, x_cur, pj) for k, e in enumerate(ev.events)]
+        # an armed trigger true at the segment's start (the experiment's start, or a dose just applied) fires
+        # there, at a time that does not move with the parameters
+        for k in range(ev.n):
+            if armed[k] and ev.true_at(k, t_cur, x_cur, pj):
+                x_cur, S_cur = _fire(ev, k, t_cur, x_cur, S_cur, pj, pdir, None, None)
+            armed[k] = not ev.true_at(k, t_cur, x_cur, pj)
+        i0, fired = 0, 0
+        while True:
+            y, S, st = solver(pj, np.ascontiguousarray(x_cur), pdir, S_cur)
+            if st != 0:
+                return status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
+            times = fine[i0:]
+            first, hits = times.size, []
+            for k in range(ev.n):
+                G = ev.g(k, times, y, pj)
+                if armed[k]:
+                    j = np.flatnonzero(G > 0)
+                else:  # armed once the trigger is false, then fires when it turns true
+                    off = np.flatnonzero(G <= 0)
+                    j = np.flatnonzero(G[off[0]:] > 0) + off[0] if off.size else off
+                if j.size and j[0] <= first:
+                    hits = (hits if j[0] == first else []) + [k]
+                    first = int(j[0])
+            if not hits:
+                Y[i0:], SS[i0:] = y, S
+                armed = [not ev.true_at(k, times[-1], y[-1], pj) for k in range(ev.n)]
+                return Y[pick], SS[pick], 0, armed
+            fired += 1
+            if fired > MAX_FIRINGS:
+                return (f"more than {MAX_FIRINGS} events fired between t={seg.start:g} and t={fine[-1]:g} (the last "
+                        f"at t={t_cur:.17g}); an event whose assignment leaves its trigger about to turn true again fires "
+                        "without end")
+            Y[i0:i0 + first], SS[i0:i0 + first] = y[:first], S[:first]
+            lo = (t_cur, x_cur, S_cur) if first == 0 else (times[first - 1], y[first - 1], S[first - 1])
+            roots = {k: _locate(ev, k, solver, lo, times[first], pj, pdir) for k in hits}
+            bad = [k for k, r in roots.items() if isinstance(r, str)]
+            if bad:
+                return roots[bad[0]]
+            tau = min(r[0] for r in roots.values())
+            t_lo, x_lo, S_lo = lo
+            x_cur, S_cur, st = _solve_to(solver, t_lo, tau, x_lo, S_lo, pj, pdir)
+            if st != 0:
+                return status_message(st, t_reached=tau, max_steps=solver.max_steps)
+            now = sorted(k for k, r in roots.items() if r[0] <= tau)  # simultaneous events: in their order
+            g_t, g_x, g_p = ev.dg(now[0], tau, x_cur, pj)
+            den = g_x @ solver.compiled.f(tau, x_cur, pj) + g_t
+            if not (np.isfinite(den) and den > 0):
+                return (f"{ev.events[now[0]].label(now[0])} fires at t={tau:.17g}, where its trigger function does "
+                        f"not cross zero at a positive rate (dg/dt = {den:.3g}): its time has no derivative")
+            dtau = -(g_x @ S_cur + g_p[:pdir.shape[0]] @ pdir) / den
+            for k in now:
+                x_cur, S_cur = _fire(ev, k, tau, x_cur, S_cur, pj, pdir, dtau, solver.compiled)
+            # an assignment that makes another armed trigger true fires that event at the same time
+            for k in range(ev.n):
+                if k not in now and armed[k] and ev.true_at(k, tau, x_cur, pj):
+                    x_cur, S_cur = _fire(ev, k, tau, x_cur, S_cur, pj, pdir, dtau, solver.compiled)
+                armed[k] = not ev.true_at(k, tau, x_cur, pj)
+            i0 += first
+            t_cur = tau
+            solver = _rebind(solver, fine[i0:], tau)
+
+
+def _solve_to(solver, t0, t, x, S, pj, pdir):
+    """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve)."""
+    if t == t0:
+        return np.array(x, float), np.array(S, float), 0
+    y, St, st = _rebind(solver, np.array([t]), t0)(pj, np.ascontiguousarray(x), pdir, np.ascontiguousarray(S))
+    return y[0], St[0], st
+
+
+def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
+    """``(tau,)``: where event ``k``'s trigger function turns positive in ``(t_lo, t_hi]`` (it is <= 0 at
+    ``lo = (t_lo, x, S)`` and > 0 at ``t_hi``), by the Illinois method on re-solves from ``lo``; or a failure
+    text."""
+    t_lo, x_lo, S_lo = lo
+    a, b = float(t_lo), float(t_hi)
+    ga = float(ev.g(k, a, x_lo, pj)[0])
+    yb, _, st = _solve_to(solver, t_lo, b, x_lo, S_lo, pj, pdir)
+    gb = float(ev.g(k, b, yb, pj)[0])
+    if st != 0 or not (np.isfinite(ga) and np.isfinite(gb)):
+        return f"locating {ev.events[k].label(k)} in ({a:g}, {b:g}] failed (a re-solve or the trigger is not finite)"
+    side = 0
+    for _ in range(max_iter):
+        if b - a <= 4 * np.spacing(max(abs(a), abs(b), 1.0)):
+            break
+        c = b - gb * (b - a) / (gb - ga) if gb != ga else 0.5 * (a + b)
+        if not a < c < b:
+            c = 0.5 * (a + b)
+        yc, _, st = _solve_to(solver, t_lo, c, x_lo, S_lo, pj, pdir)
+        gc = float(ev.g(k, c, yc, pj)[0])
+        if st != 0 or not np.isfinite(gc):
+            return f"locating {ev.events[k].label(k)} near t={c:g} failed (a re-solve or the trigger is not finite)"
+        if gc > 0:
+            b, gb = c, gc
+            if side == 1:
+                ga *= 0.5
+            side = 1
+        else:
+            a, ga = c, gc
+            if side == -1:
+                gb *= 0.5
+            side = -1
+        if gc == 0:
+            break
+    return (b,)
+
+
+def _fire(ev, k, t, x, S, pj, pdir, dtau, compiled):
+    """Event ``k``'s assignments at ``t``: ``(x+, S+)``; with ``dtau`` (the event time's derivative in the
+    sensitivity directions) the jump of the sensitivities at a moving event time, without (a fixed time) none."""
+    xp, hx, hp = ev.h(k, t, x, pj)
+    Sp = hx @ S + hp[:, :pdir.shape[0]] @ pdir
+    if dtau is not None:
+        Sp += np.outer(hx @ compiled.f(t, x, pj) - compiled.f(t, xp, pj), dtau)
+    return xp, Sp
 
 
 _CACHE = 8  # segment lists kept per run (by their cut times)
@@ -430,6 +571,8 @@ class Objective:
         self.solver = as_solver(solver, delays=False, role="likelihood")
         self.steady = SteadyState(m)
         self.switches = TimeSwitches(problem.solve_model, m.n_params)
+        events = getattr(problem, "events", ())
+        self.events = CompiledEvents(events, m, problem.solve_model) if events else None
         self.obsf = ObservableFunctions(m)
         self.mapper = ConditionMapping(problem)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)

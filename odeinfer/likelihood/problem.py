@@ -14,6 +14,7 @@ import sympy as sp
 
 from odeinfer.data.conditions import Condition, Input
 from odeinfer.errors import DataError, InputError
+from odeinfer.likelihood.events import check_events
 from odeinfer.likelihood.parameters import Param
 from odeinfer.model.trace import T_SYMBOL, symbols_for
 
@@ -72,6 +73,9 @@ class FitProblem:
     x0 : dict, optional
         Default initial states ``{state: number | "expression"}`` of every experiment (a
         condition's ``x0`` overrides them).
+    events : list of Event, optional
+        Events whose triggers depend on the states (:class:`~odeinfer.Event`), in every experiment;
+        not with pre-equilibration or measurements at ``t = inf``.
 
     Attributes
     ----------
@@ -83,7 +87,7 @@ class FitProblem:
     plans : list of Plan
     """
 
-    def __init__(self, model, data, parameters=None, *, x0=None):
+    def __init__(self, model, data, parameters=None, *, x0=None, events=None):
         from odeinfer.data import Data, Experiments
         from odeinfer.model import Model
 
@@ -130,6 +134,9 @@ class FitProblem:
         self.symbols = dict(zip(self.names, symbols_for(self.names)))
         self.plans = [self._plan(n, d, c, x0) for n, d, c in zip(data.names, data, conds)]
         self.solve_model, self.rates = _with_linear_inputs(model, conds)
+        self.events = check_events(events, model)
+        if self.events:
+            self._check_events(data)
 
     def with_measurements(self, values):
         """A copy of this problem measuring ``values`` instead of the data (the same experiments,
@@ -154,6 +161,25 @@ class FitProblem:
         return out
 
     # ------------------------------------------------------------------------------------------
+    def _check_events(self, data):
+        """Events with what they are not supported with yet: pre-equilibration, steady-state measurements,
+        a trigger on a parameter that an Input drives."""
+        for plan, d in zip(self.plans, data):
+            what = ("pre-equilibration" if plan.preequilibrate else
+                    "measurements at t = inf (steady state)" if np.isinf(plan.t_rows).any() else None)
+            if what:
+                raise InputError(f"events: experiment {plan.name!r} has {what}, which does not run events yet; drop "
+                                 "the events or that part of the experiment")
+        from odeinfer.likelihood.events import parse_event
+
+        driven = {self.model.params[k] for plan in self.plans for k in plan.inputs}
+        for k, e in enumerate(self.events):
+            g, h = parse_event(e, k, self.model)
+            used = {str(s) for s in g.free_symbols.union(*(v.free_symbols for v in h.values()))} & driven
+            if used:
+                raise InputError(f"events[{k}]: uses {sorted(used)}, which an Input drives; an event may use the "
+                                 "states and constant parameters")
+
     def _check_condition(self, name, c):
         m = self.model
         where = f"conditions[{name!r}]"

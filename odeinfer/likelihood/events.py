@@ -1,0 +1,167 @@
+"""Events whose trigger depends on the states: when a condition on ``(t, x, p)`` turns true, some
+states are set to new values (SBML's events; e.g. a population set to 0 once it falls below a
+threshold).
+
+An :class:`Event` belongs to a :class:`~odeinfer.likelihood.FitProblem`. Its trigger ``a < b``
+(``<=``, ``>``, ``>=``) is true where ``g(t, x, p) > 0``, with ``g = b - a`` (``a - b`` for
+``>``); the event fires when ``g`` crosses zero upwards along the trajectory. The
+:class:`~odeinfer.likelihood.Objective` looks for crossings on a grid of each segment (its output
+times and :data:`CHECK_POINTS` equally spaced times), locates the first one by the Illinois method
+on re-solves from the grid point before it, and applies the assignments with the jump conditions of
+the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``:
+
+    dtau/dtheta = -(g_x S + g_p dp/dtheta) / (g_x f(tau, x-) + g_t),
+    S+ = h_x S- + h_p dp/dtheta + (h_x f(tau, x-) - f(tau, x+)) dtau/dtheta,
+
+with ``x+ = h(tau, x-, p)`` (Fröhlich et al. 2017, "Parameter estimation for dynamical systems with
+discrete events and logical operations", Bioinformatics 33(7)). After firing, an event fires again
+only once its trigger has been false. A trigger that turns true and false again between two points of
+the grid is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger that is true
+at the start fires there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy as sp
+
+from odeinfer.errors import InputError
+from odeinfer.model.trace import T_SYMBOL
+
+__all__ = ["Event", "CHECK_POINTS"]
+
+#: Equally spaced times per segment (besides its output times) at which the triggers are checked.
+CHECK_POINTS = 200
+
+#: At most this many events fire in one experiment (a trigger that fires again and again at one time
+#: would never end).
+MAX_FIRINGS = 10_000
+
+_RELATIONS = (sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan, sp.GreaterThan)
+
+
+@dataclass(frozen=True)
+class Event:
+    """When ``trigger`` turns true, set the states of ``assign``.
+
+    Parameters
+    ----------
+    trigger : str
+        One comparison ``a < b``, ``a <= b``, ``a > b`` or ``a >= b`` of expressions in ``t``, the
+        states and the right-hand side's parameters (parsed without ``eval``), e.g. ``"U < 1e-8"``.
+    assign : dict of str to (str or float)
+        ``{state: value}``: the states' new values, expressions of the states before the event, the
+        parameters and ``t`` (all evaluated before any is set).
+    initial_value : bool, default True
+        The trigger's value just before the start: with False, a trigger true at the start fires there.
+    name : str, optional
+        Shown in messages.
+    """
+
+    trigger: str
+    assign: dict = field(default_factory=dict)
+    initial_value: bool = True
+    name: str = ""
+
+    def label(self, k):
+        return repr(self.name) if self.name else f"events[{k}] ({self.trigger!r})"
+
+
+def check_events(events, model):
+    """``events`` as a tuple of :class:`Event`, each parsed against ``model`` (its states and the
+    right-hand side's parameters); a typed error names the event and what is wrong."""
+    if events is None:
+        return ()
+    if isinstance(events, Event):
+        events = [events]
+    try:
+        events = tuple(events)
+    except TypeError:
+        raise InputError(f"events: expected a list of oi.Event, got {type(events).__name__}") from None
+    for k, e in enumerate(events):
+        if not isinstance(e, Event):
+            raise InputError(f"events[{k}]: expected an oi.Event, got {type(e).__name__}; e.g. "
+                             f"oi.Event('{model.states[0]} < 1e-8', {{'{model.states[0]}': 0}})")
+        parse_event(e, k, model)
+    return events
+
+
+def parse_event(e, k, model):
+    """``(g, {state index: h})`` of event ``e`` (sympy), with the names of ``model``."""
+    from odeinfer.model.equations import parse_expression
+    from odeinfer.model.trace import symbols_for
+
+    names = dict(zip(model.states, symbols_for(model.states)))
+    names.update(zip(model.params, symbols_for(model.params)))
+    where = f"events[{k}]"
+    if not isinstance(e.trigger, str):
+        raise InputError(f"{where}.trigger: expected a string such as 'x < 1e-8', got {type(e.trigger).__name__}")
+    rel = parse_expression(e.trigger, names, f"{where}.trigger")
+    if not isinstance(rel, _RELATIONS):
+        raise InputError(f"{where}.trigger: expected one comparison a < b, a <= b, a > b or a >= b, got "
+                         f"{e.trigger!r}; write e.g. 'x < 1e-8'")
+    g = rel.rhs - rel.lhs if isinstance(rel, (sp.StrictLessThan, sp.LessThan)) else rel.lhs - rel.rhs
+    if not isinstance(e.initial_value, (bool, np.bool_)):
+        raise InputError(f"{where}.initial_value: expected True or False, got {e.initial_value!r}")
+    if not hasattr(e.assign, "items") or not e.assign:
+        raise InputError(f"{where}.assign: expected a non-empty dict {{state: value}}, got {e.assign!r}")
+    h = {}
+    for s, v in e.assign.items():
+        if s not in model.states:
+            raise InputError(f"{where}.assign: {s!r} is not a state of model {model.name!r} (its states: "
+                             f"{list(model.states)}); an event sets states")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float, np.integer, np.floating)):
+            raise InputError(f"{where}.assign[{s!r}]: expected a number or an expression string, got "
+                             f"{type(v).__name__}")
+        if not isinstance(v, str) and not np.isfinite(v):
+            raise InputError(f"{where}.assign[{s!r}]: expected a finite value, got {v!r}")
+        h[model.states.index(s)] = (parse_expression(v, names, f"{where}.assign[{s!r}]") if isinstance(v, str)
+                                    else sp.Float(float(v)))
+    return g, h
+
+
+class CompiledEvents:
+    """The events of a problem as numeric functions of ``(t, x, p)`` of the solver's model ``solve_model``
+    (the problem's model, maybe with input rates appended to its parameters)."""
+
+    def __init__(self, events, model, solve_model):
+        from odeinfer.model.trace import symbols_for
+
+        self.events = events
+        xs, ps = list(symbols_for(model.states)), list(symbols_for(solve_model.params))
+        args = [T_SYMBOL, *xs, *ps]
+        self.n = len(events)
+        self._g, self._dg, self._h = [], [], []
+        for k, e in enumerate(events):
+            g, h = parse_event(e, k, model)
+            self._g.append(sp.lambdify(args, g, modules="numpy"))
+            grad = [sp.diff(g, T_SYMBOL), *(sp.diff(g, x) for x in xs), *(sp.diff(g, p) for p in ps)]
+            self._dg.append(sp.lambdify(args, grad, modules="numpy"))
+            full = [h.get(i, x) for i, x in enumerate(xs)]
+            jac = [[sp.diff(v, w) for w in xs + ps] for v in full]
+            self._h.append(sp.lambdify(args, [full, jac], modules="numpy"))
+        self.n_x = len(xs)
+
+    def g(self, k, t, X, p):
+        """The trigger function of event ``k`` at the times ``t`` and states ``X`` (one row per time), as a
+        1-D array."""
+        t = np.atleast_1d(np.asarray(t, float))
+        out = self._g[k](t, *np.atleast_2d(np.asarray(X, float)).T, *p)
+        return np.broadcast_to(np.asarray(out, float), t.shape)
+
+    def true_at(self, k, t, x, p):
+        """Is event ``k``'s trigger true at the one point ``(t, x)``?"""
+        return bool(self.g(k, t, x, p)[0] > 0)
+
+    def dg(self, k, t, x, p):
+        """``(g_t, g_x (n,), g_p (n_p,))`` of event ``k`` at one point."""
+        d = np.array(self._dg[k](t, *x, *p), float)
+        return d[0], d[1:1 + self.n_x], d[1 + self.n_x:]
+
+    def h(self, k, t, x, p):
+        """``(x+, h_x (n, n), h_p (n, n_p))`` of event ``k`` at one point."""
+        full, jac = self._h[k](t, *x, *p)
+        jac = np.array(jac, float)
+        return np.array(full, float), jac[:, :self.n_x], jac[:, self.n_x:]
