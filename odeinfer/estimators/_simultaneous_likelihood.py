@@ -136,11 +136,12 @@ class LikelihoodCollocation:
                        "log-scale noise, or a noise sd <= 0?); check the start values or start_states")
 
     def __init__(self, problem, est):
-        from odeinfer.likelihood.problem import refuse_steady_state
+        from odeinfer.likelihood.problem import refuse_events, refuse_steady_state
         from odeinfer.likelihood.steady import SteadyState
         from odeinfer.solve.shared import TieredKernel
 
         refuse_steady_state(problem, "the simultaneous (collocation) likelihood")
+        refuse_events(problem, "the simultaneous (collocation) likelihood")
         self.problem, self.model = problem, problem.model
         m = self.model
         self.n, self.n_p, self.n_q = m.n_states, m.n_params, len(m.obs_params)

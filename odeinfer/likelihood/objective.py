@@ -437,6 +437,8 @@ def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
         gc = float(ev.g(k, c, yc, pj)[0])
         if st != 0 or not np.isfinite(gc):
             return f"locating {ev.events[k].label(k)} near t={c:g} failed (a re-solve or the trigger is not finite)"
+        if gc == 0:
+            return (c,)
         if gc > 0:
             b, gb = c, gc
             if side == 1:
@@ -447,8 +449,6 @@ def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
             if side == -1:
                 gb *= 0.5
             side = -1
-        if gc == 0:
-            break
     return (b,)
 
 

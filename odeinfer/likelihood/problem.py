@@ -308,6 +308,14 @@ def refuse_steady_state(problem, who):
                 "default) or drop those rows")
 
 
+def refuse_events(problem, who):
+    """Raise :class:`~odeinfer.errors.InputError` when ``problem`` has events (:class:`~odeinfer.Event`), which
+    only the :class:`~odeinfer.Objective` runs (``who``: the method that cannot, for the message)."""
+    if getattr(problem, "events", ()):
+        raise InputError(f"problem: it has {len(problem.events)} event(s) (oi.Event), which {who} does not run; fit "
+                         "it with the single-shooting likelihood (oi.Objective, Embedding's default)")
+
+
 def _with_linear_inputs(model, conds):
     """The model the solver runs: each parameter ``u`` driven by a linear :class:`Input` somewhere
     becomes ``u + u__rate * t`` (a new parameter ``u__rate`` appended), so that every segment

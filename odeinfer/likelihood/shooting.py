@@ -144,6 +144,9 @@ class MultipleShooting(Objective):
     """
 
     def __init__(self, problem, solver=None, *, segments, continuity_weight=1.0, polish=True):
+        from odeinfer.likelihood.problem import refuse_events
+
+        refuse_events(problem, "multiple shooting")
         super().__init__(problem, solver=solver)
         self.segments, self.weight, self.polish = int(segments), float(continuity_weight), bool(polish)
         self.inner_problem, self.cuts, self.node_names = segmented_problem(problem, self.segments)

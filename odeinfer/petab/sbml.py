@@ -57,8 +57,16 @@ events
     and that events assign is a state, of derivative 0 unless a rate rule gives one (a stimulus
     that events switch, such as Smith_BMCSystBiol2013's insulin).
 
+    State events: an event whose trigger is one comparison (``<``, ``<=``, ``>``, ``>=``) of
+    expressions of the states, the parameters and ``time`` that is not of the dose form (or whose
+    assignments are not, such as ``s = 2 s`` at ``time >= T``), with
+    neither delay nor priority, becomes an :class:`~odeinfer.Event` (:attr:`SBMLModel.state_events`:
+    its assignments are expressions of the states, the parameters and ``time``; its trigger's
+    ``initialValue`` is kept). :func:`odeinfer.petab.load` gives them to the fit problem, whose
+    likelihood locates them along the trajectory (:mod:`odeinfer.likelihood.events`).
+
 Not supported (an :class:`SBMLError` naming the element): other events (delays, priorities,
-triggers other than a time, state-dependent assignments, assignments to parameters), algebraic rules, fast
+triggers combining comparisons, assignments to parameters), algebraic rules, fast
 reactions, variable stoichiometry (``stoichiometryMath`` or a species reference changed by a
 rule), conversion factors, concentrations in a compartment whose size changes, the ``delay``
 and ``rateOf`` csymbols, ``floor``, ``ceiling``, ``factorial``, ``quotient``, ``rem``,
@@ -138,6 +146,8 @@ class SBMLModel:
         or None when the trigger time is a number.
     dose_events : tuple of str
         Per dose, the id of its event (``"#k"`` for the k-th event without an id).
+    state_events : tuple of Event
+        The events whose trigger depends on the states (:class:`~odeinfer.Event`, see the module's notes).
     """
 
     model: Model
@@ -148,6 +158,7 @@ class SBMLModel:
     renamed: dict = field(default_factory=dict)
     dose_times: tuple = ()
     dose_events: tuple = ()
+    state_events: tuple = ()
 
     def initial_state(self, values=None) -> dict:
         """The initial state as numbers, ``{state: float}``.
@@ -168,7 +179,7 @@ class SBMLModel:
         return {s: float(e.xreplace(subs)) for s, e in self.x0.items()}
 
 
-def load_sbml(path, *, root=None, name=None) -> SBMLModel:
+def load_sbml(path, *, root=None, name=None, overridden=()) -> SBMLModel:
     """Read an SBML file into an :class:`SBMLModel` (see the module's notes for the semantics).
 
     Parameters
@@ -179,6 +190,9 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
         A folder the file must lie in (after resolving symbolic links); default: no restriction.
     name : str, optional
         The model's name; default the SBML model's id.
+    overridden : set of str, optional
+        Ids that a PEtab condition table sets: a constant among them that an initial assignment
+        defines is a parameter (the assignment gives its default value) instead of being substituted.
 
     Returns
     -------
@@ -206,7 +220,7 @@ def load_sbml(path, *, root=None, name=None) -> SBMLModel:
     file = _resolve(path, root)
     data = _read(file, path)
     doc = _parse(data, path, file)
-    return _Import(doc.getModel(), name, os.path.basename(os.fspath(path))).build()
+    return _Import(doc.getModel(), name, os.path.basename(os.fspath(path)), overridden).build()
 
 
 SBML_PREFIX = "sbml"
@@ -631,8 +645,9 @@ class _Substitution:
 
 
 class _Import:
-    def __init__(self, m, name, file_name):
+    def __init__(self, m, name, file_name, overridden=()):
         self.m = m
+        self.overridden = frozenset(overridden)
         self.label = f"{file_name!r}: " + (f"SBML model {m.getId()!r}" if m.getId() else "the SBML model")
         self.name = name if name is not None else (m.getId() or "sbml")
 
@@ -675,6 +690,7 @@ class _Import:
         # initial values: everything at t = 0 in terms of the parameters
         raw = {i: self.raw_initial(item, symbols) for item in species + comps + pars
                if (i := item.getId()) in states or i in params or i in derived}
+        raw.update({i: initial[i] for i in params if i in initial})  # a constant a PEtab condition sets
         lacking = [i for i in states + derived if i not in initial and raw.get(i) is None]
         if lacking:
             self.fail(f"{lacking[0]!r} has no initial value (no initialAssignment, initialConcentration, "
@@ -713,7 +729,7 @@ class _Import:
         expressions = {i: dyn.value(i) for i in list(assign) + derived}
         doses, times, events = self.events(conv, dyn, {s: symbols[s] for s in states}, psyms, size, values)
         model = Model(self.name, tuple(states), tuple(params), tuple(exprs))
-        return SBMLModel(model, x0, values, expressions, doses, renamed, times, events)
+        return SBMLModel(model, x0, values, expressions, doses, renamed, times, events, self.state_events)
 
     def events(self, conv, dyn, states, psyms, size, values):
         """``(doses, dose_times, dose_events)``: the events as Doses, one per assignment of an event
@@ -726,6 +742,7 @@ class _Import:
         from odeinfer.model.equations import format_expr
 
         out, times, ids = [], [], []
+        self.state_events = []
         for k, e in enumerate(self.m.getListOfEvents()):
             eid = e.getId() or f"#{k + 1}"
             where = f"event {eid!r}"
@@ -738,14 +755,18 @@ class _Import:
             if trigger is None or trigger.getMath() is None:
                 self.fail(f"{where} has no trigger", "give it a trigger 'time >= T'")
             cond = conv.convert(trigger.getMath(), f"{self.label}: the trigger of {where}")
-            if isinstance(cond, (sp.GreaterThan, sp.StrictGreaterThan)) and cond.lhs == T_SYMBOL:
-                when = dyn.expr(cond.rhs)
-            elif isinstance(cond, (sp.LessThan, sp.StrictLessThan)) and cond.rhs == T_SYMBOL:
-                when = dyn.expr(cond.lhs)
-            else:
-                self.fail(f"{where} has a trigger that is not of the form 'time >= T'; events are supported as "
-                          "doses and resets at fixed times only (a trigger time >= T, assignments s = s + amount "
-                          "or s = value)", "express other events in the model (e.g. a piecewise of time)")
+            relations = (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan, sp.StrictLessThan)
+            if not isinstance(cond, relations):
+                self.fail(f"{where} has a trigger that is not one comparison (a < b, a <= b, a > b or a >= b); "
+                          "events are supported with such triggers only", "split it into one event per comparison")
+            time_form = (isinstance(cond, (sp.GreaterThan, sp.StrictGreaterThan)) and cond.lhs == T_SYMBOL
+                         and not dyn.expr(cond.rhs).free_symbols - psyms) or (
+                isinstance(cond, (sp.LessThan, sp.StrictLessThan)) and cond.rhs == T_SYMBOL
+                and not dyn.expr(cond.lhs).free_symbols - psyms)
+            if not (time_form and self.dose_assignments(e, eid, conv, dyn, states, psyms)):
+                self.state_events.append(self.state_event(e, eid, cond, conv, dyn, states, psyms, size))
+                continue
+            when = dyn.expr(cond.rhs if cond.lhs == T_SYMBOL else cond.lhs)
             text = None
             if when.free_symbols:
                 if not when.free_symbols <= psyms:
@@ -771,15 +792,62 @@ class _Import:
                 value = dyn.expr(conv.convert(a.getMath(), f"{self.label}: the assignment of {var!r} in {where}"))
                 mode = "add" if states[var] in value.free_symbols else "set"
                 amount = value - states[var] if mode == "add" else value
-                if not amount.free_symbols <= psyms:
-                    self.fail(f"{where} sets {var!r} to a value that is neither {var} + an amount of parameters nor "
-                              "a value of parameters (a state-dependent change); events are supported as doses "
-                              "and resets only", f"write the assignment as {var} + amount or {var} = value")
                 size.check(amount, f"the amount of {var!r} in {where}")
                 out.append(Dose(float(when), var, float(amount) if amount.is_number else format_expr(amount), mode))
                 times.append(text)
                 ids.append(eid)
         return tuple(out), tuple(times), tuple(ids)
+
+    def dose_assignments(self, e, eid, conv, dyn, states, psyms):
+        """Are all assignments of event ``e`` doses (``s = s + amount`` or ``s = value``, ``amount`` and
+        ``value`` expressions of the parameters)? Else (a state-dependent change such as ``s = 2 s``) the
+        event runs as a state event at its trigger time. An assignment that is wrong either way says True,
+        so that the dose path reports it."""
+        for a in e.getListOfEventAssignments():
+            var = a.getVariable()
+            if var not in states or a.getMath() is None:
+                return True
+            value = dyn.expr(conv.convert(a.getMath(), f"{self.label}: the assignment of {var!r} in event {eid!r}"))
+            amount = value - states[var] if states[var] in value.free_symbols else value
+            if not amount.free_symbols <= psyms:
+                return False
+        return True
+
+    def state_event(self, e, eid, cond, conv, dyn, states, psyms, size):
+        """The :class:`~odeinfer.Event` of SBML event ``e`` whose trigger ``cond`` (sympy) depends on the states."""
+        from odeinfer.likelihood.events import Event
+        from odeinfer.model.equations import format_expr
+
+        where = f"event {eid!r}"
+        allowed = set(states.values()) | psyms | {T_SYMBOL}
+        rel = type(cond)(dyn.expr(cond.lhs), dyn.expr(cond.rhs))
+        if not isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan, sp.StrictLessThan)):
+            self.fail(f"the trigger of {where} is constant ({rel}) once the assignment rules are substituted",
+                      "give it a comparison that changes along the trajectory")
+        if rel.free_symbols - allowed:
+            self.fail(f"the trigger of {where} uses {sorted(x.name for x in rel.free_symbols - allowed)}, which are "
+                      "no states or parameters", "write it in the states, the parameters and time")
+        size.check(rel.lhs - rel.rhs, f"the trigger of {where}")
+        assign = {}
+        for a in e.getListOfEventAssignments():
+            var = a.getVariable()
+            if var not in states:
+                self.fail(f"{where} assigns {var!r}, which is no state; events are supported on states only",
+                          "remove the assignment or make the target a state")
+            if a.getMath() is None:
+                self.fail(f"the assignment of {var!r} in {where} has no math", "give it one")
+            value = dyn.expr(conv.convert(a.getMath(), f"{self.label}: the assignment of {var!r} in {where}"))
+            if value.free_symbols - allowed:
+                self.fail(f"the assignment of {var!r} in {where} uses "
+                          f"{sorted(x.name for x in value.free_symbols - allowed)}, which are no states or parameters",
+                          "write it in the states, the parameters and time")
+            size.check(value, f"the assignment of {var!r} in {where}")
+            assign[states[var].name] = float(value) if value.is_number else format_expr(value)
+        if not assign:
+            self.fail(f"{where} assigns nothing", "remove it or give it an assignment")
+        trigger = e.getTrigger()
+        initial = trigger.getInitialValue() if e.getLevel() >= 3 and trigger.isSetInitialValue() else True
+        return Event(format_expr(rel), assign, bool(initial), eid)
 
     def classify(self, items, rate, assign, initial, evented):
         """(states, params, derived constants) in document order; the rest are assignment-rule targets.
@@ -798,7 +866,7 @@ class _Import:
                 states.append(i)
             elif i in evented and item.getTypeCode() in (L.SBML_SPECIES, L.SBML_PARAMETER) and not item.getConstant():
                 states.append(i)
-            elif i in initial:
+            elif i in initial and i not in self.overridden:
                 derived.append(i)
             else:
                 params.append(i)

@@ -458,7 +458,10 @@ class _Loader:
         files = self.read_spec()
         self.params = self.parameter_table(_Table.read("parameter_file", files["parameter"], (
             "parameterId", "parameterScale", "lowerBound", "upperBound", "nominalValue", "estimate")))
-        self.sbml = load_sbml(files["sbml"][0][2], root=self.root)
+        cond_table = _Table.read("condition_files", files["condition"], ("conditionId",))
+        # a constant the SBML model defines by an initial assignment and a condition sets is a parameter
+        # (PEtab: the condition table's value takes precedence over the initial assignment)
+        self.sbml = load_sbml(files["sbml"][0][2], root=self.root, overridden=set(cond_table.columns))
         self.sbml_file = repr(files["sbml"][0][1])
         m = self.sbml.model
         obs_table = _Table.read("observable_files", files["observable"], ("observableId", "observableFormula",
@@ -471,7 +474,7 @@ class _Loader:
         except EquationParseError:
             self.fail(f"observable_files: an observable or noise formula of model {m.name!r} is too long or too "
                       "deep once assignment rules are substituted; simplify it")
-        conditions = self.condition_table(_Table.read("condition_files", files["condition"], ("conditionId",)))
+        conditions = self.condition_table(cond_table)
         groups = self.measurement_table(_Table.read("measurement_files", files["measurement"], (
             "observableId", "simulationConditionId", "measurement", "time")), conditions, counts)
         obs_order = list(counts)  # the PEtab ids; observables and noise are keyed by their odeinfer names
@@ -496,9 +499,10 @@ class _Loader:
             names.append(name)
             conds[name] = cond
         experiments = Experiments(datas, names, conds)
-        probe = FitProblem(model, experiments, x0=x0)
+        events = self.sbml.state_events
+        probe = FitProblem(model, experiments, x0=x0, events=events)
         parameters = self.problem_parameters(probe.names, model, conditions, groups)
-        problem = FitProblem(model, experiments, parameters, x0=x0)
+        problem = FitProblem(model, experiments, parameters, x0=x0, events=events)
         nominal = {n: self.table_nominal.get(n, p.value) for n, p in problem.params.items()}
         return PetabProblem(self.yaml.stem, problem, self.sbml, nominal, self.objective_priors,
                             self.initialization_priors, {**self.sbml.renamed, **self.renamed, **self.obs_renamed})

@@ -118,6 +118,9 @@ def problem_to_dict(objective) -> dict:
         "parameters": {n: [p.value, p.lower, p.upper, p.scale, bool(p.estimate)] for n, p in problem.params.items()},
         "x0": _default_x0(problem),
         "solver": _solver(objective.solver),
+        "events": [{"trigger": e.trigger, "assign": {k: v if isinstance(v, str) else float(v)
+                                                     for k, v in e.assign.items()},
+                    "initial_value": bool(e.initial_value), "name": e.name} for e in getattr(problem, "events", ())],
     }
 
 
@@ -188,10 +191,22 @@ def objective_from_dict(model, stored, where):
                 raise TypeError(f"parameters[{str(n)[:40]!r}]: 'estimate' must be true or false")
             params[str(n)] = Param(_number(value), _number(lower), _number(upper), str(scale), estimate)
         x0 = {str(k): _load_value(v) for k, v in dict(stored["x0"]).items()}
-        problem = FitProblem(model, Experiments(datas, names=names, conditions=conds or None), params, x0=x0)
+        events = [_load_event(e) for e in stored.get("events", [])]
+        problem = FitProblem(model, Experiments(datas, names=names, conditions=conds or None), params, x0=x0,
+                             events=events)
         return Objective(problem, solver=_load_solver(dict(stored["solver"])))
     except (OdeinferError, KeyError, TypeError, ValueError, AttributeError) as exc:
         _fail(where, "its fit problem (experiments, conditions, parameters) cannot be rebuilt", exc)
+
+
+def _load_event(e):
+    from odeinfer.likelihood.events import Event
+
+    e = dict(e)
+    if not isinstance(e["initial_value"], bool):
+        raise TypeError("events: 'initial_value' must be true or false")
+    return Event(str(e["trigger"]), {str(k): _load_value(v) for k, v in dict(e["assign"]).items()},
+                 e["initial_value"], str(e.get("name", "")))
 
 
 def _number(v):
