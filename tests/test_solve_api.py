@@ -436,3 +436,23 @@ def test_solver_pickles_to_a_working_copy():
     np.testing.assert_allclose(y, ref.y, rtol=1e-12)
     np.testing.assert_allclose(sens, ref.sens, rtol=1e-12)
     assert (c.t0, c.rtol, c.method, c.sensitivities) == (s.t0, s.rtol, s.method, s.sensitivities)
+
+
+@pytest.mark.parametrize("solver", [oi.Dopri5(), oi.Auto()])
+def test_a_retimed_solver_gives_the_bits_of_a_solver_bound_at_those_times(solver):
+    """``retimed`` (the likelihood's re-solves between events) shares the kernel and its tier, not the buffers."""
+    m = oi.Model.from_equations({"x": "a*x - b*x*y", "y": "d*x*y - g*y"}, params=["a", "b", "g", "d"])
+    p, x0 = np.array([0.55, 0.028, 0.8, 0.024]), np.array([34.0, 5.9])
+    pdir, s0 = np.eye(4)[:, :2].copy(), np.zeros((2, 2))
+    b = oi.bind(oi.Problem(m, np.linspace(0.0, 20.0, 21)), solver=solver, gradient=oi.Forward(directions=2))
+    y_b, _, st = b(p, x0, pdir, s0)
+    y_b = y_b.copy()
+    t = np.array([3.5, 7.25, 12.0])
+    t.flags.writeable = False
+    r = b.retimed(t, 2.0)
+    y, s, st_r = r(p, x0, pdir, s0)
+    fresh = oi.bind(oi.Problem(m, t, t0=2.0), solver=solver, gradient=oi.Forward(directions=2))
+    y_f, s_f, st_f = fresh(p, x0, pdir, s0)
+    assert st == st_r == st_f == 0 and r.tier == b.tier
+    assert np.array_equal(y, y_f) and np.array_equal(s, s_f)
+    assert r.z is not b.z and np.array_equal(b(p, x0, pdir, s0)[0], y_b)  # buffers of its own

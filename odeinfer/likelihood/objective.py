@@ -404,15 +404,22 @@ class _Run:
                 armed[k] = not ev.true_at(k, tau, x_cur, pj)
             i0 += first
             t_cur = tau
-            solver = _rebind(solver, fine[i0:], tau)
+            solver = _retimed(solver, fine[i0:], tau)
 
 
 def _solve_to(solver, t0, t, x, S, pj, pdir):
     """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve)."""
     if t == t0:
         return np.array(x, float), np.array(S, float), 0
-    y, St, st = _rebind(solver, np.array([t]), t0)(pj, np.ascontiguousarray(x), pdir, np.ascontiguousarray(S))
+    y, St, st = _retimed(solver, [t], t0)(pj, np.ascontiguousarray(x), pdir, np.ascontiguousarray(S))
     return y[0], St[0], st
+
+
+def _retimed(solver, t, t0):
+    """``solver`` (bound, called before) for the output times ``t`` from ``t0``: the same kernel and method."""
+    t = np.array(t, dtype=np.float64)
+    t.flags.writeable = False
+    return solver.retimed(t, float(t0))
 
 
 def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):

@@ -124,7 +124,7 @@ class Solver:
                  "sensitivities", "sens_error_control", "directions", "sens_exclude", "fixed_step", "kernel", "z",
                  "work", "info", "_y", "_sens", "_run", "_nan_cols", "_tiers")
 
-    def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=()):
+    def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=(), *, tiers=None):
         module = compiled.module
         n, m = compiled.n_states, compiled.n_params
         sensitivities = gradient is not None
@@ -150,8 +150,14 @@ class Solver:
         self._y = self.z[:, :n]
         self._sens = self.z[:, n:].reshape(t.size, n, k) if sensitivities else None
         # the model kernel or, while it compiles, the shared one
-        self._tiers = _shared.TieredKernel(compiled, self.kernel)
+        self._tiers = _shared.TieredKernel(compiled, self.kernel) if tiers is None else tiers
         self._run = self._bind()
+
+    def retimed(self, t, t0):
+        """A solver like this one (same model, options, gradient and kernel tier) for the output times ``t``
+        (float64, increasing, read-only like a :class:`~odeinfer.Problem`'s) from ``t0``, with its own buffers;
+        nothing is validated again."""
+        return Solver(self.compiled, t, t0, self.solver, self.gradient, tuple(self._nan_cols), tiers=self._tiers)
 
     @property
     def tier(self):
@@ -255,6 +261,17 @@ class AutoSolver:
 
     def _use(self, solver):
         self._active, self._run, self._y, self._sens = solver, solver._run, solver._y, solver._sens
+
+    def retimed(self, t, t0):
+        """As :meth:`Solver.retimed`; the new solver is on the method this one uses now (in its scope)."""
+        new = object.__new__(AutoSolver)
+        for name in AutoSolver.__slots__:
+            setattr(new, name, getattr(self, name))
+        new.t, new.t0 = t, t0
+        new.explicit = self.explicit.retimed(t, t0)
+        new.implicit = None if self.implicit is None else self.implicit.retimed(t, t0)
+        new._use(new.implicit if self.stiff else new.explicit)
+        return new
 
     def __call__(self, params, x0, *directions):
         """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
