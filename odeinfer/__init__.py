@@ -53,7 +53,7 @@ _LAZY = {
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),
     "Param": ("odeinfer.likelihood", "Param"),
     "FitProblem": ("odeinfer.likelihood", "FitProblem"),
-    "Event": ("odeinfer.likelihood.events", "Event"),
+    "Event": ("odeinfer.likelihood", "Event"),
     "Objective": ("odeinfer.likelihood", "Objective"),
     "bayes": ("odeinfer.bayes", None),
     "diagnostics": ("odeinfer.diagnostics", None),

@@ -13,7 +13,10 @@ and the state's sensitivities to the amount's gradient (the jump condition of a 
 time). A jump of the right-hand side at a time that is a
 function of the parameters alone (``where(t >= tau, ...)``, :mod:`odeinfer.likelihood.switches`)
 cuts the integration too, at cut times that move with the parameters (segments cached by them),
-and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Measurements at ``t = inf``
+and adds ``(f(tau-) - f(tau+)) dtau/dtheta`` to the state sensitivities there. Events whose triggers depend
+on the states (:class:`~odeinfer.Event`, :mod:`odeinfer.likelihood.events`) are looked for on a finer grid of
+each segment, located by re-solves from the grid point before them, and applied with their jump conditions;
+the integration starts again after each. Measurements at ``t = inf``
 (:class:`~odeinfer.Data` ``steady_state=True``) see the steady state that
 :class:`~odeinfer.likelihood.steady.SteadyState` reaches under the experiment's parameters from the end of
 its finite-time trajectory (the last finite measurement or dose), chained with its sensitivities
