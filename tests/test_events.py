@@ -254,3 +254,19 @@ def test_liu_matches_the_collections_simulation():
         for r in mine:
             got = h[np.searchsorted(t, float(r["time"])), 0]
             assert got == pytest.approx(float(r["simulation"]), rel=1e-5)
+
+
+def test_a_trigger_true_only_between_two_grid_points_is_found():
+    """x'' = -x from x(0) = 1: x exceeds 0.999 for 0.089 time units around each peak t = 2 pi m, between grid points
+    0.25 apart (200 per segment on [0, 50]); each excursion fires n = n + 1 once: n(t) counts the peaks before t."""
+    m = oi.Model.from_equations({"x": "v", "v": "-w**2*x", "n": "0"}, params=["w"]).observe(
+        {"count": "n"}, noise=oi.Normal(sigma=0.1))
+    t = np.array([5.0, 10.0, 20.0, 30.0, 40.0, 50.0])
+    data = oi.Data(t, np.zeros((t.size, 1)), ["count"], t0=0.0)
+    problem = oi.FitProblem(m, data, {"w": oi.Param()}, x0={"x": 1.0, "v": 0.0, "n": 0.0},
+                            events=[oi.Event("x > 0.999", {"n": "n + 1"})])
+    obj = oi.Objective(problem, solver=tight())
+    h, dh = obj.observe_at(np.array([1.0]), problem.experiments.names[0], t)
+    peaks = np.floor((t + math.acos(0.999)) / (2 * math.pi))  # the crossings at 2 pi m - acos(0.999), m >= 1
+    np.testing.assert_array_equal(h[:, 0], peaks)
+    assert np.all(dh == 0)  # a count does not move with w

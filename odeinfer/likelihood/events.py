@@ -8,15 +8,19 @@ An :class:`Event` belongs to a :class:`~odeinfer.likelihood.FitProblem`. Its tri
 :class:`~odeinfer.likelihood.Objective` looks for crossings on a grid of each segment (its output
 times and :data:`CHECK_POINTS` equally spaced times), locates the first one by the Illinois method
 on re-solves from the grid point before it, and applies the assignments with the jump conditions of
-the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``:
+the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``. Between two grid points
+where ``g <= 0``, a rise above 0 is looked for where ``g`` rises at the first and falls at the second
+and its cubic Hermite interpolant (slopes ``dg/dt = g_t + g_x f``) comes near 0: the peak is located by
+re-solves and, if above 0, brackets the crossing. The jump conditions are
 
     dtau/dtheta = -(g_x S + g_p dp/dtheta) / (g_x f(tau, x-) + g_t),
     S+ = h_x S- + h_p dp/dtheta + (h_x f(tau, x-) - f(tau, x+)) dtau/dtheta,
 
 with ``x+ = h(tau, x-, p)`` (Fröhlich et al. 2017, "Parameter estimation for dynamical systems with
 discrete events and logical operations", Bioinformatics 33(7)). After firing, an event fires again
-only once its trigger has been false. A trigger that turns true and false again between two points of
-the grid is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger that is true
+only once its trigger has been false (at once if its assignments make it false). A trigger that is
+true only between two grid points and whose interpolant does not show it (several turns of ``g``
+between two grid points) is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger that is true
 at the start fires there.
 """
 
@@ -133,12 +137,14 @@ class CompiledEvents:
         xs, ps = list(symbols_for(model.states)), list(symbols_for(solve_model.params))
         args = [T_SYMBOL, *xs, *ps]
         self.n = len(events)
-        self._g, self._dg, self._h = [], [], []
+        self._g, self._dg, self._h, self._rate = [], [], [], []
         for k, e in enumerate(events):
             g, h = parse_event(e, k, model)
             self._g.append(sp.lambdify(args, g, modules="numpy"))
             grad = [sp.diff(g, T_SYMBOL), *(sp.diff(g, x) for x in xs), *(sp.diff(g, p) for p in ps)]
             self._dg.append(sp.lambdify(args, grad, modules="numpy"))
+            rate = grad[0] + sum(d * f for d, f in zip(grad[1:1 + len(xs)], solve_model.exprs) if d != 0)
+            self._rate.append(sp.lambdify(args, rate, modules="numpy"))
             full = [h.get(i, x) for i, x in enumerate(xs)]
             jac = [[sp.diff(v, w) for w in xs + ps] for v in full]
             self._h.append(sp.lambdify(args, [full, jac], modules="numpy"))
@@ -150,6 +156,34 @@ class CompiledEvents:
         t = np.atleast_1d(np.asarray(t, float))
         out = self._g[k](t, *np.atleast_2d(np.asarray(X, float)).T, *p)
         return np.broadcast_to(np.asarray(out, float), t.shape)
+
+    def rate(self, k, t, X, p):
+        """``dg/dt`` along the trajectory (``g_t + g_x f``) of event ``k`` at the times ``t`` and states ``X``."""
+        t = np.atleast_1d(np.asarray(t, float))
+        out = self._rate[k](t, *np.atleast_2d(np.asarray(X, float)).T, *p)
+        return np.broadcast_to(np.asarray(out, float), t.shape)
+
+    def hidden(self, k, t, X, G, p, lo, hi):
+        """The first ``i`` in ``(lo, hi)`` where the trigger function, <= 0 at the grid points ``t[i - 1]`` and
+        ``t[i]``, may rise above 0 between them: it rises at ``t[i - 1]`` and falls at ``t[i]``, and twice the
+        bump of its cubic Hermite interpolant (values ``G``, slopes :meth:`rate`) reaches 0. None if none."""
+        if hi - lo < 2:
+            return None
+        D = self.rate(k, t[lo:hi], X[lo:hi], p)
+        i = np.flatnonzero((D[:-1] > 0) & (D[1:] < 0)) + 1
+        for j in i:
+            a, b = lo + j - 1, lo + j
+            h = t[b] - t[a]
+            g0, g1, m0, m1 = G[a], G[b], D[j - 1] * h, D[j] * h
+            # p(s) = (2s^3 - 3s^2 + 1) g0 + (s^3 - 2s^2 + s) m0 + (-2s^3 + 3s^2) g1 + (s^3 - s^2) m1
+            c3, c2 = 2 * g0 + m0 - 2 * g1 + m1, -3 * g0 - 2 * m0 + 3 * g1 - m1
+            roots = np.roots([3 * c3, 2 * c2, m0])
+            s_ = roots[np.isreal(roots)].real
+            s_ = s_[(s_ > 0) & (s_ < 1)]
+            peak = max((c3 * v ** 3 + c2 * v ** 2 + m0 * v + g0 for v in s_), default=-np.inf)
+            if max(g0, g1) + 2 * (peak - max(g0, g1)) > 0:
+                return int(b)
+        return None
 
     def true_at(self, k, t, x, p):
         """Is event ``k``'s trigger true at the one point ``(t, x)``?"""

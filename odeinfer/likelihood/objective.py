@@ -360,17 +360,27 @@ class _Run:
             if st != 0:
                 return status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
             times = fine[i0:]
-            first, hits = times.size, []
+            first, hits, peaks = times.size, [], {}
             for k in range(ev.n):
                 G = ev.g(k, times, y, pj)
                 if armed[k]:
-                    j = np.flatnonzero(G > 0)
+                    on, j = 0, np.flatnonzero(G > 0)
                 else:  # armed once the trigger is false, then fires when it turns true
                     off = np.flatnonzero(G <= 0)
-                    j = np.flatnonzero(G[off[0]:] > 0) + off[0] if off.size else off
-                if j.size and j[0] <= first:
-                    hits = (hits if j[0] == first else []) + [k]
-                    first = int(j[0])
+                    on = int(off[0]) if off.size else times.size
+                    j = np.flatnonzero(G[on:] > 0) + on
+                end = int(j[0]) if j.size else times.size
+                # a rise above 0 between two grid points where the trigger is false: its peak brackets it
+                i = ev.hidden(k, times, y, G, pj, on, end)
+                peak = _peak(ev, k, solver, (times[i - 1], y[i - 1], S[i - 1]), times[i], pj, pdir) if i else None
+                if isinstance(peak, str):
+                    return peak
+                if peak is not None:
+                    end = i
+                if end < times.size and end <= first:
+                    hits = (hits if end == first else []) + [k]
+                    first = end
+                    peaks[k] = peak
             if not hits:
                 Y[i0:], SS[i0:] = y, S
                 armed = [not ev.true_at(k, times[-1], y[-1], pj) for k in range(ev.n)]
@@ -382,7 +392,7 @@ class _Run:
                         "without end")
             Y[i0:i0 + first], SS[i0:i0 + first] = y[:first], S[:first]
             lo = (t_cur, x_cur, S_cur) if first == 0 else (times[first - 1], y[first - 1], S[first - 1])
-            roots = {k: _locate(ev, k, solver, lo, times[first], pj, pdir) for k in hits}
+            roots = {k: _locate(ev, k, solver, lo, peaks.get(k) or times[first], pj, pdir) for k in hits}
             bad = [k for k, r in roots.items() if isinstance(r, str)]
             if bad:
                 return roots[bad[0]]
@@ -398,22 +408,28 @@ class _Run:
                 return (f"{ev.events[now[0]].label(now[0])} fires at t={tau:.17g}, where its trigger function does "
                         f"not cross zero at a positive rate (dg/dt = {den:.3g}): its time has no derivative")
             dtau = -(g_x @ S_cur + g_p[:pdir.shape[0]] @ pdir) / den
+            g_minus = {k: ev.g(k, tau, x_cur, pj)[0] for k in now}
             for k in now:
                 x_cur, S_cur = _fire(ev, k, tau, x_cur, S_cur, pj, pdir, dtau, solver.compiled)
             # an assignment that makes another armed trigger true fires that event at the same time
             for k in range(ev.n):
                 if k not in now and armed[k] and ev.true_at(k, tau, x_cur, pj):
+                    g_minus[k] = ev.g(k, tau, x_cur, pj)[0]
                     x_cur, S_cur = _fire(ev, k, tau, x_cur, S_cur, pj, pdir, dtau, solver.compiled)
-                armed[k] = not ev.true_at(k, tau, x_cur, pj)
+                g_plus = ev.g(k, tau, x_cur, pj)[0]
+                # a trigger that has just turned true (at its root, g ~ 0) waits until it is false again, unless
+                # the assignments made it false
+                armed[k] = g_plus < g_minus[k] and g_plus < 0 if k in g_minus else not g_plus > 0
             i0 += first
             t_cur = tau
             solver = _retimed(solver, fine[i0:], tau)
 
 
 def _solve_to(solver, t0, t, x, S, pj, pdir):
-    """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve)."""
-    if t == t0:
-        return np.array(x, float), np.array(S, float), 0
+    """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve; over less than 1e-12 (relative)
+    of ``t``, where a solver's step would be below its rounding unit, one Euler step of the states)."""
+    if t - t0 <= 1e-12 * max(abs(t), 1.0):
+        return np.asarray(x, float) + (t - t0) * solver.compiled.f(t0, np.ascontiguousarray(x), pj), np.array(S), 0
     y, St, st = _retimed(solver, [t], t0)(pj, np.ascontiguousarray(x), pdir, np.ascontiguousarray(S))
     return y[0], St[0], st
 
@@ -423,6 +439,41 @@ def _retimed(solver, t, t0):
     t = np.array(t, dtype=np.float64)
     t.flags.writeable = False
     return solver.retimed(t, float(t0))
+
+
+def _peak(ev, k, solver, lo, t_hi, pj, pdir, max_iter=60):
+    """Where event ``k``'s trigger function peaks in ``(t_lo, t_hi)`` (it rises at ``lo = (t_lo, x, S)`` and
+    falls at ``t_hi``), if it is above 0 there; else None (the Illinois method on its rate, by re-solves); or a
+    failure text."""
+    t_lo, x_lo, S_lo = lo
+    a, b = float(t_lo), float(t_hi)
+    ra = float(ev.rate(k, a, x_lo, pj)[0])
+    yb, _, st = _solve_to(solver, t_lo, b, x_lo, S_lo, pj, pdir)
+    rb = float(ev.rate(k, b, yb, pj)[0])
+    side, c = 0, 0.5 * (a + b)
+    for _ in range(max_iter):
+        if st != 0:
+            return f"looking for {ev.events[k].label(k)} in ({t_lo:g}, {t_hi:g}) failed (a re-solve failed)"
+        if b - a <= 1e-9 * max(abs(a), abs(b), 1.0):
+            break
+        c = a - ra * (b - a) / (rb - ra) if rb != ra else 0.5 * (a + b)
+        if not a < c < b:
+            c = 0.5 * (a + b)
+        yc, _, st = _solve_to(solver, t_lo, c, x_lo, S_lo, pj, pdir)
+        if ev.g(k, c, yc, pj)[0] > 0:
+            return c
+        rc = float(ev.rate(k, c, yc, pj)[0])
+        if rc > 0:
+            a, ra = c, rc
+            if side == -1:
+                rb *= 0.5
+            side = -1
+        else:
+            b, rb = c, rc
+            if side == 1:
+                ra *= 0.5
+            side = 1
+    return None
 
 
 def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
