@@ -270,3 +270,41 @@ def test_a_trigger_true_only_between_two_grid_points_is_found():
     peaks = np.floor((t + math.acos(0.999)) / (2 * math.pi))  # the crossings at 2 pi m - acos(0.999), m >= 1
     np.testing.assert_array_equal(h[:, 0], peaks)
     assert np.all(dh == 0)  # a count does not move with w
+
+
+def _switched_after_dose(t, k, c, r, dose, t_dose):
+    """The switch of :func:`_switch_problem` with a bolus ``dose`` on x at ``t_dose`` (before x reaches c)."""
+    x1 = X0 * math.exp(-k * t_dose) + dose
+    t1 = t_dose + math.log(x1 / c) / k
+    return np.where(t < t_dose, X0 * np.exp(-k * t), np.where(t < t1, x1 * np.exp(-k * (t - t_dose)),
+                                                                  r / k + (c - r / k) * np.exp(-k * (t - t1))))
+
+
+@pytest.mark.parametrize("solver", [oi.Dopri5(rtol=1e-12, atol=1e-12), oi.Rodas(rtol=1e-11, atol=1e-12)])
+def test_events_across_experiments_doses_and_solvers(solver):
+    """Two experiments: one with a bolus on x at t = 1 (a segment cut before the event), one whose threshold is a
+    parameter of its own (c_alt, set by its condition); Dormand-Prince and Rodas. NLL and gradient against the closed
+    forms (gradient by central differences)."""
+    m = oi.Model.from_equations({"x": "-k*x + u", "u": "0"}, params=["k", "c", "r"]).observe(
+        {"xo": "x"}, noise=oi.Normal(sigma=0.1))
+    rng = np.random.default_rng(9)
+    y1 = _switched_after_dose(T, 0.7, 1.5, 2.0, 2.0, 1.0) + 0.1 * rng.standard_normal(T.size)
+    y2 = switched(T, 0.7, 1.2, 2.0) + 0.1 * rng.standard_normal(T.size)
+    exps = oi.Experiments([oi.Data(T, y1[:, None], ["xo"], t0=0.0), oi.Data(T, y2[:, None], ["xo"], t0=0.0)],
+                          names=["dosed", "low"], conditions={"dosed": oi.Condition(doses=[oi.Dose(1.0, "x", 2.0)]),
+                                                              "low": oi.Condition(params={"c": "c_alt"})})
+    problem = oi.FitProblem(m, exps, {"k": oi.Param(), "c": oi.Param(), "r": oi.Param(), "c_alt": oi.Param()},
+                            x0={"x": X0, "u": 0.0}, events=[oi.Event("x < c", {"u": "r"})])
+    assert problem.estimated == ("k", "c", "r", "c_alt")
+
+    def nll(u):
+        k, c, r, c_alt = u
+        res = np.concatenate([y1 - _switched_after_dose(T, k, c, r, 2.0, 1.0), y2 - switched(T, k, c_alt, r)])
+        return float(np.sum(0.5 * np.log(2 * np.pi * 0.01) + res ** 2 / 0.02))
+
+    u = np.array([0.7, 1.5, 2.0, 1.2])
+    ev = oi.Objective(problem, solver=solver)(u)
+    assert ev.failure is None
+    assert ev.nll == pytest.approx(nll(u), rel=1e-8)
+    fd = np.array([(nll(u + 1e-6 * e) - nll(u - 1e-6 * e)) / 2e-6 for e in np.eye(4)])
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
