@@ -308,3 +308,61 @@ def test_events_across_experiments_doses_and_solvers(solver):
     assert ev.nll == pytest.approx(nll(u), rel=1e-8)
     fd = np.array([(nll(u + 1e-6 * e) - nll(u - 1e-6 * e)) / 2e-6 for e in np.eye(4)])
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
+
+
+# --- jumps and kinks of the right-hand side where a condition on the states changes ----------------
+def _switch_rhs(t, k, c, r, q, y0=5.0, x0=2.0):
+    """y' = -k y; x' = where(y < c, r, -q x): x decays until y falls below c at t1 = log(y0 / c) / k, then grows
+    at the rate r."""
+    t1 = math.log(y0 / c) / k
+    x = np.where(t < t1, x0 * np.exp(-q * t), x0 * math.exp(-q * t1) + r * (t - t1))
+    return np.stack([x, y0 * np.exp(-k * t)], 1)
+
+
+def _kink_rhs(t, k, c, a, y0=5.0, x0=2.0):
+    """y' = -k y; x' = where(y > c, a (y - c), 0), continuous where y = c (a kink): x grows until t1, then stays."""
+    t1 = math.log(y0 / c) / k
+    tt = np.minimum(t, t1)
+    return np.stack([x0 + a * (y0 / k * (1 - np.exp(-k * tt)) - c * tt), y0 * np.exp(-k * t)], 1)
+
+
+@pytest.mark.parametrize("rhs, closed, truth", [
+    ("where(y < c, r, -q*x)", _switch_rhs, [0.5, 1.0, 0.3, 0.4]),
+    ("where(y > c, a*(y - c), 0)", _kink_rhs, [0.5, 1.0, 0.3]),
+])
+def test_a_state_dependent_jump_or_kink_of_the_right_hand_side_is_located(rhs, closed, truth):
+    """The likelihood locates where the condition on y changes and adds the sensitivities' jump there (for the jump
+    of x' from -q x to r); the solvers alone refuse gradients through such a jump."""
+    names = ["k", "c", "r", "q"] if "q" in rhs else ["k", "c", "a"]
+    m = oi.Model.from_equations({"x": rhs, "y": "-k*y"}, params=names).observe(
+        {"xo": "x", "yo": "y"}, noise=oi.Normal(sigma=0.1))
+    truth = np.array(truth)
+    rng = np.random.default_rng(2)
+    Y = closed(T, *truth) + 0.1 * rng.standard_normal((T.size, 2))
+    problem = oi.FitProblem(m, oi.Data(T, Y, ["xo", "yo"], t0=0.0), {n: oi.Param() for n in names},
+                            x0={"x": 2.0, "y": 5.0})
+
+    def nll(u):
+        return float(np.sum(0.5 * np.log(2 * np.pi * 0.01) + (Y - closed(T, *u)) ** 2 / 0.02))
+
+    ev = oi.Objective(problem, solver=tight())(truth)
+    assert ev.failure is None
+    assert ev.nll == pytest.approx(nll(truth), rel=1e-8)
+    fd = np.array([(nll(truth + 1e-6 * e) - nll(truth - 1e-6 * e)) / 2e-6 for e in np.eye(truth.size)])
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
+    if "q" in rhs:
+        with pytest.raises(InputError, match="jump of the right-hand side"):
+            oi.bind(oi.Problem(m, T), gradient=oi.Forward())
+
+
+def test_a_trajectory_that_slides_along_a_switch_fails_with_the_reason():
+    """x' = -x + where(x < c, k, 0) with k > c: below c the production pushes x up, above it x decays: x slides
+    along c (a Filippov sliding mode): the solver switches back and forth after the switch has been located, and the
+    failure says so."""
+    m = oi.Model.from_equations({"x": "-x + where(x < c, k, 0)"}, params=["k", "c"]).observe(
+        {"xo": "x"}, noise=oi.Normal(sigma=0.1))
+    problem = oi.FitProblem(m, oi.Data(T, np.ones((T.size, 1)), ["xo"], t0=0.0),
+                            {"k": oi.Param(), "c": oi.Param()}, x0={"x": 2.0})
+    ev = oi.Objective(problem)(np.array([1.5, 1.0]))
+    assert not ev.ok
+    assert "the switch at" in ev.failure and "sliding along a switch of the right-hand side" in ev.failure

@@ -123,17 +123,28 @@ def test_switches_shared_by_experiments_with_their_own_switch_times():
     assert_nll_and_gradient(ev, na + nb, [ga[0] + gb[0], ga[1], gb[1], ga[2] + gb[2]])
 
 
-def test_a_switch_that_depends_on_the_states_is_still_refused():
+def test_a_switch_that_depends_on_the_states_is_located():
+    """x' = -x + k [x < c] from xi > c: production k < c starts when x falls below c, at t1 = log(xi / c), then
+    x = k + (c - k) e^{-(t - t1)}. The objective locates t1 and adds the sensitivities' jump (f(t1-) - f(t1+))
+    dt1/dtheta (the solvers alone refuse it: its time depends on the states). Gradient by central differences of
+    the closed form (smooth in the parameters: no measurement at t1; step 1e-6, relative 1e-6)."""
     @oi.model(states=["x"], params=["k", "c"])
     def capped(t, y, p):
         return {"x": -y.x + oi.math.where(y.x < p.c, p.k, 0.0)}
 
+    def nll(k, c, xi):
+        t1 = np.log(xi / c)
+        return -np.sum(stats.norm.logpdf(Y, np.where(T < t1, xi * np.exp(-T), k + (c - k) * np.exp(-(T - t1))), SD))
+
     prob = _problem(capped, {"k": oi.Param(0.8), "c": oi.Param(1.0), "xi": oi.Param(2.0)})
+    ev = oi.Objective(prob, solver=TIGHT)(np.array([0.8, 1.0, 2.0]))
+    assert ev.ok, ev.failure
+    assert ev.nll == pytest.approx(nll(0.8, 1.0, 2.0), rel=RTOL)
+    u, h = np.array([0.8, 1.0, 2.0]), 1e-6
+    fd = [(nll(*(u + h * e)) - nll(*(u - h * e))) / (2 * h) for e in np.eye(3)]
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
     with pytest.raises(InputError, match=r"gradient: parameters \['c'\] move a jump of the right-hand side"):
-        oi.Objective(prob, solver=TIGHT)
-    fixed = _problem(capped, {"k": oi.Param(0.8), "c": 1.0, "xi": oi.Param(2.0)})
-    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at c > x depends on the states"):
-        oi.Objective(fixed, solver=TIGHT)
+        oi.bind(oi.Problem(capped, T), gradient=oi.Forward())
 
 
 def test_a_switch_not_linear_in_time_is_still_refused():
@@ -207,7 +218,7 @@ def test_a_state_dependent_kink_without_a_jump_has_exact_gradients():
     and forward sensitivities are exact. Closed form: x = a t up to t1 = c / a, then
     x = c + (a / k)(1 - e^{-k (t - t1)}); the gradient in (a, k) by central differences of that closed form
     (step 1e-6; it is smooth in a and k). Tolerances fixed beforehand: NLL 1e-7 relative, gradient 1e-6
-    relative (the solver steps over the kink under its error control)."""
+    relative (the objective locates the kink as it does a jump, see tests/test_events.py)."""
     @oi.model(states=["x"], params=["a", "k", "c"])
     def kink(t, y, p):
         return {"x": p.a - p.k * oi.math.where(y.x > p.c, y.x - p.c, 0.0)}
@@ -227,20 +238,29 @@ def test_a_state_dependent_kink_without_a_jump_has_exact_gradients():
     h = 1e-6
     fd = [(nll(1.0 + h, 0.8) - nll(1.0 - h, 0.8)) / (2 * h), (nll(1.0, 0.8 + h) - nll(1.0, 0.8 - h)) / (2 * h)]
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
-    # a jump at a state-dependent time (the value differs on the two sides) is still refused
+    # a jump at a state-dependent time (x' = a - k x [x > c]: a - k c on one side, a on the other) is located, with
+    # the sensitivities' jump there; closed form x = a t up to t1 = c / a, then a / k + (c - a / k) e^{-k (t - t1)}
     @oi.model(states=["x"], params=["a", "k", "c"])
     def jump(t, y, p):
         return {"x": p.a - p.k * oi.math.where(y.x > p.c, y.x, 0.0)}
 
+    def nll_jump(a, k, c=1.2):
+        t1 = c / a
+        return -np.sum(stats.norm.logpdf(Y, np.where(T <= t1, a * T, a / k + (c - a / k) * np.exp(-k * (T - t1))), SD))
+
     prob = oi.FitProblem(jump.observe({"obs": "x"}, noise=oi.Normal(sigma=SD)), oi.Data(T, Y, "obs"),
                          {"a": oi.Param(1.0), "k": oi.Param(0.8), "c": 1.2}, x0={"x": 0.0})
-    with pytest.raises(InputError, match=r"gradient: the jump of the right-hand side at c < x depends on the states"):
-        oi.Objective(prob, solver=TIGHT)
+    ev = oi.Objective(prob, solver=TIGHT)(np.array([1.0, 0.8]))
+    assert ev.nll == pytest.approx(nll_jump(1.0, 0.8), rel=RTOL)
+    fd = [(nll_jump(1.0 + h, 0.8) - nll_jump(1.0 - h, 0.8)) / (2 * h),
+          (nll_jump(1.0, 0.8 + h) - nll_jump(1.0, 0.8 - h)) / (2 * h)]
+    np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
 
 
 def test_a_collapsed_step_names_the_model_s_kinks_at_state_thresholds():
     """A failed solve with a collapsed step (Status.STEP_TOO_SMALL) says where the model has kinks at
-    state thresholds (not located by the solvers); other failures, and models without kinks, do not."""
+    state thresholds (a trajectory that slides along one collapses the step); other failures, and models
+    without kinks, do not."""
     from types import SimpleNamespace
 
     from odeinfer.likelihood.objective import _Run
@@ -254,7 +274,7 @@ def test_a_collapsed_step_names_the_model_s_kinks_at_state_thresholds():
     assert state_kinks(kinked) == ["c < x"]  # the time switch of y is no state threshold
     run = SimpleNamespace(_kinks=None, _solve_model=kinked)
     note = _Run._kink_note(run, Status.STEP_TOO_SMALL)
-    assert note.startswith("; the right-hand side has kinks where a state crosses a threshold (c < x), which")
+    assert note.startswith("; the right-hand side has kinks where a state crosses a threshold (c < x): ")
     assert _Run._kink_note(run, Status.MAX_STEPS) == ""
 
     @oi.model(states=["x"], params=["k"])

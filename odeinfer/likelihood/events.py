@@ -126,29 +126,75 @@ def parse_event(e, k, model):
     return g, h
 
 
+def state_switches(model):
+    """The jumps and kinks of ``model``'s right-hand side where a condition on the states changes:
+    ``[(g, f_false, f_true, label)]`` with the condition true where ``g > 0`` and the right-hand side's
+    expressions with the condition held false and true (a relational of a ``Piecewise``, the argument of
+    a ``Heaviside`` or ``sign``)."""
+    states = set(model.state_symbols)
+    found = {}
+    for e in model.exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, (sp.Heaviside, sp.sign)) and node.args[0].free_symbols & states:
+                lo, hi = (sp.Integer(0), sp.Integer(1)) if isinstance(node, sp.Heaviside) else (sp.Integer(-1),
+                                                                                                sp.Integer(1))
+                found.setdefault(node, (node.args[0], lo, hi))
+            elif isinstance(node, sp.Piecewise):
+                for _, cond in node.args:
+                    rels = [cond] if isinstance(cond, _RELATIONS) else sorted(
+                        getattr(cond, "atoms", lambda *_: set())(*_RELATIONS), key=str)
+                    for rel in rels:
+                        if rel.free_symbols & states:
+                            g = rel.rhs - rel.lhs if isinstance(rel, (sp.StrictLessThan, sp.LessThan)) \
+                                else rel.lhs - rel.rhs
+                            found.setdefault(rel, (g, sp.false, sp.true))
+    return [(g, [e.xreplace({node: lo}) for e in model.exprs], [e.xreplace({node: hi}) for e in model.exprs],
+             str(node)) for node, (g, lo, hi) in found.items()]
+
+
+class _Switch:
+    """A state switch of the right-hand side, one direction of it, as an event: it changes no state; its jump is
+    that of the right-hand side (:func:`state_switches`)."""
+
+    def __init__(self, label, rising):
+        self.name = f"the switch at {label} ({'on' if rising else 'off'})"
+        self.initial_value = True
+
+    def label(self, k):
+        return self.name
+
+
 class CompiledEvents:
     """The events of a problem as numeric functions of ``(t, x, p)`` of the solver's model ``solve_model``
-    (the problem's model, maybe with input rates appended to its parameters)."""
+    (the problem's model, maybe with input rates appended to its parameters), and, with ``switches``, the
+    right-hand side's state switches as events in both directions (:func:`state_switches`)."""
 
-    def __init__(self, events, model, solve_model):
+    def __init__(self, events, model, solve_model, switches=()):
         from odeinfer.model.trace import symbols_for
 
-        self.events = events
         xs, ps = list(symbols_for(model.states)), list(symbols_for(solve_model.params))
         args = [T_SYMBOL, *xs, *ps]
-        self.n = len(events)
-        self._g, self._dg, self._h, self._rate = [], [], [], []
-        for k, e in enumerate(events):
-            g, h = parse_event(e, k, model)
+        items = [(*parse_event(e, k, model), e, None) for k, e in enumerate(events)]
+        for g, f_false, f_true, label in switches:
+            items.append((g, {}, _Switch(label, True), (f_false, f_true)))
+            items.append((-g, {}, _Switch(label, False), (f_true, f_false)))
+        self.events = tuple(it[2] for it in items)
+        self.n = len(items)
+        self._g, self._dg, self._h, self._rate, self._jump = [], [], [], [], []
+        for g, h, _, sides in items:
+            self._jump.append(None if sides is None else sp.lambdify(args, list(sides), modules="numpy"))
             self._g.append(sp.lambdify(args, g, modules="numpy"))
             grad = [sp.diff(g, T_SYMBOL), *(sp.diff(g, x) for x in xs), *(sp.diff(g, p) for p in ps)]
             self._dg.append(sp.lambdify(args, grad, modules="numpy"))
             rate = grad[0] + sum(d * f for d, f in zip(grad[1:1 + len(xs)], solve_model.exprs) if d != 0)
             self._rate.append(sp.lambdify(args, rate, modules="numpy"))
+            if not h:  # a switch changes no state
+                self._h.append(None)
+                continue
             full = [h.get(i, x) for i, x in enumerate(xs)]
             jac = [[sp.diff(v, w) for w in xs + ps] for v in full]
             self._h.append(sp.lambdify(args, [full, jac], modules="numpy"))
-        self.n_x = len(xs)
+        self.n_x, self.n_p = len(xs), len(ps)
 
     def g(self, k, t, X, p):
         """The trigger function of event ``k`` at the times ``t`` and states ``X`` (one row per time), as a
@@ -196,6 +242,16 @@ class CompiledEvents:
 
     def h(self, k, t, x, p):
         """``(x+, h_x (n, n), h_p (n, n_p))`` of event ``k`` at one point."""
+        if self._h[k] is None:
+            return np.array(x, float), np.eye(self.n_x), np.zeros((self.n_x, self.n_p))
         full, jac = self._h[k](t, *x, *p)
         jac = np.array(jac, float)
         return np.array(full, float), jac[:, :self.n_x], jac[:, self.n_x:]
+
+    def sides(self, k, t, x, xp, p, compiled):
+        """The right-hand side just before and just after event ``k`` at ``t`` (states ``x`` before, ``xp``
+        after): the model's at ``x`` and ``xp``, or, for a state switch, its two branches at ``x``."""
+        if self._jump[k] is None:
+            return compiled.f(t, x, p), compiled.f(t, xp, p)
+        before, after = self._jump[k](t, *x, *p)
+        return np.array(before, float), np.array(after, float)

@@ -32,7 +32,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
-from odeinfer.likelihood.events import CHECK_POINTS, MAX_FIRINGS, CompiledEvents
+from odeinfer.likelihood.events import CHECK_POINTS, MAX_FIRINGS, CompiledEvents, state_switches
 from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -40,6 +40,7 @@ from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
 from odeinfer.likelihood.switches import TimeSwitches
 from odeinfer.solve import Forward, Problem, bind
+from odeinfer.solve._inputs import located_switches
 from odeinfer.solve.config import as_solver, default_solver
 from odeinfer.solve.abi import Status, status_message
 
@@ -90,6 +91,9 @@ class _Run:
         self.switch_ids = [i for i in range(sw.n) if not sw.symbols[i] & inputs]
         moved = set().union(*(sw.symbols[i] for i in range(sw.n) if i not in self.switch_ids))
         handled = [k for k in range(self.n_p) if m.params[k] in sw.handled and m.param_symbols[k] not in moved]
+        # a parameter in a condition on the states: the run locates that switch and adds its jump (events.py)
+        located = set().union(*(g.free_symbols for g, *_ in obj.state_switches))
+        handled += [k for k in range(self.n_p) if m.param_symbols[k] in located and k not in handled]
         switching = prob.solve_model.switching_params
         excluded = sorted({k for k in held if m.params[k] in switching} | set(handled))
         # directional sensitivities along the estimated parameters that move the trajectory (the
@@ -224,7 +228,8 @@ class _Run:
 
     def _bind(self, tt, start):
         if self._segments is None:  # the first binding validates the options
-            return bind(Problem(self._solve_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
+            with located_switches():  # the run locates the switches that depend on the states
+                return bind(Problem(self._solve_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
         t = np.array(tt, dtype=np.float64)
         t.flags.writeable = False  # as Problem leaves it (the kernels' compiled signature)
         return _rebind(self._segments[0].solver, t, float(start))
@@ -249,8 +254,8 @@ class _Run:
         return self._mapper.at(theta, self._rows)
 
     def _kink_note(self, status):
-        """For a collapsed step: the model's kinks at state thresholds, which the solvers do not locate (a
-        step across one is only shortened by the error control), as a possible cause."""
+        """For a collapsed step: the model's kinks at state thresholds (a trajectory sliding along one) as a
+        possible cause."""
         if status != Status.STEP_TOO_SMALL:
             return ""
         if self._kinks is None:
@@ -260,8 +265,9 @@ class _Run:
         if not self._kinks:
             return ""
         return (f"; the right-hand side has kinks where a state crosses a threshold ({', '.join(self._kinks[:3])}"
-                f"{', ...' if len(self._kinks) > 3 else ''}), which odeinfer's solvers do not locate yet: a step that "
-                "collapses near one can come from it; a smooth version of the kink in the model avoids it")
+                f"{', ...' if len(self._kinks) > 3 else ''}): the run locates where they switch, but a trajectory that "
+                "stays on a threshold (sliding along it) collapses the step; a smooth version of the kink in the model "
+                "avoids it")
 
     def states(self, v, Jv):
         """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text."""
@@ -354,12 +360,18 @@ class _Run:
             if armed[k] and ev.true_at(k, t_cur, x_cur, pj):
                 x_cur, S_cur = _fire(ev, k, t_cur, x_cur, S_cur, pj, pdir, None, None)
             armed[k] = not ev.true_at(k, t_cur, x_cur, pj)
-        i0, fired = 0, 0
+        i0, fired, t_twenty = 0, 0, t_cur
         while True:
             y, S, st = solver(pj, np.ascontiguousarray(x_cur), pdir, S_cur)
-            if st != 0:
-                return status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
             times = fine[i0:]
+            if st != 0:  # an event before the failure is still handled (the solve after it may go on)
+                why = status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
+                if fired:  # a solve that fails right after an event
+                    why += (f"; it started at t={t_cur:.10g}, where {ev.events[last].label(last)} had just fired: a "
+                            "trajectory that stays on a threshold (sliding along a switch of the right-hand side) makes "
+                            "the solver switch back and forth; change the model there, e.g. a smooth switch")
+                n_ok = int(np.searchsorted(times, solver.info[0], side="left"))
+                times, y, S = times[:n_ok], y[:n_ok], S[:n_ok]
             first, hits, peaks = times.size, [], {}
             for k in range(ev.n):
                 G = ev.g(k, times, y, pj)
@@ -382,14 +394,20 @@ class _Run:
                     first = end
                     peaks[k] = peak
             if not hits:
+                if st != 0:
+                    return why
                 Y[i0:], SS[i0:] = y, S
                 armed = [not ev.true_at(k, times[-1], y[-1], pj) for k in range(ev.n)]
                 return Y[pick], SS[pick], 0, armed
             fired += 1
-            if fired > MAX_FIRINGS:
-                return (f"more than {MAX_FIRINGS} events fired between t={seg.start:g} and t={fine[-1]:g} (the last "
-                        f"at t={t_cur:.17g}); an event whose assignment leaves its trigger about to turn true again fires "
-                        "without end")
+            if fired > MAX_FIRINGS or (fired > 20 and t_cur - t_twenty <= 1e-9 * max(abs(t_cur), 1.0)):
+                what = ev.events[hits[0]].label(hits[0])
+                return (f"{what} fired again and again at t={t_cur:.10g} ({fired} events since t={seg.start:g}): the "
+                        "trajectory stays on its threshold (for a switch of the right-hand side, it slides along it; "
+                        "for an event, its assignment leaves the trigger about to turn true again); change the model "
+                        "there, e.g. a smooth switch")
+            if fired % 20 == 1:
+                t_twenty = t_cur  # where the last 20 firings began: 20 at one time is a trajectory stuck there
             Y[i0:i0 + first], SS[i0:i0 + first] = y[:first], S[:first]
             lo = (t_cur, x_cur, S_cur) if first == 0 else (times[first - 1], y[first - 1], S[first - 1])
             roots = {k: _locate(ev, k, solver, lo, peaks.get(k) or times[first], pj, pdir) for k in hits}
@@ -402,8 +420,9 @@ class _Run:
             if st != 0:
                 return status_message(st, t_reached=tau, max_steps=solver.max_steps)
             now = sorted(k for k, r in roots.items() if r[0] <= tau)  # simultaneous events: in their order
+            last = now[0]
             g_t, g_x, g_p = ev.dg(now[0], tau, x_cur, pj)
-            den = g_x @ solver.compiled.f(tau, x_cur, pj) + g_t
+            den = g_x @ ev.sides(now[0], tau, x_cur, x_cur, pj, solver.compiled)[0] + g_t
             if not (np.isfinite(den) and den > 0):
                 return (f"{ev.events[now[0]].label(now[0])} fires at t={tau:.17g}, where its trigger function does "
                         f"not cross zero at a positive rate (dg/dt = {den:.3g}): its time has no derivative")
@@ -441,6 +460,17 @@ def _retimed(solver, t, t0):
     return solver.retimed(t, float(t0))
 
 
+def _search_failed(ev, k, where, st, solver):
+    """Why locating event ``k`` failed: a re-solve's status (typically a trajectory sliding along a switch of the
+    right-hand side: the solver switches back and forth) or a trigger that is not finite."""
+    if st == 0:
+        return f"locating {ev.events[k].label(k)} {where} failed: its trigger function is not finite there"
+    return (f"locating {ev.events[k].label(k)} {where} failed: a re-solve stopped ("
+            f"{status_message(st, max_steps=solver.max_steps).split(';')[0]}); a trajectory that stays on a threshold "
+            "(sliding along a switch of the right-hand side) makes the solver switch back and forth; change the model "
+            "there, e.g. a smooth switch")
+
+
 def _peak(ev, k, solver, lo, t_hi, pj, pdir, max_iter=60):
     """Where event ``k``'s trigger function peaks in ``(t_lo, t_hi)`` (it rises at ``lo = (t_lo, x, S)`` and
     falls at ``t_hi``), if it is above 0 there; else None (the Illinois method on its rate, by re-solves); or a
@@ -453,7 +483,7 @@ def _peak(ev, k, solver, lo, t_hi, pj, pdir, max_iter=60):
     side, c = 0, 0.5 * (a + b)
     for _ in range(max_iter):
         if st != 0:
-            return f"looking for {ev.events[k].label(k)} in ({t_lo:g}, {t_hi:g}) failed (a re-solve failed)"
+            return _search_failed(ev, k, f"in ({t_lo:g}, {t_hi:g})", st, solver)
         if b - a <= 1e-9 * max(abs(a), abs(b), 1.0):
             break
         c = a - ra * (b - a) / (rb - ra) if rb != ra else 0.5 * (a + b)
@@ -486,7 +516,7 @@ def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
     yb, _, st = _solve_to(solver, t_lo, b, x_lo, S_lo, pj, pdir)
     gb = float(ev.g(k, b, yb, pj)[0])
     if st != 0 or not (np.isfinite(ga) and np.isfinite(gb)):
-        return f"locating {ev.events[k].label(k)} in ({a:g}, {b:g}] failed (a re-solve or the trigger is not finite)"
+        return _search_failed(ev, k, f"in ({a:g}, {b:g}]", st, solver)
     side = 0
     for _ in range(max_iter):
         if b - a <= 4 * np.spacing(max(abs(a), abs(b), 1.0)):
@@ -497,7 +527,7 @@ def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
         yc, _, st = _solve_to(solver, t_lo, c, x_lo, S_lo, pj, pdir)
         gc = float(ev.g(k, c, yc, pj)[0])
         if st != 0 or not np.isfinite(gc):
-            return f"locating {ev.events[k].label(k)} near t={c:g} failed (a re-solve or the trigger is not finite)"
+            return _search_failed(ev, k, f"near t={c:g}", st, solver)
         if gc == 0:
             return (c,)
         if gc > 0:
@@ -519,7 +549,8 @@ def _fire(ev, k, t, x, S, pj, pdir, dtau, compiled):
     xp, hx, hp = ev.h(k, t, x, pj)
     Sp = hx @ S + hp[:, :pdir.shape[0]] @ pdir
     if dtau is not None:
-        Sp += np.outer(hx @ compiled.f(t, x, pj) - compiled.f(t, xp, pj), dtau)
+        before, after = ev.sides(k, t, x, xp, pj, compiled)
+        Sp += np.outer(hx @ before - after, dtau)
     return xp, Sp
 
 
@@ -633,7 +664,10 @@ class Objective:
         self.steady = SteadyState(m)
         self.switches = TimeSwitches(problem.solve_model, m.n_params)
         events = getattr(problem, "events", ())
-        self.events = CompiledEvents(events, m, problem.solve_model) if events else None
+        # the right-hand side's jumps and kinks where a condition on the states changes are located like events
+        self.state_switches = state_switches(problem.solve_model)
+        self.events = (CompiledEvents(events, m, problem.solve_model, self.state_switches)
+                       if events or self.state_switches else None)
         self.obsf = ObservableFunctions(m)
         self.mapper = ConditionMapping(problem)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
