@@ -218,7 +218,8 @@ class _Run:
             seg.fine = None
             if self.events is not None:  # the triggers are checked on a finer grid too
                 fine = np.union1d(tt, np.linspace(start, end, CHECK_POINTS + 1)) if end > start else tt
-                seg.fine = (fine, np.searchsorted(fine, tt), self._bind(fine, start))
+                solver = self._bind(fine, start)
+                seg.fine = (fine, np.searchsorted(fine, tt), solver, _StatesOnly(solver))
             seg.jumps = [dose for (td, dose) in self.dose_times if td == tau and td > self.t0]
             seg.switches = ids
             seg.p_inputs = [_input_at(k, inp, start, r) for k, inp, r in self.p_inputs]
@@ -348,7 +349,7 @@ class _Run:
         at the segment's output times like its solver's, or a failure text. ``armed``: None at the
         experiment's start (then each event's ``initial_value`` decides)."""
         ev, n = self.events, self.n_s
-        fine, pick, solver = seg.fine
+        fine, pick, solver, plain = seg.fine
         Y = np.empty((fine.size, n))
         SS = np.empty((fine.size, n, pdir.shape[1]))
         t_cur, x_cur, S_cur = seg.start, np.array(x, float), np.array(s0, float)
@@ -371,28 +372,21 @@ class _Run:
                             "trajectory that stays on a threshold (sliding along a switch of the right-hand side) makes "
                             "the solver switch back and forth; change the model there, e.g. a smooth switch")
                 n_ok = int(np.searchsorted(times, solver.info[0], side="left"))
-                times, y, S = times[:n_ok], y[:n_ok], S[:n_ok]
-            first, hits, peaks = times.size, [], {}
-            for k in range(ev.n):
-                G = ev.g(k, times, y, pj)
-                if armed[k]:
-                    on, j = 0, np.flatnonzero(G > 0)
-                else:  # armed once the trigger is false, then fires when it turns true
-                    off = np.flatnonzero(G <= 0)
-                    on = int(off[0]) if off.size else times.size
-                    j = np.flatnonzero(G[on:] > 0) + on
-                end = int(j[0]) if j.size else times.size
-                # a rise above 0 between two grid points where the trigger is false: its peak brackets it
-                i = ev.hidden(k, times, y, G, pj, on, end)
-                peak = _peak(ev, k, solver, (times[i - 1], y[i - 1], S[i - 1]), times[i], pj, pdir) if i else None
-                if isinstance(peak, str):
-                    return peak
-                if peak is not None:
-                    end = i
-                if end < times.size and end <= first:
-                    hits = (hits if end == first else []) + [k]
-                    first = end
-                    peaks[k] = peak
+                times = times[:n_ok]
+            scan = _crossings(ev, armed, times, y, S, plain, pj)
+            if isinstance(scan, str):
+                return scan
+            first, hits, peaks = scan
+            if not hits and st != 0 and n_ok:
+                # the sensitivities' step collapsed where the states alone pass, e.g. at a kink of the right-hand
+                # side: a crossing found on the states alone, with valid sensitivities before it, is handled
+                probe, st_probe = plain.run(t_cur, fine[i0:], x_cur, pj)
+                if st_probe == 0:
+                    first, hits, _ = _crossings(ev, armed, fine[i0:], probe, False, plain, pj)
+                    if hits and 1 <= first <= n_ok:
+                        times, peaks = fine[i0:], {}
+                    else:
+                        hits = []
             if not hits:
                 if st != 0:
                     return why
@@ -410,7 +404,7 @@ class _Run:
                 t_twenty = t_cur  # where the last 20 firings began: 20 at one time is a trajectory stuck there
             Y[i0:i0 + first], SS[i0:i0 + first] = y[:first], S[:first]
             lo = (t_cur, x_cur, S_cur) if first == 0 else (times[first - 1], y[first - 1], S[first - 1])
-            roots = {k: _locate(ev, k, solver, lo, peaks.get(k) or times[first], pj, pdir) for k in hits}
+            roots = {k: _locate(ev, k, plain, lo, peaks.get(k) or times[first], pj) for k in hits}
             bad = [k for k, r in roots.items() if isinstance(r, str)]
             if bad:
                 return roots[bad[0]]
@@ -460,6 +454,59 @@ def _retimed(solver, t, t0):
     return solver.retimed(t, float(t0))
 
 
+def _crossings(ev, armed, times, y, hidden, plain, pj):
+    """``(first, hits, peaks)``: the first grid index where an armed trigger is true (or, with ``hidden``, between
+    two grid points where it is false, rises above 0: the peak brackets it, in ``peaks``), and the events true
+    there; or a failure text."""
+    first, hits, peaks = times.size, [], {}
+    for k in range(ev.n):
+        G = ev.g(k, times, y[:times.size], pj)
+        if armed[k]:
+            on, j = 0, np.flatnonzero(G > 0)
+        else:  # armed once the trigger is false, then fires when it turns true
+            off = np.flatnonzero(G <= 0)
+            on = int(off[0]) if off.size else times.size
+            j = np.flatnonzero(G[on:] > 0) + on
+        end = int(j[0]) if j.size else times.size
+        i = ev.hidden(k, times, y, G, pj, on, end) if hidden is not False else None
+        peak = _peak(ev, k, plain, (times[i - 1], y[i - 1]), times[i], pj) if i else None
+        if isinstance(peak, str):
+            return peak
+        if peak is not None:
+            end = i
+        if end < times.size and end <= first:
+            hits = (hits if end == first else []) + [k]
+            first = end
+            peaks[k] = peak
+    return first, hits, peaks
+
+
+class _StatesOnly:
+    """Solves of the states alone with a segment solver's method and options (the event search needs no
+    sensitivities: cheaper, and they pass where the sensitivities' step collapses, at a kink)."""
+
+    def __init__(self, solver):
+        self.solver, self.base = solver, None
+
+    def run(self, t0, t, x, pj):
+        """``(states at the times t, status)`` from ``(t0, x)``."""
+        t = np.array(t, dtype=np.float64)
+        t.flags.writeable = False
+        if self.base is None:
+            s = self.base = type(self.solver)(self.solver.compiled, t, float(t0), self.solver.solver, None, ())
+        else:
+            s = self.base.retimed(t, float(t0))
+        y, _, st = s(pj, np.ascontiguousarray(x))
+        return np.array(y), st
+
+    def at(self, t0, t, x, pj):
+        """``(the state at t, status)``; over less than 1e-12 (relative) of ``t`` one Euler step."""
+        if t - t0 <= 1e-12 * max(abs(t), 1.0):
+            return np.asarray(x, float) + (t - t0) * self.solver.compiled.f(t0, np.ascontiguousarray(x), pj), 0
+        y, st = self.run(t0, [t], x, pj)
+        return y[0], st
+
+
 def _search_failed(ev, k, where, st, solver):
     """Why locating event ``k`` failed: a re-solve's status (typically a trajectory sliding along a switch of the
     right-hand side: the solver switches back and forth) or a trigger that is not finite."""
@@ -471,25 +518,25 @@ def _search_failed(ev, k, where, st, solver):
             "there, e.g. a smooth switch")
 
 
-def _peak(ev, k, solver, lo, t_hi, pj, pdir, max_iter=60):
+def _peak(ev, k, plain, lo, t_hi, pj, max_iter=60):
     """Where event ``k``'s trigger function peaks in ``(t_lo, t_hi)`` (it rises at ``lo = (t_lo, x, S)`` and
-    falls at ``t_hi``), if it is above 0 there; else None (the Illinois method on its rate, by re-solves); or a
-    failure text."""
-    t_lo, x_lo, S_lo = lo
+    falls at ``t_hi``), if it is above 0 there; else None (the Illinois method on its rate, by re-solves of the
+    states ``plain``); or a failure text."""
+    t_lo, x_lo = lo
     a, b = float(t_lo), float(t_hi)
     ra = float(ev.rate(k, a, x_lo, pj)[0])
-    yb, _, st = _solve_to(solver, t_lo, b, x_lo, S_lo, pj, pdir)
+    yb, st = plain.at(t_lo, b, x_lo, pj)
     rb = float(ev.rate(k, b, yb, pj)[0])
     side, c = 0, 0.5 * (a + b)
     for _ in range(max_iter):
         if st != 0:
-            return _search_failed(ev, k, f"in ({t_lo:g}, {t_hi:g})", st, solver)
+            return _search_failed(ev, k, f"in ({t_lo:g}, {t_hi:g})", st, plain.solver)
         if b - a <= 1e-9 * max(abs(a), abs(b), 1.0):
             break
         c = a - ra * (b - a) / (rb - ra) if rb != ra else 0.5 * (a + b)
         if not a < c < b:
             c = 0.5 * (a + b)
-        yc, _, st = _solve_to(solver, t_lo, c, x_lo, S_lo, pj, pdir)
+        yc, st = plain.at(t_lo, c, x_lo, pj)
         if ev.g(k, c, yc, pj)[0] > 0:
             return c
         rc = float(ev.rate(k, c, yc, pj)[0])
@@ -506,17 +553,17 @@ def _peak(ev, k, solver, lo, t_hi, pj, pdir, max_iter=60):
     return None
 
 
-def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
+def _locate(ev, k, plain, lo, t_hi, pj, max_iter=100):
     """``(tau,)``: where event ``k``'s trigger function turns positive in ``(t_lo, t_hi]`` (it is <= 0 at
-    ``lo = (t_lo, x, S)`` and > 0 at ``t_hi``), by the Illinois method on re-solves from ``lo``; or a failure
-    text."""
-    t_lo, x_lo, S_lo = lo
+    ``lo = (t_lo, x, ...)`` and > 0 at ``t_hi``), by the Illinois method on re-solves of the states ``plain`` from
+    ``lo``; or a failure text."""
+    t_lo, x_lo = lo[:2]
     a, b = float(t_lo), float(t_hi)
     ga = float(ev.g(k, a, x_lo, pj)[0])
-    yb, _, st = _solve_to(solver, t_lo, b, x_lo, S_lo, pj, pdir)
+    yb, st = plain.at(t_lo, b, x_lo, pj)
     gb = float(ev.g(k, b, yb, pj)[0])
     if st != 0 or not (np.isfinite(ga) and np.isfinite(gb)):
-        return _search_failed(ev, k, f"in ({a:g}, {b:g}]", st, solver)
+        return _search_failed(ev, k, f"in ({a:g}, {b:g}]", st, plain.solver)
     side = 0
     for _ in range(max_iter):
         if b - a <= 4 * np.spacing(max(abs(a), abs(b), 1.0)):
@@ -524,10 +571,10 @@ def _locate(ev, k, solver, lo, t_hi, pj, pdir, max_iter=100):
         c = b - gb * (b - a) / (gb - ga) if gb != ga else 0.5 * (a + b)
         if not a < c < b:
             c = 0.5 * (a + b)
-        yc, _, st = _solve_to(solver, t_lo, c, x_lo, S_lo, pj, pdir)
+        yc, st = plain.at(t_lo, c, x_lo, pj)
         gc = float(ev.g(k, c, yc, pj)[0])
         if st != 0 or not np.isfinite(gc):
-            return _search_failed(ev, k, f"near t={c:g}", st, solver)
+            return _search_failed(ev, k, f"near t={c:g}", st, plain.solver)
         if gc == 0:
             return (c,)
         if gc > 0:
