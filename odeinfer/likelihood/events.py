@@ -33,8 +33,10 @@ import sympy as sp
 
 from odeinfer.errors import InputError
 from odeinfer.model.trace import T_SYMBOL
+from odeinfer.solve.abi import status_message
 
-__all__ = ["Event", "CHECK_POINTS"]
+__all__ = ["Event", "CHECK_POINTS", "CompiledEvents", "StatesOnly", "crossings", "fire", "locate", "peak",
+           "state_switches"]
 
 #: Equally spaced times per segment (besides its output times) at which the triggers are checked.
 CHECK_POINTS = 200
@@ -255,3 +257,151 @@ class CompiledEvents:
             return compiled.f(t, x, p), compiled.f(t, xp, p)
         before, after = self._jump[k](t, *x, *p)
         return np.array(before, float), np.array(after, float)
+
+
+# --- the search along a trajectory (used by the Objective's runs) --------------------------------
+def crossings(ev, armed, times, y, hidden, plain, pj):
+    """``(first, hits, peaks)``: the first grid index where an armed trigger is true (or, with ``hidden``, between
+    two grid points where it is false, rises above 0: the peak brackets it, in ``peaks``), and the events true
+    there; or a failure text."""
+    first, hits, peaks = times.size, [], {}
+    for k in range(ev.n):
+        G = ev.g(k, times, y[:times.size], pj)
+        if armed[k]:
+            on, j = 0, np.flatnonzero(G > 0)
+        else:  # armed once the trigger is false, then fires when it turns true
+            off = np.flatnonzero(G <= 0)
+            on = int(off[0]) if off.size else times.size
+            j = np.flatnonzero(G[on:] > 0) + on
+        end = int(j[0]) if j.size else times.size
+        i = ev.hidden(k, times, y, G, pj, on, end) if hidden else None
+        top = peak(ev, k, plain, (times[i - 1], y[i - 1]), times[i], pj) if i else None
+        if isinstance(top, str):
+            return top
+        if top is not None:
+            end = i
+        if end < times.size and end <= first:
+            hits = (hits if end == first else []) + [k]
+            first = end
+            peaks[k] = top
+    return first, hits, peaks
+
+
+class StatesOnly:
+    """Solves of the states alone with a segment solver's method and options (the event search needs no
+    sensitivities: cheaper, and they pass where the sensitivities' step collapses, at a kink)."""
+
+    def __init__(self, solver):
+        self.solver, self.base = solver, None
+
+    def run(self, t0, t, x, pj):
+        """``(states at the times t, status)`` from ``(t0, x)``."""
+        t = np.array(t, dtype=np.float64)
+        t.flags.writeable = False
+        if self.base is None:
+            s = self.base = type(self.solver)(self.solver.compiled, t, float(t0), self.solver.solver, None, ())
+        else:
+            s = self.base.retimed(t, float(t0))
+        y, _, st = s(pj, np.ascontiguousarray(x))
+        return np.array(y), st
+
+    def at(self, t0, t, x, pj):
+        """``(the state at t, status)``; over less than 1e-12 (relative) of ``t`` one Euler step."""
+        if t - t0 <= 1e-12 * max(abs(t), 1.0):
+            return np.asarray(x, float) + (t - t0) * self.solver.compiled.f(t0, np.ascontiguousarray(x), pj), 0
+        y, st = self.run(t0, [t], x, pj)
+        return y[0], st
+
+
+def _search_failed(ev, k, where, st, solver):
+    """Why locating event ``k`` failed: a re-solve's status (typically a trajectory sliding along a switch of the
+    right-hand side: the solver switches back and forth) or a trigger that is not finite."""
+    if st == 0:
+        return f"locating {ev.events[k].label(k)} {where} failed: its trigger function is not finite there"
+    return (f"locating {ev.events[k].label(k)} {where} failed: a re-solve stopped ("
+            f"{status_message(st, max_steps=solver.max_steps).split(';')[0]}); a trajectory that stays on a threshold "
+            "(sliding along a switch of the right-hand side) makes the solver switch back and forth; change the model "
+            "there, e.g. a smooth switch")
+
+
+def peak(ev, k, plain, lo, t_hi, pj, max_iter=60):
+    """Where event ``k``'s trigger function peaks in ``(t_lo, t_hi)`` (it rises at ``lo = (t_lo, x)`` and
+    falls at ``t_hi``), if it is above 0 there; else None (the Illinois method on its rate, by re-solves of the
+    states ``plain``); or a failure text."""
+    t_lo, x_lo = lo
+    a, b = float(t_lo), float(t_hi)
+    ra = float(ev.rate(k, a, x_lo, pj)[0])
+    yb, st = plain.at(t_lo, b, x_lo, pj)
+    rb = float(ev.rate(k, b, yb, pj)[0])
+    side, c = 0, 0.5 * (a + b)
+    for _ in range(max_iter):
+        if st != 0:
+            return _search_failed(ev, k, f"in ({t_lo:g}, {t_hi:g})", st, plain.solver)
+        if b - a <= 1e-9 * max(abs(a), abs(b), 1.0):
+            break
+        c = a - ra * (b - a) / (rb - ra) if rb != ra else 0.5 * (a + b)
+        if not a < c < b:
+            c = 0.5 * (a + b)
+        yc, st = plain.at(t_lo, c, x_lo, pj)
+        if ev.g(k, c, yc, pj)[0] > 0:
+            return c
+        rc = float(ev.rate(k, c, yc, pj)[0])
+        if rc > 0:
+            a, ra = c, rc
+            if side == -1:
+                rb *= 0.5
+            side = -1
+        else:
+            b, rb = c, rc
+            if side == 1:
+                ra *= 0.5
+            side = 1
+    return None
+
+
+def locate(ev, k, plain, lo, t_hi, pj, max_iter=100):
+    """``(tau,)``: where event ``k``'s trigger function turns positive in ``(t_lo, t_hi]`` (it is <= 0 at
+    ``lo = (t_lo, x, ...)`` and > 0 at ``t_hi``), by the Illinois method on re-solves of the states ``plain`` from
+    ``lo``; or a failure text."""
+    t_lo, x_lo = lo[:2]
+    a, b = float(t_lo), float(t_hi)
+    ga = float(ev.g(k, a, x_lo, pj)[0])
+    yb, st = plain.at(t_lo, b, x_lo, pj)
+    gb = float(ev.g(k, b, yb, pj)[0])
+    if st != 0 or not (np.isfinite(ga) and np.isfinite(gb)):
+        return _search_failed(ev, k, f"in ({a:g}, {b:g}]", st, plain.solver)
+    side = 0
+    for _ in range(max_iter):
+        if b - a <= 4 * np.spacing(max(abs(a), abs(b), 1.0)):
+            break
+        c = b - gb * (b - a) / (gb - ga) if gb != ga else 0.5 * (a + b)
+        if not a < c < b:
+            c = 0.5 * (a + b)
+        yc, st = plain.at(t_lo, c, x_lo, pj)
+        gc = float(ev.g(k, c, yc, pj)[0])
+        if st != 0 or not np.isfinite(gc):
+            return _search_failed(ev, k, f"near t={c:g}", st, plain.solver)
+        if gc == 0:
+            return (c,)
+        if gc > 0:
+            b, gb = c, gc
+            if side == 1:
+                ga *= 0.5
+            side = 1
+        else:
+            a, ga = c, gc
+            if side == -1:
+                gb *= 0.5
+            side = -1
+    return (b,)
+
+
+def fire(ev, k, t, x, S, pj, pdir, dtau, compiled):
+    """Event ``k``'s assignments at ``t``: ``(x+, S+)``; with ``dtau`` (the event time's derivative in the
+    sensitivity directions) the jump of the sensitivities at a moving event time, without (a fixed time) none."""
+    xp, hx, hp = ev.h(k, t, x, pj)
+    Sp = hx @ S + hp[:, :pdir.shape[0]] @ pdir
+    if dtau is not None:
+        before, after = ev.sides(k, t, x, xp, pj, compiled)
+        Sp += np.outer(hx @ before - after, dtau)
+    return xp, Sp
