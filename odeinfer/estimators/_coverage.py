@@ -208,6 +208,10 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 3": (0.87, 0.95, 0.9, 100, 200, 2, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.86, 0.98, 0.91, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.93, 0.98, 0.96, 100, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 8": (0.62, 0.69, 0.61, 100, 200, 29, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.87, 0.96, 0.91, 100, 200, 2, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.89, 0.97, 0.92, 100, 200, 1, "met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.91, 0.97, 0.96, 100, 200, 1, "met"),
     },
     ("Simultaneous", "studentized"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.92, 0.98, 0.98, 100, 200, 0, "met"),
@@ -215,6 +219,10 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 3": (0.84, 0.93, 0.93, 100, 200, 2, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.87, 0.98, 0.94, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.95, 0.99, 0.97, 100, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 8": (0.52, 0.7, 0.61, 100, 200, 29, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.82, 0.94, 0.91, 100, 200, 2, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.87, 0.97, 0.93, 100, 200, 1, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.92, 0.95, 0.97, 100, 200, 1, "met"),
     },
     ("OrthogonalConditions", "percentile"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.92, 1.0, 0.92, 50, 100, 0, "met"),
