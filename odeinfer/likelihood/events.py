@@ -1,27 +1,29 @@
 """Events whose trigger depends on the states: when a condition on ``(t, x, p)`` turns true, some
 states are set to new values (SBML's events; e.g. a population set to 0 once it falls below a
-threshold).
+threshold); and the jumps and kinks of a right-hand side where a condition on the states changes,
+located the same way (:func:`state_switches`).
 
 An :class:`Event` belongs to a :class:`~odeinfer.likelihood.FitProblem`. Its trigger ``a < b``
 (``<=``, ``>``, ``>=``) is true where ``g(t, x, p) > 0``, with ``g = b - a`` (``a - b`` for
 ``>``); the event fires when ``g`` crosses zero upwards along the trajectory. The
 :class:`~odeinfer.likelihood.Objective` looks for crossings on a grid of each segment (its output
 times and :data:`CHECK_POINTS` equally spaced times), locates the first one by the Illinois method
-on re-solves from the grid point before it, and applies the assignments with the jump conditions of
-the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``. Between two grid points
-where ``g <= 0``, a rise above 0 is looked for where ``g`` rises at the first and falls at the second
-and its cubic Hermite interpolant (slopes ``dg/dt = g_t + g_x f``) comes near 0: the peak is located by
-re-solves and, if above 0, brackets the crossing. The jump conditions are
+on re-solves of the states alone from the grid point before it, and applies the assignments with the
+jump conditions of the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``.
+Between two grid points where ``g <= 0``, a rise above 0 is looked for where ``g`` rises at the first
+and falls at the second and its cubic Hermite interpolant (slopes ``dg/dt = g_t + g_x f``) comes near
+0: the peak is located by re-solves and, if above 0, brackets the crossing. The jump conditions are
 
     dtau/dtheta = -(g_x S + g_p dp/dtheta) / (g_x f(tau, x-) + g_t),
     S+ = h_x S- + h_p dp/dtheta + (h_x f(tau, x-) - f(tau, x+)) dtau/dtheta,
 
 with ``x+ = h(tau, x-, p)`` (Fröhlich et al. 2017, "Parameter estimation for dynamical systems with
-discrete events and logical operations", Bioinformatics 33(7)). After firing, an event fires again
-only once its trigger has been false (at once if its assignments make it false). A trigger that is
+discrete events and logical operations", Bioinformatics 33(7)); a switch of the right-hand side changes
+no state and uses its two branches for ``f(tau, x-)`` and ``f(tau, x+)``. After firing, an event fires
+again only once its trigger has been false (at once if its assignments make it false). A trigger that is
 true only between two grid points and whose interpolant does not show it (several turns of ``g``
-between two grid points) is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger that is true
-at the start fires there.
+between two grid points) is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger
+that is true at the start fires there.
 """
 
 from __future__ import annotations
