@@ -37,7 +37,7 @@ from odeinfer.errors import InputError
 from odeinfer.model.trace import T_SYMBOL
 from odeinfer.solve.abi import status_message
 
-__all__ = ["Event", "CHECK_POINTS", "CompiledEvents", "StatesOnly", "crossings", "fire", "locate", "peak",
+__all__ = ["Event", "CHECK_POINTS", "CompiledEvents", "StatesOnly", "crossings", "euler_step", "fire", "locate", "peak",
            "state_switches"]
 
 #: Equally spaced times per segment (besides its output times) at which the triggers are checked.
@@ -289,6 +289,14 @@ def crossings(ev, armed, times, y, hidden, plain, pj):
     return first, hits, peaks
 
 
+def euler_step(compiled, t0, t, x, pj):
+    """The state at ``t`` by one Euler step from ``(t0, x)`` where ``t - t0`` is below 1e-12 (relative) of ``t`` (a
+    solver's step would be below its rounding unit there), else None."""
+    if t - t0 > 1e-12 * max(abs(t), 1.0):
+        return None
+    return np.asarray(x, float) + (t - t0) * compiled.f(t0, np.ascontiguousarray(x), pj)
+
+
 class StatesOnly:
     """Solves of the states alone with a segment solver's method and options (the event search needs no
     sensitivities: cheaper, and they pass where the sensitivities' step collapses, at a kink)."""
@@ -308,9 +316,10 @@ class StatesOnly:
         return np.array(y), st
 
     def at(self, t0, t, x, pj):
-        """``(the state at t, status)``; over less than 1e-12 (relative) of ``t`` one Euler step."""
-        if t - t0 <= 1e-12 * max(abs(t), 1.0):
-            return np.asarray(x, float) + (t - t0) * self.solver.compiled.f(t0, np.ascontiguousarray(x), pj), 0
+        """``(the state at t, status)`` (:func:`euler_step` where the interval is too short for a solver)."""
+        x_t = euler_step(self.solver.compiled, t0, t, x, pj)
+        if x_t is not None:
+            return x_t, 0
         y, st = self.run(t0, [t], x, pj)
         return y[0], st
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
-from odeinfer.likelihood.events import (CHECK_POINTS, MAX_FIRINGS, CompiledEvents, StatesOnly, crossings, fire, locate,
-                                       state_switches)
+from odeinfer.likelihood.events import (CHECK_POINTS, MAX_FIRINGS, CompiledEvents, StatesOnly, crossings, euler_step,
+                                       fire, locate, state_switches)
 from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -232,9 +232,7 @@ class _Run:
         if self._segments is None:  # the first binding validates the options
             with located_switches():  # the run locates the switches that depend on the states
                 return bind(Problem(self._solve_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
-        t = np.array(tt, dtype=np.float64)
-        t.flags.writeable = False  # as Problem leaves it (the kernels' compiled signature)
-        return _rebind(self._segments[0].solver, t, float(start))
+        return _retimed(self._segments[0].solver, tt, start)
 
     def _segments_at(self, p):
         """The segments for the switch times at the parameters ``p`` (cached by the cut times) and the
@@ -440,16 +438,18 @@ class _Run:
 
 
 def _solve_to(solver, t0, t, x, S, pj, pdir):
-    """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve; over less than 1e-12 (relative)
-    of ``t``, where a solver's step would be below its rounding unit, one Euler step of the states)."""
-    if t - t0 <= 1e-12 * max(abs(t), 1.0):
-        return np.asarray(x, float) + (t - t0) * solver.compiled.f(t0, np.ascontiguousarray(x), pj), np.array(S), 0
+    """The states and sensitivities at ``t`` from ``(t0, x, S)`` (a short re-solve; :func:`euler_step` where it is
+    shorter than a solver's rounding unit)."""
+    x_t = euler_step(solver.compiled, t0, t, x, pj)
+    if x_t is not None:
+        return x_t, np.array(S), 0
     y, St, st = _retimed(solver, [t], t0)(pj, np.ascontiguousarray(x), pdir, np.ascontiguousarray(S))
     return y[0], St[0], st
 
 
 def _retimed(solver, t, t0):
-    """``solver`` (bound, called before) for the output times ``t`` from ``t0``: the same kernel and method."""
+    """A solver like the bound ``solver`` (same class, options, gradient, kernel tier and method) for the output times
+    ``t`` from ``t0``, built without validating again."""
     t = np.array(t, dtype=np.float64)
     t.flags.writeable = False
     return solver.retimed(t, float(t0))
@@ -475,12 +475,6 @@ def apply_doses(x, dx, doses, amounts, damounts, keep=None):
             x[i] += amounts[a]
             if dx is not None:
                 dx[i] += damounts[a]
-
-
-def _rebind(template, t, t0):
-    """A solver like the bound ``template`` (same class, options, gradient) for the output times
-    ``t`` from ``t0``, built without validating again (``template`` was bound through :func:`bind`)."""
-    return type(template)(template.compiled, t, t0, template.solver, template.gradient, ())
 
 
 def _carry_stiffness(old, new):
