@@ -272,6 +272,26 @@ def test_a_trigger_true_only_between_two_grid_points_is_found():
     assert np.all(dh == 0)  # a count does not move with w
 
 
+def test_a_dip_and_return_soon_after_the_start_is_found():
+    """x = 1 - A t exp(-b t) (x'' + 2 b x' + b^2 (x - 1) = 0, x(0) = 1, x'(0) = -A), A = 20, b = 10: x falls
+    below 0.5 at t1 = 0.030 and comes back above it at t2 = 0.303, both before the first of the equally spaced
+    grid points (0.5 apart on [0, 100]) where x > 0.5 too. The event on x > 0.5 fires once, at t2: n = 1 after
+    it, and c' = n gives c = t - t2. Reference: t2 by scipy's brentq on the closed form."""
+    from scipy.optimize import brentq
+    A, b = 20.0, 10.0
+    t2 = brentq(lambda t: 0.5 - A * t * math.exp(-b * t), 0.1, 1.0)
+    m = oi.Model.from_equations({"x": "v", "v": "-2*b*v - b**2*(x - 1)", "n": "0", "c": "n"},
+                                params=["b"]).observe({"count": "n", "clock": "c"}, noise=oi.Normal(sigma=0.1))
+    t = np.array([10.0, 50.0, 100.0])
+    data = oi.Data(t, np.zeros((t.size, 2)), ["count", "clock"], t0=0.0)
+    problem = oi.FitProblem(m, data, {"b": oi.Param()}, x0={"x": 1.0, "v": -A, "n": 0.0, "c": 0.0},
+                            events=[oi.Event("x > 0.5", {"n": "n + 1"})])
+    obj = oi.Objective(problem, solver=tight())
+    h, _ = obj.observe_at(np.array([b]), problem.experiments.names[0], t)
+    np.testing.assert_array_equal(h[:, 0], 1.0)
+    np.testing.assert_allclose(h[:, 1], t - t2, rtol=0, atol=1e-8)
+
+
 def _switched_after_dose(t, k, c, r, dose, t_dose):
     """The switch of :func:`_switch_problem` with a bolus ``dose`` on x at ``t_dose`` (before x reaches c)."""
     x1 = X0 * math.exp(-k * t_dose) + dose

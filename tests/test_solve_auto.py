@@ -82,6 +82,36 @@ def test_robertson_switches_to_rodas_and_matches_radau():
     assert_close_to_radau(y2, T)
 
 
+def _stiffness_case():
+    """A linear 3-state step at Dormand-Prince's stability limit for eigenvalue -9e4, where the
+    states' stage difference ``z1 - zs`` holds the stiff mode at 1e-9 of the slow ones (as on
+    Smith_BMCSystBiol2013 with sensitivities; see ``rk_stiffness``). Reference: the eigenvalues
+    built in (-9e4, -8, -1), so ``h rho = 3.307`` exactly."""
+    rng = np.random.default_rng(3)
+    V = np.eye(3) + 0.3 * rng.standard_normal((3, 3))
+    J = V @ np.diag([-9e4, -8.0, -1.0]) @ np.linalg.inv(V)
+    h = 3.307 / 9e4
+    zs = np.array([1.0, 2.0, 3.0])
+    z1 = zs + V @ np.array([1e-9, 1.0, 0.3])
+    k6 = np.zeros(3)
+    k7 = J @ (z1 - zs)  # linear model: f(z1) - f(zs)
+    return J, h, z1, zs, k6, k7
+
+
+def test_stiffness_test_with_sensitivities_finds_a_mode_the_states_barely_show():
+    from odeinfer.solve.kernels.rk import rk_stiffness
+    J, h, z1, zs, k6, k7 = _stiffness_case()
+    v = np.zeros(6)
+    # states alone (nc == n): Hairer's secant sees the slow modes, far below the 3.25 threshold
+    hl, iasti, nonsti, stiff = rk_stiffness(3, 3, h, z1, zs, k6, k7, J, v, 0.0, 0, 0)
+    assert hl < 0.01 and iasti == 0 and nonsti == 1 and not stiff
+    # sensitivities controlling the step (nc > n): the power iteration reaches h rho = 3.307
+    iasti = nonsti = 0
+    for i in range(15):
+        hl, iasti, nonsti, stiff = rk_stiffness(3, 6, h, z1, zs, k6, k7, J, v, 0.0, iasti, nonsti)
+        assert abs(hl - 3.307) < 1e-6 and stiff == (i == 14)
+
+
 def test_solve_with_auto_reports_the_method_used():
     t = np.concatenate([[0.0], np.logspace(-5, 5, 11)])
     sol = oi.solve(oi.Problem(robertson, t, x0=X0), P, solver=oi.Auto(rtol=1e-8, atol=1e-12))

@@ -32,7 +32,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
-from odeinfer.likelihood.events import (CHECK_POINTS, MAX_FIRINGS, CompiledEvents, StatesOnly, crossings, euler_step,
+from odeinfer.likelihood.events import (MAX_FIRINGS, CompiledEvents, StatesOnly, check_grid, crossings, euler_step,
                                        fire, locate, state_switches)
 from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
@@ -218,7 +218,7 @@ class _Run:
             seg.solver = self._bind(tt, start)
             seg.fine = None
             if self.events is not None:  # the triggers are checked on a finer grid too
-                fine = np.union1d(tt, np.linspace(start, end, CHECK_POINTS + 1)) if end > start else tt
+                fine = check_grid(start, end, tt)
                 solver = self._bind(fine, start)
                 seg.fine = (fine, np.searchsorted(fine, tt), solver, StatesOnly(solver))
             seg.jumps = [dose for (td, dose) in self.dose_times if td == tau and td > self.t0]

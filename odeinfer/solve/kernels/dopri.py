@@ -191,7 +191,7 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, h_init, h_fi
         hnew, lfacold = rk_accept(h, lerr, lfacold)
         n_acc += 1
         if not fixed and (n_acc % RK_NSTIFF == 0 or iasti > 0):
-            hlamb, iasti, nonsti, stiff = rk_stiffness(n, h, z1, zs, k6, k7, hlamb, iasti, nonsti)
+            hlamb, iasti, nonsti, stiff = rk_stiffness(n, nc, h, z1, zs, k6, k7, jy, k2, hlamb, iasti, nonsti)
             if stiff:
                 status = ST_STIFF
         if record:
