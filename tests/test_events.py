@@ -377,12 +377,13 @@ def test_a_state_dependent_jump_or_kink_of_the_right_hand_side_is_located(rhs, c
 
 def test_a_trajectory_that_slides_along_a_switch_fails_with_the_reason():
     """x' = -x + where(x < c, k, 0) with k > c: below c the production pushes x up, above it x decays: x slides
-    along c (a Filippov sliding mode): the solver switches back and forth after the switch has been located, and the
-    failure says so."""
+    along c (a Filippov sliding mode): with each branch held between located switches, the switch fires again and
+    again at one time, and the failure says so."""
     m = oi.Model.from_equations({"x": "-x + where(x < c, k, 0)"}, params=["k", "c"]).observe(
         {"xo": "x"}, noise=oi.Normal(sigma=0.1))
     problem = oi.FitProblem(m, oi.Data(T, np.ones((T.size, 1)), ["xo"], t0=0.0),
                             {"k": oi.Param(), "c": oi.Param()}, x0={"x": 2.0})
     ev = oi.Objective(problem)(np.array([1.5, 1.0]))
     assert not ev.ok
-    assert "the switch at" in ev.failure and "sliding along a switch of the right-hand side" in ev.failure
+    assert "the switch at" in ev.failure and "fired again and again" in ev.failure
+    assert "for a switch of the right-hand side, it slides along it" in ev.failure

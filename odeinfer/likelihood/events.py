@@ -39,7 +39,7 @@ from odeinfer.model.trace import T_SYMBOL
 from odeinfer.solve.abi import status_message
 
 __all__ = ["Event", "CHECK_POINTS", "CompiledEvents", "StatesOnly", "check_grid", "crossings", "euler_step", "fire",
-           "locate", "peak", "state_switches"]
+           "held_switches", "locate", "peak", "state_switches"]
 
 #: Times per segment (besides its output times) at which the triggers are checked: this many equally spaced,
 #: and this many spaced geometrically from the segment's start (:func:`check_grid`).
@@ -147,11 +147,10 @@ def parse_event(e, k, model):
     return g, h
 
 
-def state_switches(model):
-    """The jumps and kinks of ``model``'s right-hand side where a condition on the states changes:
-    ``[(g, f_false, f_true, label)]`` with the condition true where ``g > 0`` and the right-hand side's
-    expressions with the condition held false and true (a relational of a ``Piecewise``, the argument of
-    a ``Heaviside`` or ``sign``)."""
+def _switch_nodes(model):
+    """``{node: (g, value false, value true)}`` for each switch on the states in ``model``'s right-hand side (a
+    relational of a ``Piecewise``, a ``Heaviside`` or a ``sign``), its condition true where ``g > 0``, in the
+    order of :func:`state_switches` and :func:`held_switches`."""
     states = set(model.state_symbols)
     found = {}
     for e in model.exprs:
@@ -169,8 +168,46 @@ def state_switches(model):
                             g = rel.rhs - rel.lhs if isinstance(rel, (sp.StrictLessThan, sp.LessThan)) \
                                 else rel.lhs - rel.rhs
                             found.setdefault(rel, (g, sp.false, sp.true))
+    return found
+
+
+def state_switches(model):
+    """The jumps and kinks of ``model``'s right-hand side where a condition on the states changes:
+    ``[(g, f_false, f_true, label)]`` with the condition true where ``g > 0`` and the right-hand side's
+    expressions with the condition held false and true (a relational of a ``Piecewise``, the argument of
+    a ``Heaviside`` or ``sign``)."""
     return [(g, [e.xreplace({node: lo}) for e in model.exprs], [e.xreplace({node: hi}) for e in model.exprs],
-             str(node)) for node, (g, lo, hi) in found.items()]
+             str(node)) for node, (g, lo, hi) in _switch_nodes(model).items()]
+
+
+def held_switches(model):
+    """``model`` with each state switch of its right-hand side (:func:`state_switches`, in that order) held by a
+    parameter appended to its parameters, ``held_switch_<j>``: 1.0 for the branch where its condition is true, 0.0
+    for the other; ``(held model, index of the first of them)``, or ``(model, None)`` without switches.
+
+    The likelihood sets these parameters from the conditions at each segment's start and flips one where the
+    switch is located (as AMICI holds its Heaviside variables), so the solver never meets a jump or kink inside a
+    step: a solve with sensitivities whose states cross a threshold slightly before the located time (their
+    error differs from the states-only search's) no longer collapses its step at that kink."""
+    from dataclasses import replace
+
+    from odeinfer.model.trace import symbols_for
+
+    found = _switch_nodes(model)
+    if not found:
+        return model, None
+    names = [f"held_switch_{j}" for j in range(len(found))]
+    clash = [n for n in names if n in model.params or n in model.states]
+    if clash:
+        raise InputError(f"model {model.name!r}: names {clash} are taken; the likelihood holds the right-hand "
+                         "side's state switches by parameters of these names: rename them")
+    held = {}
+    for node, sw in zip(found, symbols_for(names)):
+        held[node] = (sw if isinstance(node, sp.Heaviside) else 2 * sw - 1 if isinstance(node, sp.sign)
+                      else sp.StrictGreaterThan(sw, sp.Rational(1, 2)))
+    exprs = tuple(e.xreplace(held) for e in model.exprs)
+    return replace(model, name=f"{model.name}_held", params=model.params + tuple(names), exprs=exprs,
+                   observables=(), obs_params=()), model.n_params
 
 
 class _Switch:
@@ -201,6 +238,7 @@ class CompiledEvents:
             items.append((-g, {}, _Switch(label, False), (f_true, f_false)))
         self.events = tuple(it[2] for it in items)
         self.n = len(items)
+        self.n_events = len(events)  # then two items (on, off) per state switch
         self._g, self._dg, self._h, self._rate, self._jump = [], [], [], [], []
         for g, h, _, sides in items:
             self._jump.append(None if sides is None else sp.lambdify(args, list(sides), modules="numpy"))
@@ -216,6 +254,18 @@ class CompiledEvents:
             jac = [[sp.diff(v, w) for w in xs + ps] for v in full]
             self._h.append(sp.lambdify(args, [full, jac], modules="numpy"))
         self.n_x, self.n_p = len(xs), len(ps)
+
+    def hold(self, pj, at, t, x, fired=()):
+        """Set the held branches of the state switches, ``pj[at + j]`` (:func:`held_switches`; nothing if ``at``
+        is None): from their conditions at ``(t, x)``, and, for the switch items in ``fired`` (at their roots,
+        where the condition is about 0), by their direction."""
+        if at is None:
+            return
+        for j in range((self.n - self.n_events) // 2):
+            pj[at + j] = 1.0 if self.true_at(self.n_events + 2 * j, t, x, pj) else 0.0
+        for k in fired:
+            if k >= self.n_events:
+                pj[at + (k - self.n_events) // 2] = 1.0 if (k - self.n_events) % 2 == 0 else 0.0
 
     def g(self, k, t, X, p):
         """The trigger function of event ``k`` at the times ``t`` and states ``X`` (one row per time), as a

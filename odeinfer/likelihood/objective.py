@@ -33,7 +33,7 @@ import numpy as np
 from odeinfer.errors import InputError
 from odeinfer.likelihood.assemble import OK, assemble
 from odeinfer.likelihood.events import (MAX_FIRINGS, CompiledEvents, StatesOnly, check_grid, crossings, euler_step,
-                                       fire, locate, state_switches)
+                                       fire, held_switches, locate, state_switches)
 from odeinfer.likelihood.mapping import ConditionMapping
 from odeinfer.likelihood.noise import DIST_CODES, SCALE_CODES, transform_data
 from odeinfer.likelihood.observe import ObservableFunctions
@@ -72,10 +72,12 @@ class _Run:
         prob, m = obj.problem, obj.problem.model
         self.name = plan.name
         self.n_p, self.n_q, self.n_s = m.n_params, len(m.obs_params), m.n_states
-        self.n_ps = prob.solve_model.n_params  # the solver's parameters: the model's, then input rates
+        # the solver's parameters: the model's, then input rates, then the held state switches' branches
+        self.n_ps = obj.solve_model.n_params
         self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
-        self._solve_model, self.obj_switches = prob.solve_model, obj.switches
+        self._solve_model, self._held_model, self.obj_switches = prob.solve_model, obj.solve_model, obj.switches
+        self.held_at = obj.held_at
         self.events = obj.events
         self._kinks = None  # the model's kinks at state thresholds, for a failure message (_kink_note)
         self._mapper = obj.mapper
@@ -103,7 +105,10 @@ class _Run:
         traj_rows = list(range(self.n_p)) + list(range(self.n_p + self.n_q, jac.rows))
         self.traj_cols = np.array([j for j in range(jac.cols) if any(jac[i, j] != 0 for i in traj_rows)], np.int64)
         self.col_sel = _as_slice(self.traj_cols)  # the same columns, as a slice where they are contiguous
-        gradient = Forward(exclude=tuple(m.params[k] for k in excluded), directions=max(self.traj_cols.size, 1))
+        # the held switches' branches are set per segment, not estimated (held_switches)
+        held_names = obj.solve_model.params[prob.solve_model.n_params:]
+        gradient = Forward(exclude=tuple(m.params[k] for k in excluded) + held_names,
+                           directions=max(self.traj_cols.size, 1))
         self.preeq = obj.steady if plan.preequilibrate else None
         if self.preeq is not None:  # the pre-equilibration cuts no switch: its jumps' parameters must be held
             op = self.n_p + self.n_q + self.n_s + self.n_d
@@ -231,7 +236,7 @@ class _Run:
     def _bind(self, tt, start):
         if self._segments is None:  # the first binding validates the options
             with located_switches():  # the run locates the switches that depend on the states
-                return bind(Problem(self._solve_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
+                return bind(Problem(self._held_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
         return _retimed(self._segments[0].solver, tt, start)
 
     def _segments_at(self, p):
@@ -360,6 +365,7 @@ class _Run:
             if armed[k] and ev.true_at(k, t_cur, x_cur, pj):
                 x_cur, S_cur = fire(ev, k, t_cur, x_cur, S_cur, pj, pdir, None, None)
             armed[k] = not ev.true_at(k, t_cur, x_cur, pj)
+        ev.hold(pj, self.held_at, t_cur, x_cur)
         i0, fired, t_twenty = 0, 0, t_cur
         while True:
             y, S, st = solver(pj, np.ascontiguousarray(x_cur), pdir, S_cur)
@@ -432,6 +438,7 @@ class _Run:
                 # a trigger that has just turned true (at its root, g ~ 0) waits until it is false again, unless
                 # the assignments made it false
                 armed[k] = g_plus < g_minus[k] and g_plus < 0 if k in g_minus else not g_plus > 0
+            ev.hold(pj, self.held_at, tau, x_cur, g_minus)
             i0 += first
             t_cur = tau
             solver = _retimed(solver, fine[i0:], tau)
@@ -561,7 +568,9 @@ class Objective:
         events = getattr(problem, "events", ())
         # the right-hand side's jumps and kinks where a condition on the states changes are located like events
         self.state_switches = state_switches(problem.solve_model)
-        self.events = (CompiledEvents(events, m, problem.solve_model, self.state_switches)
+        # the solver's model holds each of them by a parameter (held_switches): index of the first, or None
+        self.solve_model, self.held_at = held_switches(problem.solve_model)
+        self.events = (CompiledEvents(events, m, self.solve_model, self.state_switches)
                        if events or self.state_switches else None)
         self.obsf = ObservableFunctions(m)
         self.mapper = ConditionMapping(problem)
