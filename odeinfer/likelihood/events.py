@@ -392,14 +392,11 @@ class StatesOnly:
 
 
 def _search_failed(ev, k, where, st, solver):
-    """Why locating event ``k`` failed: a re-solve's status (typically a trajectory sliding along a switch of the
-    right-hand side: the solver switches back and forth) or a trigger that is not finite."""
+    """Why locating event ``k`` failed: a re-solve's status or a trigger that is not finite."""
     if st == 0:
         return f"locating {ev.events[k].label(k)} {where} failed: its trigger function is not finite there"
-    return (f"locating {ev.events[k].label(k)} {where} failed: a re-solve stopped ("
-            f"{status_message(st, max_steps=solver.max_steps).split(';')[0]}); a trajectory that stays on a threshold "
-            "(sliding along a switch of the right-hand side) makes the solver switch back and forth; change the model "
-            "there, e.g. a smooth switch")
+    return (f"locating {ev.events[k].label(k)} {where} failed: a re-solve of the states stopped ("
+            f"{status_message(st, max_steps=solver.max_steps).split(';')[0]})")
 
 
 def peak(ev, k, plain, lo, t_hi, pj, max_iter=60):

@@ -373,9 +373,8 @@ class _Run:
             if st != 0:  # an event before the failure is still handled (the solve after it may go on)
                 why = status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
                 if fired:  # a solve that fails right after an event
-                    why += (f"; it started at t={t_cur:.10g}, where {ev.events[last].label(last)} had just fired: "
-                            "a trajectory that stays on a threshold (sliding along a switch of the right-hand side) "
-                            "makes the solver switch back and forth; change the model there, e.g. a smooth switch")
+                    why += (f"; it started at t={t_cur:.10g}, where {ev.events[last].label(last)} had just fired (the "
+                            "state it set or the branch of the right-hand side it switched to)")
                 n_ok = int(np.searchsorted(times, solver.info[0], side="left"))
                 times = times[:n_ok]
             scan = crossings(ev, armed, times, y, True, plain, pj)
