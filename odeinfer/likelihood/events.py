@@ -20,7 +20,10 @@ and falls at the second and its cubic Hermite interpolant (slopes ``dg/dt = g_t 
 
 with ``x+ = h(tau, x-, p)`` (Fröhlich et al. 2017, "Parameter estimation for dynamical systems with
 discrete events and logical operations", Bioinformatics 33(7)); a switch of the right-hand side changes
-no state and uses its two branches for ``f(tau, x-)`` and ``f(tau, x+)``. After firing, an event fires
+no state and uses its two branches for ``f(tau, x-)`` and ``f(tau, x+)``. Between located switches the
+solver's model holds each switch's branch by a parameter (:func:`held_switches`), so no solve meets a jump
+or kink inside a step; a trajectory that slides along a switch makes it fire again and again, and fails
+saying so. After firing, an event fires
 again only once its trigger has been false (at once if its assignments make it false). A trigger that is
 true only between two grid points and whose interpolant does not show it (several turns of ``g``
 between two grid points) is not seen. With ``initial_value=False`` (SBML's ``initialValue``) a trigger
