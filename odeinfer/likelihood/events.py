@@ -7,7 +7,7 @@ An :class:`Event` belongs to a :class:`~odeinfer.likelihood.FitProblem`. Its tri
 (``<=``, ``>``, ``>=``) is true where ``g(t, x, p) > 0``, with ``g = b - a`` (``a - b`` for
 ``>``); the event fires when ``g`` crosses zero upwards along the trajectory. The
 :class:`~odeinfer.likelihood.Objective` looks for crossings on a grid of each segment (its output
-times, :data:`CHECK_POINTS` equally spaced times and as many spaced geometrically from its start:
+times, :data:`CHECK_POINTS` equally spaced times and times spaced geometrically from its start:
 :func:`check_grid`), locates the first one by the Illinois method
 on re-solves of the states alone from the grid point before it, and applies the assignments with the
 jump conditions of the forward sensitivities at an event time ``tau(theta)`` defined by ``g = 0``.
@@ -44,24 +44,25 @@ from odeinfer.solve.abi import status_message
 __all__ = ["Event", "CHECK_POINTS", "CompiledEvents", "StatesOnly", "check_grid", "crossings", "euler_step", "fire",
            "held_switches", "locate", "peak", "state_switches"]
 
-#: Times per segment (besides its output times) at which the triggers are checked: this many equally spaced,
-#: and this many spaced geometrically from the segment's start (:func:`check_grid`).
+#: Equally spaced times per segment (besides its output times) at which the triggers are checked.
 CHECK_POINTS = 200
-#: The first geometrically spaced check time, as a fraction of the segment's length.
-CHECK_FIRST = 1e-6
+#: Besides, times spaced geometrically from the segment's start: this many decades of its length below it ...
+CHECK_DECADES = 6
+#: ... with this many per decade (:func:`check_grid`).
+CHECK_PER_DECADE = 10
 
 
 def check_grid(start, end, times):
     """The times of a segment ``(start, end]`` at which the triggers are checked: its output ``times``,
-    :data:`CHECK_POINTS` equally spaced times, and as many spaced geometrically from ``start + CHECK_FIRST *
-    (end - start)`` to ``end``, for the fast changes right after a start, a dose or a switch (a trigger that
-    turns false and true again there, Smith_BMCSystBiol2013's 0.03 to 0.51 of 960 time units, falls between
-    two equally spaced times)."""
+    :data:`CHECK_POINTS` equally spaced times, and :data:`CHECK_PER_DECADE` per decade spaced geometrically
+    from ``start + 10**-CHECK_DECADES * (end - start)`` to ``end``, for the fast changes right after a start, a
+    dose or a switch (a trigger that turns false and true again there, Smith_BMCSystBiol2013's at 0.03 and 0.51
+    of 960 time units, falls between two equally spaced times)."""
     if not end > start:
         return times
     span = end - start
-    return np.union1d(times, np.concatenate([np.linspace(start, end, CHECK_POINTS + 1),
-                                             start + np.geomspace(CHECK_FIRST * span, span, CHECK_POINTS)]))
+    geometric = span * np.logspace(-CHECK_DECADES, 0, CHECK_DECADES * CHECK_PER_DECADE + 1)
+    return np.union1d(times, np.concatenate([np.linspace(start, end, CHECK_POINTS + 1), start + geometric]))
 
 #: At most this many events fire in one experiment (a trigger that fires again and again at one time
 #: would never end).
