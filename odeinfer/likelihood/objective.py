@@ -41,7 +41,6 @@ from odeinfer.likelihood.parameters import dnatural_dscaled, from_scale
 from odeinfer.likelihood.steady import SteadyState
 from odeinfer.likelihood.switches import TimeSwitches
 from odeinfer.solve import Forward, Problem, bind
-from odeinfer.solve._inputs import located_switches
 from odeinfer.solve.config import as_solver, default_solver
 from odeinfer.solve.abi import Status, status_message
 
@@ -235,8 +234,7 @@ class _Run:
 
     def _bind(self, tt, start):
         if self._segments is None:  # the first binding validates the options
-            with located_switches():  # the run locates the switches that depend on the states
-                return bind(Problem(self._held_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
+            return bind(Problem(self._held_model, tt, t0=start), solver=self.solver, gradient=self.gradient)
         return _retimed(self._segments[0].solver, tt, start)
 
     def _segments_at(self, p):
@@ -437,7 +435,7 @@ class _Run:
                 # a trigger that has just turned true (at its root, g ~ 0) waits until it is false again, unless
                 # the assignments made it false
                 armed[k] = g_plus < g_minus[k] and g_plus < 0 if k in g_minus else not g_plus > 0
-            ev.hold(pj, self.held_at, tau, x_cur, g_minus)
+            ev.hold(pj, self.held_at, tau, x_cur, list(g_minus))
             i0 += first
             t_cur = tau
             solver = _retimed(solver, fine[i0:], tau)

@@ -3,9 +3,6 @@ times, sensitivities): every check happens here, before a kernel runs."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import difflib
 import math
 from collections.abc import Mapping
@@ -119,22 +116,6 @@ def output_times(t, t0):
     return arr, t0
 
 
-_LOCATED = threading.local()
-
-
-@contextlib.contextmanager
-def located_switches():
-    """Inside the block :func:`check_sensitivities` lets jumps of the right-hand side that depend on the states
-    pass: the caller locates them and adds the sensitivities' jumps itself (the likelihood's
-    :class:`~odeinfer.Objective`, :mod:`odeinfer.likelihood.events`)."""
-    outer = getattr(_LOCATED, "on", False)
-    _LOCATED.on = True
-    try:
-        yield
-    finally:
-        _LOCATED.on = outer
-
-
 def check_sensitivities(cm, sensitivities, exclude=()):
     """Whether derivatives of the solution are wanted (``sensitivities``), validated for the model,
     given the parameters ``exclude`` whose sensitivity columns the caller does not need.
@@ -158,7 +139,7 @@ def check_sensitivities(cm, sensitivities, exclude=()):
             f"(or, if {'it is' if len(needed) == 1 else 'they are'} held fixed, pass "
             f"gradient=oi.Forward(exclude={needed!r}))"
         )
-    moving = [] if getattr(_LOCATED, "on", False) else _state_dependent_switches(cm.model)
+    moving = _state_dependent_switches(cm.model)
     if moving:
         held = f", even with {sorted(names)} excluded" if switching else ""
         raise InputError(
