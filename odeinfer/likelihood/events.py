@@ -187,7 +187,7 @@ def state_switches(model):
 def held_switches(model):
     """``model`` with each state switch of its right-hand side (:func:`state_switches`, in that order) held by a
     parameter appended to its parameters, ``held_switch_<j>``: 1.0 for the branch where its condition is true, 0.0
-    for the other; ``(held model, index of the first of them)``, or ``(model, None)`` without switches.
+    for the other; ``model`` itself without switches.
 
     The likelihood sets these parameters from the conditions at each segment's start and flips one where the
     switch is located (as AMICI holds its Heaviside variables), so the solver never meets a jump or kink inside a
@@ -199,7 +199,7 @@ def held_switches(model):
 
     found = _switch_nodes(model)
     if not found:
-        return model, None
+        return model
     names = [f"held_switch_{j}" for j in range(len(found))]
     clash = [n for n in names if n in model.params or n in model.states]
     if clash:
@@ -211,7 +211,7 @@ def held_switches(model):
                       else sp.StrictGreaterThan(sw, sp.Rational(1, 2)))
     exprs = tuple(e.xreplace(held) for e in model.exprs)
     return replace(model, name=f"{model.name}_held", params=model.params + tuple(names), exprs=exprs,
-                   observables=(), obs_params=()), model.n_params
+                   observables=(), obs_params=())
 
 
 class _Switch:
@@ -228,8 +228,9 @@ class _Switch:
 
 class CompiledEvents:
     """The events of a problem as numeric functions of ``(t, x, p)`` of the solver's model ``solve_model``
-    (the problem's model, maybe with input rates appended to its parameters), and, with ``switches``, the
-    right-hand side's state switches as events in both directions (:func:`state_switches`)."""
+    (the problem's model, maybe with input rates appended to its parameters; with ``switches``, holding their
+    branches by its last parameters, :func:`held_switches`), and, with ``switches``, the right-hand side's state
+    switches as events in both directions (:func:`state_switches`)."""
 
     def __init__(self, events, model, solve_model, switches=()):
         from odeinfer.model.trace import symbols_for
@@ -243,6 +244,9 @@ class CompiledEvents:
         self.events = tuple(it[2] for it in items)
         self.n = len(items)
         self.n_events = len(events)  # then two items (on, off) per state switch
+        n_switches = (self.n - self.n_events) // 2
+        # with switches, solve_model holds their branches by its last parameters (held_switches)
+        self.held_at = len(ps) - n_switches if n_switches else None
         self._g, self._dg, self._h, self._rate, self._jump = [], [], [], [], []
         for g, h, _, sides in items:
             self._jump.append(None if sides is None else sp.lambdify(args, list(sides), modules="numpy"))
@@ -259,10 +263,11 @@ class CompiledEvents:
             self._h.append(sp.lambdify(args, [full, jac], modules="numpy"))
         self.n_x, self.n_p = len(xs), len(ps)
 
-    def hold(self, pj, at, t, x, fired=()):
-        """Set the held branches of the state switches, ``pj[at + j]`` (:func:`held_switches`; nothing if ``at``
-        is None): from their conditions at ``(t, x)``, and, for the switch items in ``fired`` (at their roots,
-        where the condition is about 0), by their direction."""
+    def hold(self, pj, t, x, fired=()):
+        """Set the held branches of the state switches, ``pj[held_at + j]`` (:func:`held_switches`; nothing if the
+        solver's model does not hold them): from their conditions at ``(t, x)``, and, for the switch items in
+        ``fired`` (at their roots, where the condition is about 0), by their direction."""
+        at = self.held_at
         if at is None:
             return
         for j in range((self.n - self.n_events) // 2):

@@ -76,7 +76,6 @@ class _Run:
         self.all_states = np.arange(m.n_states)
         self.n_d = len(plan.doses)
         self._solve_model, self._held_model, self.obj_switches = prob.solve_model, obj.solve_model, obj.switches
-        self.held_at = obj.held_at
         self.events = obj.events
         self._kinks = None  # the model's kinks at state thresholds, for a failure message (_kink_note)
         self._mapper = obj.mapper
@@ -363,7 +362,7 @@ class _Run:
             if armed[k] and ev.true_at(k, t_cur, x_cur, pj):
                 x_cur, S_cur = fire(ev, k, t_cur, x_cur, S_cur, pj, pdir, None, None)
             armed[k] = not ev.true_at(k, t_cur, x_cur, pj)
-        ev.hold(pj, self.held_at, t_cur, x_cur)
+        ev.hold(pj, t_cur, x_cur)
         i0, fired, t_twenty = 0, 0, t_cur
         while True:
             y, S, st = solver(pj, np.ascontiguousarray(x_cur), pdir, S_cur)
@@ -435,7 +434,7 @@ class _Run:
                 # a trigger that has just turned true (at its root, g ~ 0) waits until it is false again, unless
                 # the assignments made it false
                 armed[k] = g_plus < g_minus[k] and g_plus < 0 if k in g_minus else not g_plus > 0
-            ev.hold(pj, self.held_at, tau, x_cur, list(g_minus))
+            ev.hold(pj, tau, x_cur, list(g_minus))
             i0 += first
             t_cur = tau
             solver = _retimed(solver, fine[i0:], tau)
@@ -565,8 +564,8 @@ class Objective:
         events = getattr(problem, "events", ())
         # the right-hand side's jumps and kinks where a condition on the states changes are located like events
         self.state_switches = state_switches(problem.solve_model)
-        # the solver's model holds each of them by a parameter (held_switches): index of the first, or None
-        self.solve_model, self.held_at = held_switches(problem.solve_model)
+        # the solver's model holds each of them by a parameter (held_switches)
+        self.solve_model = held_switches(problem.solve_model)
         self.events = (CompiledEvents(events, m, self.solve_model, self.state_switches)
                        if events or self.state_switches else None)
         self.obsf = ObservableFunctions(m)
