@@ -6,7 +6,7 @@ Per problem (each in its own process, so that one crash or hang is one row):
 1. ``oi.petab.load``: loaded, or the typed error that names the unsupported feature (its class and
    message; odeinfer's messages never quote file contents);
 2. the negative log-likelihood at the nominal parameters with a tight solver (Rodas, rtol 1e-10,
-   atol 1e-12), against the log-likelihood that AMICI's benchmark tests publish
+   atol 1e-12; ``Objective.value``: solves of the states alone), against the log-likelihood that AMICI's benchmark tests publish
    (``tests/benchmark_models/benchmark_models.yaml`` of the AMICI repository, commit 5c524dd; the
    values below are copied from it, with its notes on the collection's own sign and log10
    conventions): within 1e-3 absolute, or the difference;
@@ -16,8 +16,11 @@ Per problem (each in its own process, so that one crash or hang is one row):
    measurements, matched by (pre-equilibration and simulation condition, observable, time)
    (steady-state rows, ``time = inf``: the one value per group, however many rows each side has;
    groups that the simulations hold but no measurement does are left out, with a note);
-4. times: load, first evaluation (compilation included), a warm NLL + gradient (median of 5 calls, each at
-   new parameters: the nominal ones moved by 1e-9 on the estimation scale).
+4. times: load, first evaluation (of step 2, compilation included), a warm NLL + gradient (median of 5 calls,
+   each at new parameters: the nominal ones moved by 1e-9 on the estimation scale).
+
+The child process prints its record after each stage, so a problem whose process hits ``--timeout`` keeps the
+stages it finished (a timeout in step 4 leaves the warm time "over T s").
 
 The collection is not part of the repository: clone it (BSD-3-Clause) and name its
 ``Benchmark-Models`` folder::
@@ -144,7 +147,7 @@ def one(folder: Path) -> dict:
     t = time.perf_counter()
     try:
         obj = pp.objective(oi.Rodas(rtol=1e-10, atol=1e-12, max_steps=200_000))
-        ev = obj(pp.u_nominal, grad=False)
+        ev = obj.value(pp.u_nominal)
     except Exception as exc:  # noqa: BLE001
         rec.update(stage="evaluate", error=type(exc).__name__, message=_first_line(exc, folder))
         return rec
@@ -159,6 +162,7 @@ def one(folder: Path) -> dict:
         rec["sim_rel_diff"], rec["sim_note"] = _compare_simulations(obj, pp.u_nominal, folder, name)
     except Exception as exc:  # noqa: BLE001
         rec["sim_rel_diff"], rec["sim_note"] = None, f"{type(exc).__name__}: {_first_line(exc, folder)}"
+    print(json.dumps(dict(rec, stage="warm")), flush=True)  # kept if the warm timing hits the timeout
     try:
         warm = pp.objective()  # the likelihood role's default solver, as the estimators use
         warm(pp.u_nominal)
@@ -182,8 +186,14 @@ def run(folder: Path, timeout: float) -> dict:
     try:
         res = subprocess.run([sys.executable, __file__, "--one", str(folder)], capture_output=True, text=True,
                              timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return {"problem": folder.name, "stage": "timeout", "error": "timeout", "message": f"over {timeout:.0f} s"}
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if not lines:
+            return {"problem": folder.name, "stage": "timeout", "error": "timeout", "message": f"over {timeout:.0f} s"}
+        rec = json.loads(lines[-1])  # the nominal evaluation ended: the warm timing did not
+        rec.update(stage="done", warm_ms=None, warm_note=f"warm NLL+grad: over {timeout:.0f} s in all")
+        return rec
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         tail = res.stderr.strip().splitlines()[-1:] or [""]
@@ -216,7 +226,7 @@ def table(records, command):
         return "" if v is None else format(v, fmt)
 
     for r in records:
-        note = r.get("message", "") or r.get("sim_note", "") or r.get("warm_note", "")
+        note = r.get("message", "") or "; ".join(filter(None, (r.get("sim_note", ""), r.get("warm_note", ""))))
         out.append("| " + " | ".join([
             r["problem"], str(r.get("states", "")), str(r.get("estimated", "")), str(r.get("measurements", "")),
             f(r.get("load_s"), ".1f"), f(r.get("first_eval_s"), ".1f"), f(r.get("warm_ms"), ".2f"),

@@ -61,7 +61,46 @@ class Evaluation:
 
 
 class _Segment:
-    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs", "fine")
+    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs", "fine", "_alone")
+
+    def alone(self, fine=False):
+        """The states-only twin of the segment's solver (of its events' check-grid solver with ``fine``), built
+        on first use: called like it, it returns sensitivities with no columns."""
+        if self._alone is None:
+            self._alone = {}
+        twin = self._alone.get(fine)
+        if twin is None:
+            twin = self._alone[fine] = _StatesAlone.of(self.fine[2] if fine else self.solver)
+        return twin
+
+
+class _StatesAlone:
+    """A bound solver's twin without sensitivities (same class, method and options), called like the
+    directional solver, ``(y, S, status) = twin(p, x0, pdir, s0)``, with ``S`` of no columns."""
+
+    __slots__ = ("solver", "_empty")
+
+    def __init__(self, solver):
+        self.solver = solver
+        self._empty = np.zeros((solver.t.size, solver.compiled.n_states, 0))
+
+    @classmethod
+    def of(cls, solver):
+        twin = type(solver)(solver.compiled, solver.t, solver.t0, solver.solver)
+        if getattr(solver, "stiff_in_scope", False):  # the segment found stiff starts on Rodas
+            twin.go_stiff(solver.switch_reason)
+        return cls(twin)
+
+    def __call__(self, params, x0, *directions):
+        y, _, status = self.solver(params, x0)
+        return y, self._empty, status
+
+    def retimed(self, t, t0):
+        return _StatesAlone(self.solver.retimed(t, t0))
+
+    info = property(lambda self: self.solver.info)
+    max_steps = property(lambda self: self.solver.max_steps)
+    compiled = property(lambda self: self.solver.compiled)
 
 
 class _Run:
@@ -219,7 +258,7 @@ class _Run:
             seg = _Segment()
             seg.start, seg.out, seg.rows, seg.end_extra = start, out, _as_slice(out), extra
             seg.solver = self._bind(tt, start)
-            seg.fine = None
+            seg.fine = seg._alone = None
             if self.events is not None:  # the triggers are checked on a finer grid too
                 fine = check_grid(start, end, tt)
                 solver = self._bind(fine, start)
@@ -271,9 +310,12 @@ class _Run:
                 "stays on a threshold (sliding along it) collapses the step; a smooth version of the kink in the model "
                 "avoids it")
 
-    def states(self, v, Jv):
-        """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text."""
+    def states(self, v, Jv, sens=True):
+        """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text; without
+        ``sens``, solves of the states alone (the gradients have no columns)."""
         n_p, n_q, n_s = self.n_p, self.n_q, self.n_s
+        if not sens:
+            Jv = Jv[:, :0]
         ne = Jv.shape[1]
         p, dp = v[:n_p].copy(), Jv[:n_p]
         o = n_p + n_q
@@ -292,7 +334,9 @@ class _Run:
         X = np.empty((self.times.size, n_s))
         dX = np.zeros((self.times.size, n_s, ne))
         n_ps, cols, sel = self.n_ps, self.traj_cols, self.col_sel
-        k_dir = max(cols.size, 1)
+        if not sens:
+            cols = sel = cols[:0]
+        k_dir = max(cols.size, 1) if sens else 0
         s0 = np.zeros((n_s, k_dir))
         if self.switch_ids:
             segments, switches = self._segments_at(p)
@@ -313,15 +357,15 @@ class _Run:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
             if seg.fine is None:
-                y, S, st = seg.solver(pj, np.ascontiguousarray(x), pdir, s0)
+                y, S, st = (seg.solver if sens else seg.alone())(pj, np.ascontiguousarray(x), pdir, s0)
             else:
-                res = self._run_events(seg, pj, x, pdir, s0, armed)
+                res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
                 if isinstance(res, str):
                     return f"experiment {self.name!r}: {res}"
                 y, S, st, armed = res
             if st != 0:
-                info = seg.solver.info
-                why = status_message(st, t_reached=info[0], max_steps=seg.solver.max_steps)
+                solver = seg.solver if sens else seg.alone()
+                why = status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
@@ -345,12 +389,14 @@ class _Run:
         return X, dX
 
 
-    def _run_events(self, seg, pj, x, pdir, s0, armed):
+    def _run_events(self, seg, pj, x, pdir, s0, armed, sens=True):
         """The segment ``seg`` with its events (:mod:`odeinfer.likelihood.events`): ``(y, S, status, armed)``
         at the segment's output times like its solver's, or a failure text. ``armed``: None at the
-        experiment's start (then each event's ``initial_value`` decides)."""
+        experiment's start (then each event's ``initial_value`` decides). Without ``sens``, the states alone."""
         ev, n = self.events, self.n_s
         fine, pick, solver, plain = seg.fine
+        if not sens:
+            solver = seg.alone(fine=True)
         Y = np.empty((fine.size, n))
         SS = np.empty((fine.size, n, pdir.shape[1]))
         t_cur, x_cur, S_cur = seg.start, np.array(x, float), np.array(s0, float)
@@ -590,7 +636,19 @@ class Objective:
         return theta
 
     def __call__(self, u, *, grad=True) -> Evaluation:
-        """Evaluate at ``u``; ``grad=False`` skips nothing of the solve but the assembly."""
+        """Evaluate at ``u``; ``grad=False`` skips nothing of the solve but the assembly (the same solves, so the
+        same value: what a finite-difference check of the gradient needs). See :meth:`value` for the cheap
+        value alone."""
+        return self._evaluate(u, grad, True)
+
+    def value(self, u) -> Evaluation:
+        """The negative log-likelihood alone at ``u`` (``Evaluation`` without gradient), from solves of the states
+        alone: no sensitivities, so a small fraction of a full evaluation's cost on a model with many estimated
+        parameters. Its solver takes its own steps, so the value differs from ``self(u).nll`` by the solver's
+        tolerance (about 1e-7 relative at the default rtol 1e-6)."""
+        return self._evaluate(u, False, False)
+
+    def _evaluate(self, u, grad, sens):
         self.n_eval += 1
         u = np.asarray(u, float)
         theta = self.natural(u)
@@ -605,7 +663,7 @@ class Objective:
             leader = run.share or run
             res = solved.get(id(leader))
             if res is None:
-                res = solved[id(leader)] = run.states(v, Jv)
+                res = solved[id(leader)] = run.states(v, Jv, sens)
             if isinstance(res, str):
                 return Evaluation(failure=res)
             X, dX = res
@@ -719,7 +777,7 @@ class Objective:
         v, Jv = run.mapping(theta)
         # an experiment that shares another's trajectory solves with that run's segments (its own has none);
         # the trajectory's parameters in v are the same for both (that is what sharing means)
-        res = (run.share or run).states(v, Jv)
+        res = (run.share or run).states(v, Jv, grad)
         if isinstance(res, str):
             raise SolverError(res)
         X, dX = res
