@@ -323,9 +323,12 @@ def test_events_across_experiments_doses_and_solvers(solver):
         return float(np.sum(0.5 * np.log(2 * np.pi * 0.01) + res ** 2 / 0.02))
 
     u = np.array([0.7, 1.5, 2.0, 1.2])
-    ev = oi.Objective(problem, solver=solver)(u)
+    obj = oi.Objective(problem, solver=solver)
+    ev = obj(u)
     assert ev.failure is None
     assert ev.nll == pytest.approx(nll(u), rel=1e-8)
+    alone = obj.value(u)  # the same events, doses and conditions on solves of the states alone
+    assert alone.grad is None and alone.nll == pytest.approx(nll(u), rel=1e-8)
     fd = np.array([(nll(u + 1e-6 * e) - nll(u - 1e-6 * e)) / 2e-6 for e in np.eye(4)])
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
 
@@ -365,9 +368,11 @@ def test_a_state_dependent_jump_or_kink_of_the_right_hand_side_is_located(rhs, c
     def nll(u):
         return float(np.sum(0.5 * np.log(2 * np.pi * 0.01) + (Y - closed(T, *u)) ** 2 / 0.02))
 
-    ev = oi.Objective(problem, solver=tight())(truth)
+    obj = oi.Objective(problem, solver=tight())
+    ev = obj(truth)
     assert ev.failure is None
     assert ev.nll == pytest.approx(nll(truth), rel=1e-8)
+    assert obj.value(truth).nll == pytest.approx(nll(truth), rel=1e-8)
     fd = np.array([(nll(truth + 1e-6 * e) - nll(truth - 1e-6 * e)) / 2e-6 for e in np.eye(truth.size)])
     np.testing.assert_allclose(ev.grad, fd, rtol=1e-6)
     if "q" in rhs:

@@ -81,8 +81,13 @@ def nominal_table(name):
         "test_crauste_matches_a_hand_written_scipy_solution checks that value"))),
 ])
 def test_nll_at_nominal_matches_amici_reference(name):
-    _, _, nll = benchmark(name)
+    pp, obj, nll = benchmark(name)
     assert abs(nll - (-AMICI_LLH[name])) < 1e-3, (nll, -AMICI_LLH[name])
+    # the value alone (solves of the states alone, no sensitivities): the same reference
+    alone = obj.value(pp.u_nominal)
+    assert alone.ok and alone.grad is None, alone.failure
+    assert abs(alone.nll - (-AMICI_LLH[name])) < 1e-3, (alone.nll, -AMICI_LLH[name])
+    assert all(seg.alone().solver.gradient is None for run in obj.runs for seg in run.segments)
 
 
 def _hand_nll(name, rhs, x0, observe, t_end):
