@@ -8,6 +8,7 @@ steady states from scipy.optimize.root; gradients against central finite differe
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -49,6 +50,19 @@ def test_nll_matches_scipy_for_every_noise_model(dist, scale):
     h = 1.2 * (1.0 + 0.5 * T) + 0.1
     ref = _nll_ref(dist, scale, h, 0.05 + 0.02 * h)
     assert obj(u).nll == pytest.approx(ref, rel=1e-10, abs=1e-10)
+    assert obj.value(u).nll == pytest.approx(ref, rel=1e-10, abs=1e-10)  # the states alone: the same ramp
+
+
+@pytest.mark.parametrize("u, got", [(np.zeros(3), "shape (3,)"), ("abc", "a str that is not numeric"),
+                                    ([[1.0, 2.0]], "shape (1, 2)"), (None, "shape ()")])
+def test_a_parameter_vector_of_the_wrong_size_or_kind_is_refused(u, got):
+    m = ramp.observe({"sig": "s*x"}, noise=oi.Normal(sigma=0.1), params=["s"])
+    prob = oi.FitProblem(m, oi.Data(T, Y, "sig"), {"k": oi.Param(0.5), "s": oi.Param(1.2)}, x0={"x": 1.0})
+    obj = oi.Objective(prob)
+    for call in (obj, obj.value, obj.predictions):
+        with pytest.raises(InputError, match=rf"u: expected 2 numbers, the estimated parameters \['k', 's'\].*got "
+                                             rf"{re.escape(got)}; pass one value per name"):
+            call(u)
 
 
 @oi.model(states=["a", "b"], params=["k1", "k2", "u"])
