@@ -80,6 +80,30 @@ def test_the_default_solver_is_as_accurate_as_without_events():
     np.testing.assert_allclose(ev.grad, _fd(y, u), rtol=1e-3)
 
 
+def test_solves_of_the_states_alone_start_stiff_where_the_segment_went_stiff():
+    """The sawtooth with a stiff follower z' = -L (z - x), L = 1e4: oi.Auto switches the segment to Rodas; the event
+    search's probes and the value alone inherit that switch (the segment's reason) instead of each starting on
+    Dormand-Prince again; the NLL keeps the default solver's accuracy against the closed form."""
+    m = oi.Model.from_equations({"x": "-k*x", "z": "-L*(z - x)"}, params=["k", "c", "a", "L"]).observe(
+        {"xo": "x"}, noise=oi.Normal(sigma=0.1))
+    y = _data()
+    problem = oi.FitProblem(m, oi.Data(T, y[:, None], ["xo"], t0=0.0),
+                            {"k": oi.Param(), "c": oi.Param(), "a": oi.Param(), "L": 1e4}, x0={"x": X0, "z": X0},
+                            events=[oi.Event("x < c", {"x": "a"})])
+    obj = oi.Objective(problem)
+    u = np.array([K, C, A])
+    ev = obj(u)
+    assert ev.failure is None and abs(ev.nll - _nll(y, u)) < 1e-3
+    seg = obj.runs[0].segments[0]
+    fine, probes = seg.fine[2], seg.fine[3].base
+    assert fine.stiff_in_scope and fine.switch_reason.startswith("dopri5")
+    assert probes.stiff_in_scope and probes.switch_reason == fine.switch_reason
+    alone = obj.value(u)
+    assert abs(alone.nll - _nll(y, u)) < 1e-3
+    twin = seg.alone(fine=True).solver
+    assert twin.stiff_in_scope and twin.switch_reason == fine.switch_reason
+
+
 @pytest.mark.parametrize("initial_value", [True, False])
 def test_a_trigger_true_at_the_start_fires_only_if_its_initial_value_is_false(initial_value):
     y = _data()

@@ -385,9 +385,10 @@ class StatesOnly:
         t = np.array(t, dtype=np.float64)
         t.flags.writeable = False
         if self.base is None:
-            s = self.base = type(self.solver)(self.solver.compiled, t, float(t0), self.solver.solver, None, ())
-        else:
-            s = self.base.retimed(t, float(t0))
+            self.base = self.solver.states_alone()
+        elif hasattr(self.base, "go_stiff"):  # a segment found stiff since: the probes start on Rodas too
+            self.solver.share_stiffness(self.base)
+        s = self.base.retimed(t, float(t0))
         y, _, st = s(pj, np.ascontiguousarray(x))
         return np.array(y), st
 

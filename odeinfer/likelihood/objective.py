@@ -70,7 +70,7 @@ class _Segment:
             self._alone = {}
         twin = self._alone.get(fine)
         if twin is None:
-            twin = self._alone[fine] = _StatesAlone.of(self.fine[2] if fine else self.solver)
+            twin = self._alone[fine] = _StatesAlone((self.fine[2] if fine else self.solver).states_alone())
         return twin
 
 
@@ -83,13 +83,6 @@ class _StatesAlone:
     def __init__(self, solver):
         self.solver = solver
         self._empty = np.zeros((solver.t.size, solver.compiled.n_states, 0))
-
-    @classmethod
-    def of(cls, solver):
-        twin = type(solver)(solver.compiled, solver.t, solver.t0, solver.solver)
-        if getattr(solver, "stiff_in_scope", False):  # the segment found stiff starts on Rodas
-            twin.go_stiff(solver.switch_reason)
-        return cls(twin)
 
     def __call__(self, params, x0, *directions):
         y, _, status = self.solver(params, x0)

@@ -159,6 +159,10 @@ class Solver:
         nothing is validated again."""
         return Solver(self.compiled, t, t0, self.solver, self.gradient, tuple(self._nan_cols), tiers=self._tiers)
 
+    def states_alone(self):
+        """A solver like this one (same model, times, method and options) without sensitivities."""
+        return Solver(self.compiled, self.t, self.t0, self.solver)
+
     @property
     def tier(self):
         """Which kernel answers: ``"model"`` (:attr:`kernel`), ``"shared"`` (the model-independent
@@ -272,6 +276,19 @@ class AutoSolver:
         new.implicit = None if self.implicit is None else self.implicit.retimed(t, t0)
         new._use(new.implicit if self.stiff else new.explicit)
         return new
+
+    def states_alone(self):
+        """An :class:`AutoSolver` like this one without sensitivities, on Rodas from its first call if this one has
+        switched (in the current scope)."""
+        twin = AutoSolver(self.compiled, self.t, self.t0, self.solver)
+        self.share_stiffness(twin)
+        return twin
+
+    def share_stiffness(self, other):
+        """Switch ``other`` (an :class:`AutoSolver` of the same model) to Rodas if this one has switched in the
+        current scope and ``other`` has not."""
+        if self.stiff_in_scope and not other.stiff_in_scope:
+            other.go_stiff(self.switch_reason)
 
     def __call__(self, params, x0, *directions):
         """Solve for ``params`` (n_params,) and ``x0`` (n_states,) (and, with directions, ``pdir``
