@@ -271,3 +271,65 @@ def test_numba_vjp_grows_its_step_record():
     np.testing.assert_allclose(np.concatenate([n_theta, n_x0]), np.concatenate([g_theta, g_x0]), rtol=1e-12)
     short = ODEProblem(e.model, t, 0.0, solver=oi.Dopri5(rtol=1e-9, atol=1e-11, max_steps=700))
     assert np.isnan(short.python_vjp(p, x0, g)[0]).all() and np.isnan(short.numba_vjp()(p, x0, g)[0]).all()
+
+
+# --- Rodas: the discrete adjoint of the Rosenbrock steps (stiff models) ----------------------------------------
+def rodas_vjp(model, p, x0, t, g, t0=None, **options):
+    vjp = oi.bind(oi.Problem(model, t, t0=t0), solver=oi.Rodas(**options), gradient=oi.Adjoint())
+    grad, status = vjp(np.asarray(p, dtype=float), np.asarray(x0, dtype=float), np.array(g, dtype=float))
+    assert status == Status.SUCCESS
+    return grad.copy(), vjp
+
+
+robertson = oi.Model.from_equations(
+    {"a": "-k1*a + k3*b*c", "b": "k1*a - k3*b*c - k2*b**2", "c": "k2*b**2"}, params=["k1", "k2", "k3"])
+forced = oi.Model.from_equations({"x": "-k*x + a*sin(w*t)", "v": "x - c*v"}, params=["k", "a", "w", "c"])
+
+
+def _rodas_sens_vjp(model, p, x0, t, g, t0=None):
+    """Reference: forward sensitivities (the variational equations) with Rodas at rtol 1e-12, contracted with g."""
+    s = oi.solve(oi.Problem(model, t, x0=x0, t0=t0), p, solver=oi.Rodas(rtol=1e-12, atol=1e-14),
+                 gradient=oi.Forward())
+    return np.einsum("ik,ikj->j", g, s.sens)
+
+
+def test_rodas_adjoint_of_linear_decay_matches_the_analytic_derivatives():
+    """As test_linear_decay_matches_analytic_derivatives, on Rodas's steps: outputs at t0, a repeated time."""
+    k, x0, t0 = 0.7, 2.0, -0.5
+    t = np.array([-0.5, 0.0, 0.3, 0.3, 1.0, 2.5])
+    g = np.array([[1.5], [0.2], [-1.0], [0.4], [2.0], [0.7]])
+    grad, vjp = rodas_vjp(decay, [k], [x0], t, g, t0=t0, rtol=1e-10, atol=1e-12)
+    e = np.exp(-k * (t - t0))
+    np.testing.assert_allclose(grad, [np.sum(g[:, 0] * -(t - t0) * x0 * e), np.sum(g[:, 0] * e)], rtol=1e-8)
+    np.testing.assert_allclose(vjp.y[:, 0], x0 * e, rtol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["lotka_volterra", "fitzhugh_nagumo", "robertson", "forced"])
+def test_rodas_adjoint_matches_forward_sensitivities(case):
+    """Rodas's adjoint at rtol 1e-10 against forward sensitivities at rtol 1e-12: 1e-6 relative. Robertson is stiff
+    (rates 0.04, 1e4, 3e7, output times over 6 decades); the forced model's right-hand side depends on t (the f_t
+    terms of the Rosenbrock stages)."""
+    if case == "robertson":
+        model, p, x0, t0 = robertson, np.array([0.04, 3e7, 1e4]), np.array([1.0, 0.0, 0.0]), 0.0
+        t = np.geomspace(1e-4, 1e2, 13)
+    elif case == "forced":
+        model, p, x0, t0 = forced, np.array([0.8, 1.5, 2.0, 0.3]), np.array([1.0, 0.0]), 0.0
+        t = np.linspace(0.5, 10.0, 12)
+    else:
+        e, p, x0, t = _entry(case)
+        model, t0 = e.model, e.t0
+    g = np.random.default_rng(5).normal(size=(t.size, model.n_states))
+    ref = _rodas_sens_vjp(model, p, x0, t, g, t0)
+    grad, _ = rodas_vjp(model, p, x0, t, g, t0=t0, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+
+
+def test_rodas_adjoint_error_follows_the_tolerance():
+    """The sweep differentiates the computed solution: its error against the exact gradient is the solution's, so it
+    shrinks with rtol (Robertson)."""
+    p, x0, t = np.array([0.04, 3e7, 1e4]), np.array([1.0, 0.0, 0.0]), np.geomspace(1e-4, 1e2, 13)
+    g = np.random.default_rng(2).normal(size=(t.size, 3))
+    ref = _rodas_sens_vjp(robertson, p, x0, t, g)
+    errs = [np.abs(rodas_vjp(robertson, p, x0, t, g, rtol=r, atol=r * 1e-4)[0] - ref).max() / np.abs(ref).max()
+            for r in (1e-5, 1e-8)]
+    assert errs[0] < 1e-2 and errs[1] < 1e-5 and errs[1] < errs[0] / 20

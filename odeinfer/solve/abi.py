@@ -135,6 +135,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "rodas_solve_dir": _SOLVE_DIR,
     "dopri5_adjoint_vjp": ("t0", "t_eval", "y0", "p", "g", "rtol", "atol", "max_steps", "nsub", "z_out", "rec",
                            "grad", "work", "info"),
+    "rodas_adjoint_vjp": ("t0", "t_eval", "y0", "p", "g", "rtol", "atol", "max_steps", "nsub", "z_out", "rec",
+                          "grad", "work", "info"),
     "dde_solve": ("t0", "t_eval", "p", "hkind", "phi", "hb", "hc", "k", "sens_err", "rtol", "atol", "first_step",
                   "max_steps", "z_out", "work", "buf", "info"),
     "dde_adjoint_vjp": ("t0", "t_obs", "g", "p", "hkind", "phi", "hb", "hc", "buf", "nbuf", "nsub", "grad"),
@@ -176,10 +178,11 @@ def ode_work_size(method: str, n: int, m: int, k: int) -> int:
     return int(size(n, m, k))
 
 
-def adjoint_record_cols(n: int) -> int:
-    """Columns of ``rec``, the step record of ``dopri5_adjoint_vjp`` (a row per accepted forward step:
-    ``t, h, t + h``, then the 5 continuous-extension coefficient vectors of the ``n`` states)."""
-    return 3 + 5 * n
+def adjoint_record_cols(n: int, method: str = "dopri5") -> int:
+    """Columns of ``rec``, the step record of ``<method>_adjoint_vjp`` (a row per accepted forward step):
+    Dormand-Prince's ``t, h, t + h``, then the 5 continuous-extension coefficient vectors of the ``n`` states;
+    Rodas's ``t, h, t_new``, the step's first and end output indices, then its start state."""
+    return 3 + 5 * n if method == "dopri5" else 5 + n
 
 
 def dde_buffer_cols(n: int, k: int) -> int:
@@ -188,9 +191,9 @@ def dde_buffer_cols(n: int, k: int) -> int:
     return 2 + 5 * n * (1 + k)
 
 
-def adjoint_work_size(n: int, m: int) -> int:
-    """Length of ``work`` for ``dopri5_adjoint_vjp``."""
-    return int(_shared()._adj_work_len(n, m))
+def adjoint_work_size(n: int, m: int, method: str = "dopri5") -> int:
+    """Length of ``work`` for ``<method>_adjoint_vjp``."""
+    return int(_shared()._adj_work_len(n, m)) if method == "dopri5" else ode_work_size(method, n, m, 0)
 
 
 def _sizes_handle(model):
@@ -262,7 +265,7 @@ def fixed_step_call(kernel, t0, t_eval, sens, h, z_out, work, info):
 
 
 def adjoint_vjp_call(kernel, t0, t_eval, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
-    """``run(p, y0, g) -> status`` calling ``dopri5_adjoint_vjp``."""
+    """``run(p, y0, g) -> status`` calling ``dopri5_adjoint_vjp`` or ``rodas_adjoint_vjp``."""
     def run(p, y0, g):
         return kernel(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info)
     return run

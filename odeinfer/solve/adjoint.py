@@ -1,12 +1,15 @@
-"""Vector-Jacobian products of ODE solutions by the continuous adjoint: :class:`VJP`, what
-``oi.bind(problem, gradient=oi.Adjoint())`` returns.
+"""Vector-Jacobian products of ODE solutions by the adjoint: :class:`VJP`, what
+``oi.bind(problem, solver=..., gradient=oi.Adjoint())`` returns.
 
 ``sum_i g_i . x(t_i)`` differentiated with respect to the parameters and the initial
-state costs one forward solve of the states and one backward solve of ``n + m``
-adjoint components (kernel ``dopri5_adjoint_vjp``, ``odeinfer/solve/kernels/adjoint.py``),
-whatever the number of parameters; forward sensitivities integrate ``n (1 + m + n)``
-components. For models with many parameters, and for the gradient of a log
-density (one ``g`` per evaluation), this is the cheaper path.
+state costs one forward solve of the states and one backward sweep of ``n + m``
+adjoint components, whatever the number of parameters; forward sensitivities integrate
+``n (1 + m + n)`` components. For models with many parameters, and for the gradient of a log
+density (one ``g`` per evaluation), this is the cheaper path. With ``oi.Dopri5`` the continuous
+adjoint is integrated backward on the forward steps (kernel ``dopri5_adjoint_vjp``,
+``odeinfer/solve/kernels/adjoint.py``); with ``oi.Rodas`` (stiff models) the sweep is the discrete
+adjoint of the Rosenbrock steps, the exact gradient of the computed solution (``rodas_adjoint_vjp``,
+``odeinfer/solve/kernels/rodas.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ __all__ = ["VJP"]
 class VJP:
     """The adjoint vector-Jacobian product bound to a model, output times and options.
 
-    Made by ``oi.bind(problem, solver=oi.Dopri5(...), gradient=oi.Adjoint(nsub=...))``.
+    Made by ``oi.bind(problem, solver=oi.Dopri5(...), gradient=oi.Adjoint(nsub=...))`` or, for a stiff model,
+    ``oi.bind(problem, solver=oi.Rodas(...), gradient=oi.Adjoint())`` (``nsub`` has no use there).
     ``grad, status = vjp(params, x0, g)`` with float64 C-contiguous ``params`` (n_params,), ``x0`` (n_states,) and ``g`` (n_times,
     n_states) (not converted or validated on this fast path; wrong sizes give
     ``status == Status.BAD_INPUT``). ``grad`` (n_params + n_states,) =
@@ -57,11 +61,12 @@ class VJP:
         self.solver, self.gradient = solver, gradient
         self.rtol, self.atol, self.max_steps = solver.rtol, solver.atol, solver.max_steps
         self.nsub = 1 if gradient.nsub is None else gradient.nsub
-        self.kernel = module.dopri5_adjoint_vjp
+        method = solver.method
+        self.kernel = getattr(module, f"{method}_adjoint_vjp")
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)
-        self.rec = np.empty((self.max_steps, abi.adjoint_record_cols(n)))
-        self.work = np.empty(abi.adjoint_work_size(n, m))
+        self.rec = np.empty((self.max_steps, abi.adjoint_record_cols(n, method)))
+        self.work = np.empty(abi.adjoint_work_size(n, m, method))
         self.info = np.zeros(INFO_SIZE)
         self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while the model's compiles
         self._run = abi.adjoint_vjp_call(self._tiers, t0, t, self.rtol, self.atol,

@@ -26,7 +26,7 @@ import numpy as np
 
 from odeinfer.errors import InputError, SolverError
 from odeinfer.solve import _inputs
-from odeinfer.solve.config import Adjoint, Auto, Dopri5, as_gradient, as_solver
+from odeinfer.solve.config import Adjoint, Auto, Dopri5, Rodas, as_gradient, as_solver
 from odeinfer.solve.solution import Solution
 from odeinfer.solve.abi import Info, Status, status_message
 
@@ -207,10 +207,11 @@ def _build(problem, solver, gradient):
             from odeinfer.solve.dde_adjoint import DDEVJP
 
             return DDEVJP(bind(problem, solver=solver), gradient)
-        if not isinstance(solver, Dopri5) or solver.fixed_step:
-            raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver=oi.Dopri5(...) (the adjoint "
-                             f"integrates backward on Dormand-Prince's steps), got {solver!r}; pass "
-                             "solver=oi.Dopri5(...) or gradient=oi.Forward()")
+        if not isinstance(solver, (Dopri5, Rodas)) or getattr(solver, "fixed_step", None):
+            raise InputError(f"gradient: oi.Adjoint() needs an adaptive solver of one method, oi.Dopri5(...) or "
+                             f"(stiff models) oi.Rodas(...): the adjoint runs backward on that method's steps; got "
+                             f"{solver!r}; pass solver=oi.Dopri5(...) or solver=oi.Rodas(...), or "
+                             "gradient=oi.Forward()")
         _inputs.check_sensitivities(cm, True)
         from odeinfer.solve.adjoint import VJP
 

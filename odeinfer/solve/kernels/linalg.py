@@ -117,3 +117,27 @@ def lu_solve_rows(lu, piv, b, off, k):
         d = lu[i, i]
         for j in range(k):
             b[row + j] = b[row + j] / d
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def lu_solve_transposed(lu, piv, b):
+    """Solve ``a^T x = b`` in place from :func:`lu_factor` output: ``P a = L U`` gives ``a^T = U^T L^T P``, so
+    ``U^T w = b`` (forward), ``L^T v = w`` (backward, unit diagonal), then ``x = P^T v`` (the row swaps undone
+    in reverse order)."""
+    n = lu.shape[0]
+    for i in range(n):
+        acc = b[i]
+        for j in range(i):
+            acc -= lu[j, i] * b[j]
+        b[i] = acc / lu[i, i]
+    for i in range(n - 2, -1, -1):
+        acc = b[i]
+        for j in range(i + 1, n):
+            acc -= lu[j, i] * b[j]
+        b[i] = acc
+    for c in range(n - 1, -1, -1):
+        r = piv[c]
+        if r != c:
+            tmp = b[c]
+            b[c] = b[r]
+            b[r] = tmp

@@ -22,7 +22,8 @@ Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_dopri5_solve_sens(mh, <the arguments of dopri5_solve_sens>)``, ``ptr_dopri5_solve_dir``
 (``work``: ``_dopri5_work_len(n, m, k)``), ``ptr_dopri5_adjoint_vjp``
 (``work``: ``_adj_work_len(n, m)``), ``ptr_rodas_solve``,
-``ptr_rodas_solve_sens`` and ``ptr_rodas_solve_dir`` (``work``: ``_rodas_work_len(n, m, k)``), ``ptr_coll_constraints``
+``ptr_rodas_solve_sens``, ``ptr_rodas_solve_dir`` (``work``: ``_rodas_work_len(n, m, k)``) and
+``ptr_rodas_adjoint_vjp`` (``work``: ``_rodas_work_len(n, m, 0)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
 family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``),
@@ -138,11 +139,17 @@ def ptr_dopri5_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_rodas_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
+    """``rodas_adjoint_vjp`` (``rodas.py``) for the model behind ``mh``."""
+    return _rodas_adjoint(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
 def ptr_rodas_solve(mh, t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, work, info):
     """``rodas_solve`` for the model behind ``mh``."""
     none = no_directions(work)
     return _rodas_run(mh, t0, t_eval, y0, p, 0, none, none, mh[0], rtol, atol, first_step, max_steps, z_out, work,
-                      info)
+                      info, none)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -153,7 +160,7 @@ def ptr_rodas_solve_sens(mh, t0, t_eval, y0, p, sens_err, rtol, atol, first_step
     nc = mh[0] * (1 + k) if sens_err else mh[0]
     none = no_directions(work)
     return _rodas_run(mh, t0, t_eval, y0, p, k, none, none, nc, rtol, atol, first_step, max_steps, z_out, work,
-                      info)
+                      info, none)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -163,7 +170,7 @@ def ptr_rodas_solve_dir(mh, t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, f
     k = pdir.shape[1]
     nc = mh[0] * (1 + k) if sens_err else mh[0]
     return _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, max_steps, z_out, work,
-                      info)
+                      info, no_directions(work))
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)

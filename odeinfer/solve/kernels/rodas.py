@@ -174,7 +174,7 @@ def rodas_solve(t0, t_eval, y0, p, rtol, atol, first_step, max_steps, z_out, wor
     """Adaptive Rodas4 for the states alone; see the module docstring."""
     none = no_directions(work)
     return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, 0, none, none, N_STATES, rtol, atol, first_step, max_steps,
-                      z_out, work, info)
+                      z_out, work, info, none)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -185,7 +185,7 @@ def rodas_solve_sens(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_st
     nc = N_STATES * (1 + k) if sens_err else N_STATES
     none = no_directions(work)
     return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, k, none, none, nc, rtol, atol, first_step, max_steps,
-                      z_out, work, info)
+                      z_out, work, info, none)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -195,14 +195,14 @@ def rodas_solve_dir(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_ste
     k = pdir.shape[1]
     nc = N_STATES * (1 + k) if sens_err else N_STATES
     return _rodas_run(MODEL_HANDLE, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, max_steps,
-                      z_out, work, info)
+                      z_out, work, info, no_directions(work))
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, max_steps, z_out,
-               work, info):
+               work, info, rec):
     # mh: the model handle, as in _dopri5_run (direct.py in a model's module, pointer.py in the
-    # shared one)
+    # shared one); rec: the accepted steps' record of the adjoint (rodas_adjoint_vjp), or no rows
     n = mh[0]
     m = mh[1]
     size = n * (1 + k)
@@ -375,6 +375,8 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         hacc = h
         erracc = max(1.0e-2, err)
         j_end = rk_outputs_due(t_eval, i_out, last, t_new)
+        if rec.shape[0] > 0:
+            _rodas_record(rec, n_acc - 1, t, h, t_new, i_out, j_end, ystart)
         if j_end > i_out:
             for q in range(size):
                 w2 = (_RO_W21 * u1[q] + _RO_W22 * u2[q] + _RO_W23 * u3[q]
@@ -401,3 +403,266 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
     write_info(info, t, n_steps, n_rej, n_rhs, h)
     info[INFO_N_LU] = n_lu
     return status
+
+
+# ---- the discrete adjoint: vector-Jacobian products of the Rodas solution ----------------------------------
+#
+# ``rodas_adjoint_vjp`` differentiates the computed solution itself (the discrete adjoint of the accepted steps,
+# their sizes held fixed): the gradient of ``L = sum_i g_i . y(t_i)``, ``y`` the Rodas solution with its dense
+# output at ``t_eval``, with respect to ``p`` and ``y0``. The forward solve (states alone) records each accepted
+# step (``_rodas_record``); the backward sweep recomputes the step's stages from its start and runs them in
+# reverse. One stage ``E u_i = f(t_i, Y_i) + sum_j (c_ij / h) u_j + h d_i f_t(t, y)``, ``E = I / (h gamma) -
+# J_y(t, y)``, gives with ``r = E^-T ubar_i``: ``ubar_j += (c_ij / h) r``; ``Ybar_i = J_y(t_i, Y_i)^T r``,
+# ``pbar += J_p(t_i, Y_i)^T r``; through ``E``: ``ybar += jac_y_dir(u_i)^T r``, ``pbar += jac_p_dir(u_i)^T r``
+# (``d(J_y u)/dy = jac_y_dir(u)`` and ``d(J_y u)/dp = jac_p_dir(u)``, by the symmetry of second derivatives);
+# through ``f_t``: ``ybar += J_y,t^T (h d_i r)``, ``pbar += J_p,t^T (h d_i r)``.
+
+ADJ_REC_HEAD = 5  # rec row: t, h, t_new, first output index, end output index, then the step's start state
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_record(rec, row, t, h, t_new, i_out, j_end, ystart):
+    rec[row, 0] = t
+    rec[row, 1] = h
+    rec[row, 2] = t_new
+    rec[row, 3] = i_out
+    rec[row, 4] = j_end
+    for i in range(ystart.shape[0]):
+        rec[row, ADJ_REC_HEAD + i] = ystart[i]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def rodas_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
+    """``[dL/dp, dL/dy0]`` of ``L = sum_i g[i] . y(t_eval[i])`` by the discrete adjoint of Rodas (``nsub`` is
+    not used: the sweep runs on the forward steps); ``rec`` (max_steps, 5 + n) scratch, ``work`` as
+    ``rodas_solve``'s; ``z_out`` the states at ``t_eval``."""
+    return _rodas_adjoint(MODEL_HANDLE, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_adjoint(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info):
+    n = mh[0]
+    m = mh[1]
+    if (g.shape[0] != t_eval.shape[0] or g.shape[1] != n or grad.shape[0] != n + m or rec.shape[0] < max_steps
+            or rec.shape[1] != ADJ_REC_HEAD + n):
+        return ST_BAD_INPUT
+    none = no_directions(work)
+    status = _rodas_run(mh, t0, t_eval, y0, p, 0, none, none, n, rtol, atol, 0.0, max_steps, z_out, work, info, rec)
+    if status != ST_SUCCESS:
+        return status
+    n_acc = int(info[INFO_N_STEPS] - info[INFO_N_REJECTED])
+    _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad)
+    return ST_SUCCESS
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
+    """The backward sweep over the ``n_acc`` recorded steps: ``grad = [pbar, ybar(t0)]``."""
+    n = mh[0]
+    m = mh[1]
+    lu = np.empty((n, n))
+    jm = np.empty((n, n))
+    pm = np.empty((n, m))
+    piv = np.empty(n, dtype=np.int64)
+    u = np.zeros((6, n))  # the stages u1..u6
+    ys = np.empty((6, n))  # the stage states Y1 (the step start), Y2..Y6 (Y6: the embedded solution)
+    ub = np.empty((6, n))  # their adjoints
+    ft = np.empty(n)
+    fv = np.empty(n)
+    r = np.empty(n)
+    ybar = np.zeros(n)  # the adjoint of the current step's end state
+    y0bar = np.empty(n)  # ... of its start state
+    ftbar = np.empty(n)
+    w2b = np.empty(n)
+    w3b = np.empty(n)
+    pbar = grad[0:m]
+    for j in range(m):
+        pbar[j] = 0.0
+    for s in range(n_acc - 1, -1, -1):
+        t = rec[s, 0]
+        h = rec[s, 1]
+        t_new = rec[s, 2]
+        for i in range(n):
+            ys[0, i] = rec[s, ADJ_REC_HEAD + i]
+        y = ys[0]
+        if _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, u, ys, ft, fv, r) != ST_SUCCESS:
+            return  # the forward solve factored the same matrix: cannot happen
+        # outputs inside the step (dense output) and at its end
+        for i in range(n):
+            y0bar[i] = 0.0
+            w2b[i] = 0.0
+            w3b[i] = 0.0
+            ftbar[i] = 0.0
+        for j in range(int(rec[s, 3]), int(rec[s, 4])):
+            if t_eval[j] >= t_new:
+                for i in range(n):
+                    ybar[i] += g[j, i]
+            else:
+                th = (t_eval[j] - t) / h
+                th1 = 1.0 - th
+                for i in range(n):
+                    y0bar[i] += th1 * g[j, i]
+                    ybar[i] += th * g[j, i]
+                    w2b[i] += th * th1 * g[j, i]
+                    w3b[i] += th * th * th1 * g[j, i]
+        for i in range(n):
+            ub[0, i] = _RO_W21 * w2b[i] + _RO_W31 * w3b[i]
+            ub[1, i] = _RO_W22 * w2b[i] + _RO_W32 * w3b[i]
+            ub[2, i] = _RO_W23 * w2b[i] + _RO_W33 * w3b[i]
+            ub[3, i] = _RO_W24 * w2b[i] + _RO_W34 * w3b[i]
+            ub[4, i] = _RO_W25 * w2b[i] + _RO_W35 * w3b[i]
+            ub[5, i] = ybar[i]  # y_new = Y6 + u6
+        # stage 6: E u6 = f(t_new, Y6) + sum_j c6j u_j / h; Y6 = Y5 + u5 (its adjoint: ybar + f-term)
+        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, u, ys, ub, 5, r, fv, y0bar, pbar)
+        for i in range(n):
+            fv[i] += ybar[i]  # Ybar6 = ybar (y_new) + J^T r
+            ub[4, i] += fv[i]  # Y6 = Y5 + u5
+        for i in range(n):
+            ub[0, i] += _RO_C61 * r[i] / h
+            ub[1, i] += _RO_C62 * r[i] / h
+            ub[2, i] += _RO_C63 * r[i] / h
+            ub[3, i] += _RO_C64 * r[i] / h
+            ub[4, i] += _RO_C65 * r[i] / h
+        for i in range(n):
+            ybar[i] = fv[i]  # Ybar5 collects Ybar6 and stage 5's f-term
+        # stage 5: E u5 = f(t_new, Y5) + sum_j c5j u_j / h
+        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, u, ys, ub, 4, r, fv, y0bar, pbar)
+        for i in range(n):
+            ybar[i] += fv[i]
+            ub[0, i] += _RO_C51 * r[i] / h + _RO_A51 * ybar[i]
+            ub[1, i] += _RO_C52 * r[i] / h + _RO_A52 * ybar[i]
+            ub[2, i] += _RO_C53 * r[i] / h + _RO_A53 * ybar[i]
+            ub[3, i] += _RO_C54 * r[i] / h + _RO_A54 * ybar[i]
+            y0bar[i] += ybar[i]  # Y5 = y + sum_j a5j u_j
+        # stage 4: E u4 = f(t + c4 h, Y4) + sum_j c4j u_j / h + h d4 f_t
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C4 * h, y, p, lu, jm, pm, piv, u, ys, ub, 3, r, fv, y0bar, pbar)
+        for i in range(n):
+            ub[0, i] += _RO_C41 * r[i] / h + _RO_A41 * fv[i]
+            ub[1, i] += _RO_C42 * r[i] / h + _RO_A42 * fv[i]
+            ub[2, i] += _RO_C43 * r[i] / h + _RO_A43 * fv[i]
+            y0bar[i] += fv[i]
+            ftbar[i] += h * _RO_D4 * r[i]
+        # stage 3
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C3 * h, y, p, lu, jm, pm, piv, u, ys, ub, 2, r, fv, y0bar, pbar)
+        for i in range(n):
+            ub[0, i] += _RO_C31 * r[i] / h + _RO_A31 * fv[i]
+            ub[1, i] += _RO_C32 * r[i] / h + _RO_A32 * fv[i]
+            y0bar[i] += fv[i]
+            ftbar[i] += h * _RO_D3 * r[i]
+        # stage 2
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C2 * h, y, p, lu, jm, pm, piv, u, ys, ub, 1, r, fv, y0bar, pbar)
+        for i in range(n):
+            ub[0, i] += _RO_C21 * r[i] / h + _RO_A21 * fv[i]
+            y0bar[i] += fv[i]
+            ftbar[i] += h * _RO_D2 * r[i]
+        # stage 1: E u1 = f(t, y) + h d1 f_t
+        _rodas_stage_adjoint(mh, t, h, t, y, p, lu, jm, pm, piv, u, ys, ub, 0, r, fv, y0bar, pbar)
+        for i in range(n):
+            y0bar[i] += fv[i]
+            ftbar[i] += h * _RO_D1 * r[i]
+        # f_t(t, y): its derivatives J_y,t and J_p,t
+        mh_jac_y_t(mh, t, y, p, jm)
+        mh_jac_p_t(mh, t, y, p, pm)
+        _rodas_add_t_matvec(jm, ftbar, y0bar)
+        _rodas_add_t_matvec(pm, ftbar, pbar)
+        for i in range(n):
+            ybar[i] = y0bar[i]
+    # outputs at t0 (before the first step)
+    first = int(rec[0, 3]) if n_acc > 0 else t_eval.shape[0]
+    for j in range(first):
+        for i in range(n):
+            ybar[i] += g[j, i]
+    for i in range(n):
+        grad[m + i] = ybar[i]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_add_t_matvec(a, v, out):
+    """``out += a^T v``."""
+    for i in range(a.shape[0]):
+        vi = v[i]
+        if vi != 0.0:
+            for j in range(a.shape[1]):
+                out[j] += a[i, j] * vi
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, u, ys, ub, i, r, fv, ybar, pbar):
+    """Stage ``i``'s adjoint: ``r = E^-T ub[i]``; ``fv = J_y(ti, Y_i)^T r`` (the adjoint of the stage state);
+    ``pbar += J_p(ti, Y_i)^T r``; through ``E``: ``ybar += jac_y_dir(u_i)^T r``, ``pbar += jac_p_dir(u_i)^T r``."""
+    n = y.shape[0]
+    for q in range(n):
+        r[q] = ub[i, q]
+    lu_solve_transposed(lu, piv, r)
+    for q in range(n):
+        fv[q] = 0.0
+    yi = ys[i]
+    mh_jac_y(mh, ti, yi, p, jm)
+    _rodas_add_t_matvec(jm, r, fv)
+    mh_jac_p(mh, ti, yi, p, pm)
+    _rodas_add_t_matvec(pm, r, pbar)
+    ui = u[i]
+    mh_jac_y_dir(mh, t, y, p, ui, jm)
+    _rodas_add_t_matvec(jm, r, ybar)
+    mh_jac_p_dir(mh, t, y, p, ui, pm)
+    _rodas_add_t_matvec(pm, r, pbar)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, u, ys, ft, fv, r):
+    """One step's stages again, from its start ``y`` (= ``ys[0]``), as ``_rodas_run`` computed them (states
+    alone): ``u[0..5]``, the stage states ``ys[1..5]`` (Y2, Y3, Y4, Y5 and the embedded Y6) and ``lu`` (the
+    factors of ``E``)."""
+    n = y.shape[0]
+    mh_jac_y(mh, t, y, p, jm)
+    fac = 1.0 / (h * _RO_GAMMA)
+    for i in range(n):
+        for j in range(n):
+            lu[i, j] = -jm[i, j]
+        lu[i, i] += fac
+    if lu_factor(lu, piv) != ST_SUCCESS:
+        return ST_SINGULAR
+    mh_f_t(mh, t, y, p, ft)
+    mh_f(mh, t, y, p, fv)
+    for i in range(n):
+        r[i] = fv[i] + h * _RO_D1 * ft[i]
+    _rodas_solve_into(lu, piv, r, u, 0)
+    for i in range(n):
+        ys[1, i] = y[i] + _RO_A21 * u[0, i]
+    mh_f(mh, t + _RO_C2 * h, ys[1], p, fv)
+    for i in range(n):
+        r[i] = fv[i] + (_RO_C21 * u[0, i]) / h + h * _RO_D2 * ft[i]
+    _rodas_solve_into(lu, piv, r, u, 1)
+    for i in range(n):
+        ys[2, i] = y[i] + _RO_A31 * u[0, i] + _RO_A32 * u[1, i]
+    mh_f(mh, t + _RO_C3 * h, ys[2], p, fv)
+    for i in range(n):
+        r[i] = fv[i] + (_RO_C31 * u[0, i] + _RO_C32 * u[1, i]) / h + h * _RO_D3 * ft[i]
+    _rodas_solve_into(lu, piv, r, u, 2)
+    for i in range(n):
+        ys[3, i] = y[i] + _RO_A41 * u[0, i] + _RO_A42 * u[1, i] + _RO_A43 * u[2, i]
+    mh_f(mh, t + _RO_C4 * h, ys[3], p, fv)
+    for i in range(n):
+        r[i] = fv[i] + (_RO_C41 * u[0, i] + _RO_C42 * u[1, i] + _RO_C43 * u[2, i]) / h + h * _RO_D4 * ft[i]
+    _rodas_solve_into(lu, piv, r, u, 3)
+    for i in range(n):
+        ys[4, i] = y[i] + _RO_A51 * u[0, i] + _RO_A52 * u[1, i] + _RO_A53 * u[2, i] + _RO_A54 * u[3, i]
+    mh_f(mh, t_new, ys[4], p, fv)
+    for i in range(n):
+        r[i] = fv[i] + (_RO_C51 * u[0, i] + _RO_C52 * u[1, i] + _RO_C53 * u[2, i] + _RO_C54 * u[3, i]) / h
+    _rodas_solve_into(lu, piv, r, u, 4)
+    for i in range(n):
+        ys[5, i] = ys[4, i] + u[4, i]
+    mh_f(mh, t_new, ys[5], p, fv)
+    for i in range(n):
+        r[i] = fv[i] + (_RO_C61 * u[0, i] + _RO_C62 * u[1, i] + _RO_C63 * u[2, i] + _RO_C64 * u[3, i]
+                        + _RO_C65 * u[4, i]) / h
+    _rodas_solve_into(lu, piv, r, u, 5)
+    return ST_SUCCESS
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_solve_into(lu, piv, r, u, i):
+    lu_solve(lu, piv, r)
+    for q in range(r.shape[0]):
+        u[i, q] = r[q]
