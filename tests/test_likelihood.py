@@ -95,7 +95,14 @@ def test_gradient_with_observables_noise_params_log10_scales_doses_and_step_and_
     u = np.array([math.log10(0.7), math.log(0.3), 0.4, math.log10(1.5), math.log10(0.1), 0.8, math.log(1.4), 0.5])
     ev = obj(u)
     assert ev.ok
-    np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=2e-6, atol=2e-6)
+    fd = fd_grad(obj, u)
+    np.testing.assert_allclose(ev.grad, fd, rtol=2e-6, atol=2e-6)
+    # the adjoint back through the doses, inputs, conditions and observables: Dormand-Prince's continuous adjoint
+    # and the discrete adjoint of Rodas
+    for solver in (oi.Dopri5(rtol=1e-11, atol=1e-13), oi.Rodas(rtol=1e-11, atol=1e-13)):
+        adj = oi.Objective(prob, solver=solver, gradient=oi.Adjoint())(u)
+        assert adj.ok and adj.fim is None and adj.nll == pytest.approx(ev.nll, rel=1e-9)
+        np.testing.assert_allclose(adj.grad, fd, rtol=2e-6, atol=2e-6)
     # the Fisher information is symmetric positive semi-definite
     np.testing.assert_allclose(ev.fim, ev.fim.T, atol=1e-12)
     assert np.linalg.eigvalsh(ev.fim).min() > -1e-9

@@ -80,6 +80,9 @@ def test_production_degradation_matches_the_closed_form(finite):
     np.testing.assert_allclose(ev.grad, dh.T @ ((h - y) / SD**2), rtol=RTOL)
     np.testing.assert_allclose(ev.fim, dh.T @ dh / SD**2, rtol=RTOL)
     np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5)
+    adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)  # back through the steady state
+    assert adj.ok and adj.fim is None and adj.nll == pytest.approx(ev.nll, rel=RTOL)
+    np.testing.assert_allclose(adj.grad, dh.T @ ((h - y) / SD**2), rtol=RTOL)
     t_rows, _, pred = obj.predictions(u)["e"]
     np.testing.assert_allclose(pred[np.isinf(t_rows)], k1 / k2, rtol=RTOL)
 
@@ -105,6 +108,8 @@ def test_observable_of_two_states_with_an_estimated_noise_parameter():
     ref -= np.sum(stats.norm.logpdf([0.9, 1.3, 2.1], np.r_[x_fin, xs], SD))
     assert ev.nll == pytest.approx(ref, rel=RTOL)
     np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+    adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)
+    np.testing.assert_allclose(adj.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
 
 
 # -- the steady state is reached from the end of the trajectory -----------------------------------

@@ -79,6 +79,9 @@ def test_a_step_switched_on_at_an_estimated_time_has_the_exact_gradient():
         assert_nll_and_gradient(ev, *_step_on_reference(*u))
     again = obj(points[0])  # the segments cut for the second point do not leak into the first
     assert again.nll == first[0].nll and np.array_equal(again.grad, first[0].grad)
+    adj = oi.Objective(prob, solver=TIGHT, gradient=oi.Adjoint())  # the switch time's jump in the reverse pass
+    for u in points:
+        assert_nll_and_gradient(adj(u), *_step_on_reference(*u))
 
 
 @pytest.mark.parametrize("tau", [-0.7, 6.5])

@@ -16,7 +16,7 @@ from numba import njit
 
 from odeinfer.likelihood.noise import terms
 
-__all__ = ["assemble", "OK", "BAD_SIGMA"]
+__all__ = ["assemble", "assemble_adjoint", "OK", "BAD_SIGMA"]
 
 #: status codes of :func:`assemble`
 OK, BAD_SIGMA = 0, 1
@@ -34,12 +34,9 @@ def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac,
     (``out[0]`` the sum of the NLL terms) or :data:`BAD_SIGMA` (``out[0]`` the index of the first group,
     in order, whose sd is not positive somewhere; nothing added).
     """
+    if _bad_sigma(starts, S, out):
+        return BAD_SIGMA
     n_groups = starts.shape[0] - 1
-    for j in range(n_groups):
-        for r in range(starts[j], starts[j + 1]):
-            if not S[r] > 0:
-                out[0] = j
-                return BAD_SIGMA
     ne = g.shape[0]
     n_s, n_p, n_q = HX.shape[1], HP.shape[1], HQ.shape[1]
     Dh = np.empty(ne)
@@ -77,3 +74,41 @@ def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac,
                     F[a, b] += wh * Dh[b] + ws * Ds[b]
     out[0] = nll
     return OK
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def assemble_adjoint(starts, idx, H, HX, HP, HQ, S, SX, SP, SQ, SH, zy, jac, dist, scale, Xbar, pbar, qbar, out):
+    """The adjoint's start: add the partial derivatives of one experiment's NLL terms with respect to the states at
+    the output times to ``Xbar`` (n_times, n_states), to the right-hand side's parameters to ``pbar`` (n_p,) and to
+    the observable parameters to ``qbar`` (n_q,): per measurement, ``w = dnll/dh + dnll/ds ds/dh`` times ``dh/d.``
+    plus ``dnll/ds`` times ``ds/d.`` (as :func:`assemble` with the identity in place of the sensitivities).
+    Arguments and status as :func:`assemble`."""
+    if _bad_sigma(starts, S, out):
+        return BAD_SIGMA
+    n_s, n_p, n_q = HX.shape[1], HP.shape[1], HQ.shape[1]
+    nll = 0.0
+    for j in range(starts.shape[0] - 1):
+        for r in range(starts[j], starts[j + 1]):
+            t_nll, dh, ds, _, _ = terms(zy[r], jac[r], H[r], S[r], dist[j], scale[j])
+            nll += t_nll
+            w = dh + ds * SH[r, 0]
+            i = idx[r]
+            for k in range(n_s):
+                Xbar[i, k] += w * HX[r, k] + ds * SX[r, k]
+            for k in range(n_p):
+                pbar[k] += w * HP[r, k] + ds * SP[r, k]
+            for k in range(n_q):
+                qbar[k] += w * HQ[r, k] + ds * SQ[r, k]
+    out[0] = nll
+    return OK
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def _bad_sigma(starts, S, out):
+    """Whether a group's sd is not positive somewhere (``out[0]``: the first such group, in order)."""
+    for j in range(starts.shape[0] - 1):
+        for r in range(starts[j], starts[j + 1]):
+            if not S[r] > 0:
+                out[0] = j
+                return True
+    return False

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from odeinfer.errors import InputError
-from odeinfer.likelihood.assemble import OK, assemble
+from odeinfer.likelihood.assemble import OK, assemble, assemble_adjoint
 from odeinfer.likelihood.events import (MAX_FIRINGS, CompiledEvents, StatesOnly, check_grid, crossings, euler_step,
                                        fire, held_switches, locate, state_switches)
 from odeinfer.likelihood.mapping import ConditionMapping
@@ -61,7 +61,8 @@ class Evaluation:
 
 
 class _Segment:
-    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs", "fine", "_alone")
+    __slots__ = ("start", "solver", "out", "rows", "end_extra", "jumps", "switches", "p_inputs", "fine", "_alone",
+                 "vjp")
 
     def alone(self, fine=False):
         """The states-only twin of the segment's solver (of its events' check-grid solver with ``fine``), built
@@ -129,6 +130,7 @@ class _Run:
         handled += [k for k in range(self.n_p) if m.param_symbols[k] in located and k not in handled]
         switching = prob.solve_model.switching_params
         excluded = sorted({k for k in held if m.params[k] in switching} | set(handled))
+        self.excluded = np.array(excluded, np.int64)  # no sensitivities: fixed, or moved only by the switch times
         # directional sensitivities along the estimated parameters that move the trajectory (the
         # right-hand side's parameters, initial states, doses, pre-equilibration): not the noise or
         # observable-only ones, nor anything per fixed parameter or initial state
@@ -176,6 +178,7 @@ class _Run:
         self.dose_times = [(d.time, (m.states.index(d.state), i, d.resets)) for i, d in enumerate(plan.doses)]
         self.p_inputs = [(k, inp, prob.rates.get(k)) for k, inp in plan.inputs.items()]
         self.solver = obj.solver if solver is None else solver
+        self.adjoint = obj.adjoint  # the solver of the adjoint's segments, or None (forward sensitivities)
         self.gradient = gradient
         self._cache = {}  # segments by their cut times (switch times move with the parameters)
         self._segments = None
@@ -251,7 +254,7 @@ class _Run:
             seg = _Segment()
             seg.start, seg.out, seg.rows, seg.end_extra = start, out, _as_slice(out), extra
             seg.solver = self._bind(tt, start)
-            seg.fine = seg._alone = None
+            seg.fine = seg._alone = seg.vjp = None
             if self.events is not None:  # the triggers are checked on a finer grid too
                 fine = check_grid(start, end, tt)
                 solver = self._bind(fine, start)
@@ -303,9 +306,11 @@ class _Run:
                 "stays on a threshold (sliding along it) collapses the step; a smooth version of the kink in the model "
                 "avoids it")
 
-    def states(self, v, Jv, sens=True):
+    def states(self, v, Jv, sens=True, trace=None):
         """States ``(n_times, n_s)`` and their gradients ``(n_times, n_s, n_est)``, or a failure text; without
-        ``sens``, solves of the states alone (the gradients have no columns)."""
+        ``sens``, solves of the states alone (the gradients have no columns). ``trace`` (a list): filled with what
+        the adjoint's reverse pass needs, the switches inside the run, then per segment ``(segment, its parameters,
+        the state at its start, at its end before the jumps there)``."""
         n_p, n_q, n_s = self.n_p, self.n_q, self.n_s
         if not sens:
             Jv = Jv[:, :0]
@@ -335,6 +340,8 @@ class _Run:
             segments, switches = self._segments_at(p)
         else:
             segments, switches = self._segments, ()
+        if trace is not None:
+            trace.append(switches)
         armed = None  # per event: may it fire (its trigger has been false since it last fired)?
         for seg in segments:
             pdir = np.zeros((n_ps, k_dir))
@@ -349,6 +356,7 @@ class _Run:
                     if r is not None:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
+            x_start = x
             if seg.fine is None:
                 y, S, st = (seg.solver if sens else seg.alone())(pj, np.ascontiguousarray(x), pdir, s0)
             else:
@@ -367,6 +375,8 @@ class _Run:
             else:
                 dX[np.ix_(seg.out, self.all_states, cols)] = S[:n_out, :, :cols.size]
             x = y[-1].copy()
+            if trace is not None:
+                trace.append((seg, pj, np.array(x_start), x.copy()))
             dx = np.zeros((n_s, ne))
             dx[:, sel] = S[-1, :, :cols.size]
             for j in seg.switches:  # the jump of the sensitivities at a switch time
@@ -381,6 +391,80 @@ class _Run:
             X[self.at_inf], dX[self.at_inf] = res
         return X, dX
 
+
+    def reverse(self, v, Jv, trace, Xbar, pbar):
+        """The gradient on the natural scale of the estimated parameters from the adjoint: ``Xbar`` (n_times, n_s)
+        and ``pbar`` (n_p,), the NLL's partial derivatives with respect to the states at the output times and the
+        right-hand side's parameters, carried back through the steady state, the segments (:meth:`states`'
+        ``trace``), their jumps, the doses and the pre-equilibration to ``v``, then ``Jv^T``; or a failure text."""
+        n_p, n_q, n_s = self.n_p, self.n_q, self.n_s
+        o = n_p + n_q
+        od = o + n_s
+        p, dp = v[:n_p], Jv[:n_p]
+        vbar = np.zeros(v.size)
+        vbar[:n_p] = pbar
+        tbar = np.zeros(Jv.shape[1])  # what goes to the estimated parameters directly (switch times)
+        switches, segs = trace[0], trace[1:]
+        xbar = np.zeros(n_s)
+        if self.at_inf.size:  # X(inf) = x_ss(p, x(t_end))
+            x_end = segs[-1][3].copy()
+            for seg, *_ in segs[-1:]:
+                apply_doses(x_end, None, seg.jumps, v[od:], None)
+            wbar = Xbar[self.at_inf].sum(axis=0)
+            res = self.steady(p, x_end, dp, np.zeros((n_s, Jv.shape[1])), t0=self.t_end,
+                              what="the run to steady state (measurements at t = inf)")
+            sx = self.steady(p, x_end, np.zeros((n_p, n_s)), np.eye(n_s), t0=self.t_end)
+            if isinstance(res, str) or isinstance(sx, str):
+                return f"experiment {self.name!r}: {res if isinstance(res, str) else sx}"
+            tbar += res[1].T @ wbar
+            xbar += sx[1].T @ wbar
+        for seg, pj, x_start, x_end in reversed(segs):
+            for i, a, resets in reversed(seg.jumps):  # the doses at the segment's end
+                vbar[od + a] += xbar[i]
+                if resets:
+                    xbar[i] = 0.0
+            for j in seg.switches:  # the state's jump where a switch time moves: (f(t-) - f(t+)) dtau
+                _, lo, hi, dtau = switches[j]
+                cm = seg.solver.compiled
+                tbar += float(xbar @ (cm.f(lo, x_end, pj) - cm.f(hi, x_end, pj))) * (dtau @ dp)
+            n_out = seg.out.size
+            vjp = self._vjp(seg)
+            g = np.zeros((vjp.t.size, n_s))
+            g[:n_out] = Xbar[seg.out]
+            g[-1] += xbar
+            grad, st = vjp(np.ascontiguousarray(pj, dtype=float), x_start, g)
+            if st != 0:
+                return (f"experiment {self.name!r}: the adjoint's forward solve failed ("
+                        f"{status_message(st, t_reached=vjp.info[0], max_steps=vjp.max_steps)})")
+            gp = grad[:n_p].copy()  # the input rates and held branches beyond n_p are not estimated
+            gp[self.excluded] = 0.0  # as the forward sensitivities' excluded columns: the switch times carry them
+            vbar[:n_p] += gp
+            xbar = grad[pj.size:].copy()
+        for i, a, resets in reversed(self.x0_doses):
+            vbar[od + a] += xbar[i]
+            if resets:
+                xbar[i] = 0.0
+        if self.preeq is not None:  # x0 = keep x0 + (1 - keep) x_ss(p_pre, x_pre)
+            keep = self.keep_x0
+            op = od + self.n_d
+            res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p], Jv[op + n_p:op + n_p + n_s])
+            if isinstance(res, str):
+                return f"experiment {self.name!r}: {res}"
+            tbar += res[1].T @ np.where(keep, 0.0, xbar)
+            xbar = np.where(keep, xbar, 0.0)
+        vbar[o:o + n_s] += xbar
+        return Jv.T @ vbar + tbar
+
+    def _vjp(self, seg):
+        """The adjoint of ``seg``'s solve (bound on first use): its solver's method, options and output times."""
+        if seg.vjp is None:  # bound directly: the parameters that move jumps are excluded (see reverse)
+            from odeinfer.solve import Adjoint
+            from odeinfer.solve._inputs import compiled_model
+            from odeinfer.solve.adjoint import VJP
+
+            solved = seg.alone().solver
+            seg.vjp = VJP(compiled_model(self._held_model), solved.t, solved.t0, self.adjoint, Adjoint())
+        return seg.vjp
 
     def _run_events(self, seg, pj, x, pdir, s0, armed, sens=True):
         """The segment ``seg`` with its events (:mod:`odeinfer.likelihood.events`): ``(y, S, status, armed)``
@@ -592,12 +676,21 @@ class Objective:
     solver : Dopri5, Rodas or Auto, optional
         For every segment; default the ``likelihood`` role's (``Auto(rtol=1e-6, atol=1e-8)``, see
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it gives).
+    gradient : Forward or Adjoint, optional
+        How the gradient is computed. ``oi.Forward()`` (default): directional forward sensitivities along the
+        estimated parameters, which also give the Fisher information (what the trust-region fits use).
+        ``oi.Adjoint()``: the adjoint, one backward sweep per trajectory whatever the number of estimated
+        parameters (for models with hundreds of them); the NLL and gradient only (``fim`` is None). It runs one
+        method: ``oi.Rodas`` (the discrete adjoint, exact for the computed solution; an ``oi.Auto`` solver runs
+        its stiff method) or ``oi.Dopri5`` (the continuous adjoint). Problems with events or switches of the
+        right-hand side at state thresholds need ``oi.Forward()``.
     """
 
-    def __init__(self, problem, solver=None):
+    def __init__(self, problem, solver=None, gradient=None):
         self.problem = problem
         m = problem.model
         self.solver = as_solver(solver, delays=False, role="likelihood")
+        self.adjoint = _adjoint_solver(gradient, self.solver)
         self.steady = SteadyState(m)
         self.switches = TimeSwitches(problem.solve_model, m.n_params)
         events = getattr(problem, "events", ())
@@ -607,6 +700,10 @@ class Objective:
         self.solve_model = held_switches(problem.solve_model)
         self.events = (CompiledEvents(events, m, self.solve_model, self.state_switches)
                        if events or self.state_switches else None)
+        if self.adjoint is not None and self.events is not None:
+            what = "events" if events else "switches of the right-hand side where a state crosses a threshold"
+            raise InputError(f"gradient: oi.Adjoint() does not run through {what} (the problem has them); pass "
+                             "gradient=oi.Forward()")
         self.obsf = ObservableFunctions(m)
         self.mapper = ConditionMapping(problem)
         self.est_index = np.array([problem.names.index(n) for n in problem.estimated], np.int64)
@@ -662,6 +759,8 @@ class Objective:
         theta = self.natural(u)
         if not np.all(np.isfinite(theta[self.est_index])):
             return Evaluation(failure="a parameter is not finite on the natural scale")
+        if grad and self.adjoint is not None:
+            return self._evaluate_adjoint(theta)
         ne = self.n
         nll, g, F = 0.0, np.zeros(ne), np.zeros((ne, ne))
         out = np.empty(1)
@@ -678,13 +777,9 @@ class Objective:
             p, dp = v[:run.n_p], Jv[:run.n_p]
             q, dq = v[run.n_p:run.n_p + run.n_q], Jv[run.n_p:run.n_p + run.n_q]
             H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
-            for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
-                sl = run.slices[j]
-                Xk = X[idx]
-                h = self.obsf.h_into(k, sl, t, Xk, p, q, H, HX, HP, HQ)
-                if scale and np.any(h <= 0):  # an earlier group's bad sd is reported first, as the checks run in order
-                    return self._bad_sigma(run, S, j) or self._bad_h(run, j, h)
-                self.obsf.sigma_into(k, sl, t, Xk, p, q, h, S, SX, SP, SQ, SH)
+            bad = self._observe_into(run, X, p, q)
+            if bad is not None:
+                return bad
             if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, run.zy, run.jac_terms,
                         run.dist, run.scale, grad, g, F, out) != OK:
                 return self._bad_sigma(run, S, len(run.groups))
@@ -695,6 +790,57 @@ class Objective:
             return Evaluation(nll)
         d = dnatural_dscaled(theta[self.est_index], self.scales)
         return Evaluation(nll, g * d, F * np.outer(d, d))
+
+    def _observe_into(self, run, X, p, q):
+        """The observables, noise sds and their partial derivatives of ``run``'s measurements into its buffers;
+        a failed :class:`Evaluation` where an observable on a log scale or an sd is not positive, else None."""
+        H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
+        for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
+            sl = run.slices[j]
+            Xk = X[idx]
+            h = self.obsf.h_into(k, sl, t, Xk, p, q, H, HX, HP, HQ)
+            if scale and np.any(h <= 0):  # an earlier group's bad sd is reported first, as the checks run in order
+                return self._bad_sigma(run, S, j) or self._bad_h(run, j, h)
+            self.obsf.sigma_into(k, sl, t, Xk, p, q, h, S, SX, SP, SQ, SH)
+        return None
+
+    def _evaluate_adjoint(self, theta):
+        """NLL and gradient by the adjoint (``gradient=oi.Adjoint()``): solves of the states alone, the NLL's
+        partial derivatives with respect to them (:func:`assemble_adjoint`), then each trajectory's reverse pass
+        (:meth:`_Run.reverse`), once for the experiments that share it."""
+        nll, g = 0.0, np.zeros(self.n)
+        out = np.empty(1)
+        solved = {}
+        for run in self.runs:
+            v, Jv = run.mapping(theta)
+            leader = run.share or run
+            traj = solved.get(id(leader))
+            if traj is None:
+                trace = []
+                res = leader.states(v, Jv, False, trace)
+                if isinstance(res, str):
+                    return Evaluation(failure=res)
+                traj = solved[id(leader)] = (leader, v, Jv, trace, res[0], np.zeros_like(res[0]), np.zeros(run.n_p))
+            X, Xbar, pbar = traj[4:]
+            p, q = v[:run.n_p], v[run.n_p:run.n_p + run.n_q]
+            bad = self._observe_into(run, X, p, q)
+            if bad is not None:
+                return bad
+            H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
+            qbar = np.zeros(run.n_q)
+            if assemble_adjoint(run.starts, run.idx, H, HX, HP, HQ, S, SX, SP, SQ, SH, run.zy, run.jac_terms,
+                                run.dist, run.scale, Xbar, pbar, qbar, out) != OK:
+                return self._bad_sigma(run, S, len(run.groups))
+            nll += float(out[0])
+            g += Jv[run.n_p:run.n_p + run.n_q].T @ qbar
+        if not np.isfinite(nll):
+            return Evaluation(failure="the negative log-likelihood is not finite")
+        for leader, v, Jv, trace, _, Xbar, pbar in solved.values():
+            res = leader.reverse(v, Jv, trace, Xbar, pbar)
+            if isinstance(res, str):
+                return Evaluation(failure=res)
+            g += res
+        return Evaluation(nll, g * dnatural_dscaled(theta[self.est_index], self.scales))
 
     def _bad_h(self, run, j, h):
         o = self.problem.model.observables[run.groups[j][0]]
@@ -795,6 +941,19 @@ class Objective:
             h, hx, hp, hq = self.obsf.h(k, tr, X[idx], p, q)
             Dh = _chain(hx, dX[idx], hp, dp, hq, dq) if grad else None
             yield k, rows, tr, h, Dh, X[idx]
+
+
+def _adjoint_solver(gradient, solver):
+    """The solver of the adjoint's segments for ``gradient``, or None for forward sensitivities."""
+    from odeinfer.solve import Adjoint
+    from odeinfer.solve.config import Auto
+
+    if gradient is None or isinstance(gradient, Forward) and gradient == Forward():
+        return None
+    if not isinstance(gradient, Adjoint):
+        raise InputError(f"gradient: expected oi.Forward() or oi.Adjoint(), got {gradient!r}; the likelihood chooses "
+                         "its own sensitivity directions")
+    return solver.stiff() if isinstance(solver, Auto) else solver
 
 
 def _scaled(x, scale):

@@ -202,8 +202,8 @@ class PriorObjective(Objective):
     """An :class:`~odeinfer.Objective` plus the negative log densities of ``priors``
     (``{estimated parameter: Prior}``) in its value, gradient and Fisher information."""
 
-    def __init__(self, problem, priors, solver=None):
-        super().__init__(problem, solver=solver)
+    def __init__(self, problem, priors, solver=None, gradient=None):
+        super().__init__(problem, solver=solver, gradient=gradient)
         names = list(problem.estimated)
         unknown = [k for k in priors if k not in names]
         if unknown:
@@ -214,11 +214,11 @@ class PriorObjective(Objective):
         """The priors' part of the objective at ``u``."""
         return float(sum(p.nll(u[i]) for i, p in self.priors))
 
-    def __call__(self, u, *, grad=True):
+    def _evaluate(self, u, grad, sens):  # every entry point (__call__, value) adds the priors
         from odeinfer.likelihood.objective import Evaluation
 
-        u = np.asarray(u, float)
-        ev = super().__call__(u, grad=grad)
+        u = self._vector(u)
+        ev = super()._evaluate(u, grad, sens)
         if not ev.ok:
             return ev
         nll = ev.nll
@@ -229,6 +229,7 @@ class PriorObjective(Objective):
             nll += v
             if g is not None:
                 g[i] += d
+            if F is not None:
                 F[i, i] += f
         if not math.isfinite(nll):
             return Evaluation(failure="the parameters lie outside the support of a prior of the parameter table")

@@ -213,8 +213,8 @@ class PetabProblem:
             out[name] = functools.partial(_bayes_prior, prior=prior, bounds=(p.lower, p.upper))
         return out
 
-    def objective(self, solver=None, *, priors=False):
-        """An :class:`~odeinfer.Objective` of the problem (``solver``: as there); ``priors=True``
+    def objective(self, solver=None, *, priors=False, gradient=None):
+        """An :class:`~odeinfer.Objective` of the problem (``solver``, ``gradient``: as there); ``priors=True``
         adds the objective priors of the parameter table (:class:`~odeinfer.petab.priors.PriorObjective`)."""
         from odeinfer.likelihood import Objective
 
@@ -226,8 +226,8 @@ class PetabProblem:
         if priors and self.objective_priors:
             from odeinfer.petab.priors import PriorObjective
 
-            return PriorObjective(self.problem, self.objective_priors, solver=solver)
-        return Objective(self.problem, solver=solver)
+            return PriorObjective(self.problem, self.objective_priors, solver=solver, gradient=gradient)
+        return Objective(self.problem, solver=solver, gradient=gradient)
 
     def nll_nominal(self, solver=None, *, priors=False) -> float:
         """The negative log-likelihood at the nominal parameters (PEtab's, all constants kept; with

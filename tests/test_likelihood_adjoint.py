@@ -1,0 +1,51 @@
+"""The likelihood's gradient by the adjoint (``oi.Objective(problem, gradient=oi.Adjoint())``), against forward
+sensitivities at the same tolerance on PEtab problems of the collection (tests/data/petab): pre-equilibration
+(Zheng, Brannmark), switch times of step inputs (Brannmark, Fujita), experiments that share one trajectory
+(Bruno, Fujita, Fiedler), fitted observable offsets and scales (Borghans). The closed-form checks (doses, inputs,
+steady states, switch times) are in test_likelihood.py, test_likelihood_steady_state.py and
+test_likelihood_switches.py."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import odeinfer as oi
+from odeinfer.errors import InputError
+from odeinfer.petab import load
+
+PETAB = Path(__file__).parent / "data" / "petab"
+TIGHT = oi.Rodas(rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Boehm_JProteomeRes2014", "Zheng_PNAS2012", "Brannmark_JBC2010",
+                                  "Fujita_SciSignal2010", "Bruno_JExpBot2016", "Borghans_BiophysChem1997",
+                                  "Fiedler_BMCSystBiol2016"])
+def test_the_adjoint_gradient_matches_forward_sensitivities(name):
+    """At a point 1% (on the estimation scales) off the nominal one: forward sensitivities and the discrete adjoint
+    of Rodas at rtol 1e-10 agree to 1e-6 of the gradient's largest entry; the NLL is the value alone's (the same
+    solves of the states)."""
+    pp = load(PETAB / name / f"{name}.yaml")
+    u = pp.u_nominal + 0.01 * np.random.default_rng(0).normal(size=pp.u_nominal.size)
+    fwd = pp.objective(TIGHT)(u)
+    adj_obj = pp.objective(TIGHT, gradient=oi.Adjoint())
+    adj = adj_obj(u)
+    assert fwd.ok and adj.ok, (fwd.failure, adj.failure)
+    assert adj.fim is None
+    assert adj.nll == adj_obj.value(u).nll
+    assert adj.nll == pytest.approx(fwd.nll, rel=1e-8)
+    np.testing.assert_allclose(adj.grad, fwd.grad, rtol=0, atol=1e-6 * np.abs(fwd.grad).max())
+
+
+def test_the_adjoint_runs_one_method_and_refuses_what_it_cannot_carry():
+    pp = load(PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml")
+    assert pp.objective(gradient=oi.Adjoint()).adjoint == oi.Auto(rtol=1e-6, atol=1e-8).stiff()
+    assert pp.objective(oi.Dopri5(rtol=1e-8), gradient=oi.Adjoint()).adjoint == oi.Dopri5(rtol=1e-8)
+    assert pp.objective(gradient=oi.Forward()).adjoint is None
+    with pytest.raises(InputError, match=r"gradient: expected oi.Forward\(\) or oi.Adjoint\(\), got 'adjoint'"):
+        pp.objective(gradient="adjoint")
+    with pytest.raises(InputError, match=r"expected oi.Forward\(\) or oi.Adjoint\(\), got Forward\(.*directions=3"):
+        pp.objective(gradient=oi.Forward(directions=3))
+    liu = load(PETAB / "Liu_IFACPapersOnLine2025" / "Liu_IFACPapersOnLine2025.yaml")
+    with pytest.raises(InputError, match=r"oi.Adjoint\(\) does not run through events .* pass gradient=oi.Forward"):
+        liu.objective(gradient=oi.Adjoint())
