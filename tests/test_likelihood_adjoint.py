@@ -39,7 +39,8 @@ def test_the_adjoint_gradient_matches_forward_sensitivities(name):
 
 def test_the_adjoint_runs_one_method_and_refuses_what_it_cannot_carry():
     pp = load(PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml")
-    assert pp.objective(gradient=oi.Adjoint()).adjoint == oi.Auto(rtol=1e-6, atol=1e-8).stiff()
+    auto = pp.objective(gradient=oi.Adjoint())
+    assert auto.adjoint == auto.solver == oi.Auto(rtol=1e-6, atol=1e-8).stiff()  # NLL and gradient: one solution
     assert pp.objective(oi.Dopri5(rtol=1e-8), gradient=oi.Adjoint()).adjoint == oi.Dopri5(rtol=1e-8)
     assert pp.objective(gradient=oi.Forward()).adjoint is None
     with pytest.raises(InputError, match=r"gradient: expected oi.Forward\(\) or oi.Adjoint\(\), got 'adjoint'"):

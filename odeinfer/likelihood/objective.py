@@ -691,6 +691,8 @@ class Objective:
         m = problem.model
         self.solver = as_solver(solver, delays=False, role="likelihood")
         self.adjoint = _adjoint_solver(gradient, self.solver)
+        if self.adjoint is not None:  # the solves of the states are those the adjoint differentiates
+            self.solver = self.adjoint
         self.steady = SteadyState(m)
         self.switches = TimeSwitches(problem.solve_model, m.n_params)
         events = getattr(problem, "events", ())
