@@ -83,6 +83,23 @@ def test_shared_adjoint_is_bitwise_equal_to_the_model_kernel(name):
     assert np.array_equal(a1[13], a2[13])  # the forward solve's info
 
 
+def test_shared_rodas_adjoint_is_bitwise_equal_to_the_model_kernel():
+    """The discrete adjoint of Rodas (the second derivatives and time derivatives through the full model handle) on a
+    right-hand side that depends on t."""
+    model = oi.Model.from_equations({"x": "-k*x + a*sin(w*t)", "v": "x - c*v*v"}, params=["k", "a", "w", "c"])
+    cm = _inputs.compiled_model(model)
+    n, m = cm.n_states, cm.n_params
+    t = np.linspace(0.5, 8.0, 9)
+    g = np.random.default_rng(4).standard_normal((t.size, n))
+    args = (0.0, t, np.array([1.0, 0.2]), np.array([0.8, 1.5, 2.0, 0.3]), g, 1e-8, 1e-10, 5000, 1,
+            np.empty((t.size, n)), np.empty((5000, 5 + n)), np.empty(n + m),
+            np.empty(cm.module.rodas_work_size(False)), np.zeros(6))
+    (s1, a1), (s2, a2) = _both(cm, "rodas_adjoint_vjp", *args, full=True)
+    assert s1 == s2 == Status.SUCCESS
+    assert np.array_equal(a1[11], a2[11]) and np.all(np.isfinite(a1[11]))  # the gradient
+    assert np.array_equal(a1[13], a2[13])  # the forward solve's info
+
+
 @pytest.mark.parametrize("scheme", [0, 1])
 def test_shared_collocation_is_bitwise_equal_to_the_model_kernel(scheme):
     entry = oi.zoo.get("fitzhugh_nagumo")
