@@ -62,3 +62,17 @@ def test_problem_priors_bad_inputs(prob_and_fit):
         oi.bayes.sample_problem(prob, init=oi.Estimate(
             "x", prob.model, ("a",), [1.0], None, "converged", extras={"u": [0.0]}))
     assert other.converged
+
+
+def test_the_posterior_takes_the_adjoint_gradient(prob_and_fit):
+    """build_problem_model(..., gradient=oi.Adjoint()): the same log density and gradient as with forward
+    sensitivities (both at Rodas rtol 1e-10), at the model's initial point."""
+    prob, _ = prob_and_fit
+    tight = oi.Rodas(rtol=1e-10, atol=1e-12)
+    models = [oi.bayes.build_problem_model(prob, solver=tight, gradient=g) for g in (None, oi.Adjoint())]
+    assert models[1].odeinfer_problem[1].adjoint == tight
+    point = models[0].initial_point()
+    logp = [m.compile_logp()(point) for m in models]
+    dlogp = [m.compile_dlogp()(point) for m in models]
+    assert logp[1] == pytest.approx(logp[0], rel=1e-9)
+    np.testing.assert_allclose(dlogp[1], dlogp[0], rtol=1e-6, atol=1e-6 * np.abs(dlogp[0]).max())

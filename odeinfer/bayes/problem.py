@@ -107,7 +107,7 @@ def _unwrap(problem, priors):
     return problem, priors
 
 
-def build_problem_model(problem, *, priors=None, solver=None):
+def build_problem_model(problem, *, priors=None, solver=None, gradient=None):
     """A ``pm.Model`` of ``problem``'s posterior (see the module docstring).
 
     Parameters
@@ -121,6 +121,10 @@ def build_problem_model(problem, *, priors=None, solver=None):
         Default: uniform within the bounds on the estimation scale (finite bounds needed).
     solver : Dopri5, Rodas or Auto, optional
         Of the objective (default the ``likelihood`` role's, see :class:`~odeinfer.likelihood.Objective`).
+    gradient : Forward or Adjoint, optional
+        How the objective's gradient is computed (see :class:`~odeinfer.likelihood.Objective`): forward
+        sensitivities (default) or ``oi.Adjoint()``, one reverse pass whatever the number of estimated parameters
+        (NUTS needs no Fisher information).
     """
     import pymc as pm
     import pytensor.tensor as pt
@@ -134,7 +138,7 @@ def build_problem_model(problem, *, priors=None, solver=None):
     unknown = [k for k in priors if k not in problem.estimated]
     if unknown:
         raise InputError(f"priors: {unknown} are not estimated parameters {list(problem.estimated)}")
-    obj = Objective(problem, solver=solver)
+    obj = Objective(problem, solver=solver, gradient=gradient)
     op = NLLOp(obj)
     with pm.Model() as pm_model:
         us = []
@@ -200,7 +204,8 @@ def _mass_matrix(obj, u):
 
 
 def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores=None, rng=None, priors=None,
-                   solver=None, target_accept=0.8, jitter=0.1, mass_matrix_weight=100, progressbar=False):
+                   solver=None, gradient=None, target_accept=0.8, jitter=0.1, mass_matrix_weight=100,
+                   progressbar=False):
     """NUTS on ``problem``'s posterior (see :func:`build_problem_model`).
 
     Parameters
@@ -214,7 +219,7 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
         the data do not identify start with the prior's width).
     draws, tune, chains, cores, rng, target_accept, jitter, mass_matrix_weight, progressbar
         As :func:`odeinfer.bayes.sample` (``tune`` default 500 when seeded, else 1000).
-    priors, solver
+    priors, solver, gradient
         As :func:`build_problem_model`.
 
     Returns
@@ -235,7 +240,7 @@ def sample_problem(problem, *, init=None, draws=1000, tune=None, chains=4, cores
             raise InputError(f"{name}: expected a positive integer, got {value!r}")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     problem, priors = _unwrap(problem, priors)
-    pm_model = build_problem_model(problem, priors=priors, solver=solver)
+    pm_model = build_problem_model(problem, priors=priors, solver=solver, gradient=gradient)
     _, obj, op = pm_model.odeinfer_problem
     seed = None
     if init is not None:
