@@ -405,11 +405,12 @@ DDE = oi.Problem(lagged, T, history=1.0)
     (lambda: oi.bind(ODE, role="fitting"), r"role: expected one of \['solve', 'fit', 'sample', 'view'.*\], got "
                                            r"'fitting'; or pass solver=\.\.\. explicitly"),
     # bind: the gradient the solver or the problem cannot give
-    (lambda: oi.bind(ODE, solver=oi.Rodas(), gradient=oi.Adjoint()),
-     r"gradient: oi\.Adjoint\(\) needs an adaptive solver=oi\.Dopri5\(\.\.\.\) .*got Rodas\(.*\); pass "
-     r"solver=oi\.Dopri5\(\.\.\.\) or gradient=oi\.Forward\(\)"),
+    (lambda: oi.bind(ODE, solver=oi.Auto(), gradient=oi.Adjoint()),
+     r"gradient: oi\.Adjoint\(\) needs an adaptive solver of one method, oi\.Dopri5\(\.\.\.\) or \(stiff models\) "
+     r"oi\.Rodas\(\.\.\.\).*got Auto\(.*\); pass solver=oi\.Dopri5\(\.\.\.\) or solver=oi\.Rodas\(\.\.\.\), or "
+     r"gradient=oi\.Forward\(\)"),
     (lambda: oi.bind(ODE, solver=oi.Dopri5(fixed_step=0.1), gradient=oi.Adjoint()),
-     r"gradient: oi\.Adjoint\(\) needs an adaptive solver=oi\.Dopri5\(\.\.\.\) .*fixed_step=0\.1"),
+     r"gradient: oi\.Adjoint\(\) needs an adaptive solver of one method.*fixed_step=0\.1"),
     (lambda: oi.solve(DDE, [1.0, 1.0], gradient=oi.Forward(exclude=["k"])),
      r"gradient: Forward\(exclude=\.\.\.\) is not available for delay models; pass gradient=oi\.Forward\(\)"),
     # solve
