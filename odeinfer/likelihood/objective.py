@@ -357,7 +357,12 @@ class _Run:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
             x_start = x
-            if seg.fine is None:
+            if seg.fine is None and trace is not None and self.adjoint.method == "rodas":
+                # the adjoint's own forward pass: the reverse pass sweeps its record (no second solve)
+                vjp = self._vjp(seg)
+                st = vjp.record(pj, np.ascontiguousarray(x))
+                y, S = vjp.y, np.empty((vjp.t.size, n_s, 0))
+            elif seg.fine is None:
                 y, S, st = (seg.solver if sens else seg.alone())(pj, np.ascontiguousarray(x), pdir, s0)
             else:
                 res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
@@ -365,7 +370,7 @@ class _Run:
                     return f"experiment {self.name!r}: {res}"
                 y, S, st, armed = res
             if st != 0:
-                solver = seg.solver if sens else seg.alone()
+                solver = seg.solver if sens else seg.vjp if trace is not None and seg.vjp is not None else seg.alone()
                 why = status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
@@ -432,7 +437,9 @@ class _Run:
             g = np.zeros((vjp.t.size, n_s))
             g[:n_out] = Xbar[seg.out]
             g[-1] += xbar
-            grad, st = vjp(np.ascontiguousarray(pj, dtype=float), x_start, g)
+            pj = np.ascontiguousarray(pj, dtype=float)
+            # Rodas: the sweep over the steps that states() recorded; Dormand-Prince: its adjoint solves again
+            grad, st = vjp.sweep(pj, g) if self.adjoint.method == "rodas" else vjp(pj, x_start, g)
             if st != 0:
                 return (f"experiment {self.name!r}: the adjoint's forward solve failed ("
                         f"{status_message(st, t_reached=vjp.info[0], max_steps=vjp.max_steps)})")

@@ -137,6 +137,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                            "grad", "work", "info"),
     "rodas_adjoint_vjp": ("t0", "t_eval", "y0", "p", "g", "rtol", "atol", "max_steps", "nsub", "z_out", "rec",
                           "grad", "work", "info"),
+    "rodas_solve_record": ("t0", "t_eval", "y0", "p", "rtol", "atol", "max_steps", "z_out", "rec", "work", "info"),
+    "rodas_adjoint_sweep": ("t_eval", "p", "g", "rec", "grad", "info"),
     "dde_solve": ("t0", "t_eval", "p", "hkind", "phi", "hb", "hc", "k", "sens_err", "rtol", "atol", "first_step",
                   "max_steps", "z_out", "work", "buf", "info"),
     "dde_adjoint_vjp": ("t0", "t_obs", "g", "p", "hkind", "phi", "hb", "hc", "buf", "nbuf", "nsub", "grad"),

@@ -17,10 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from odeinfer.solve import abi
-from odeinfer.solve.abi import INFO_SIZE
+from odeinfer.solve.abi import INFO_SIZE, Status
 from odeinfer.solve.shared import TieredKernel
 
 __all__ = ["VJP"]
+
+_FIRST_ROWS = 1024  # the step record's first size (rows)
 
 
 class VJP:
@@ -52,7 +54,7 @@ class VJP:
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "nsub", "kernel", "y",
-                 "grad", "rec", "work", "info", "_run", "_tiers")
+                 "grad", "rec", "work", "info", "_run", "_tiers", "_split")
 
     def __init__(self, compiled, t, t0, solver, gradient):
         module = compiled.module
@@ -65,16 +67,54 @@ class VJP:
         self.kernel = getattr(module, f"{method}_adjoint_vjp")
         self.y = np.empty((t.size, n))
         self.grad = np.empty(n + m)
-        self.rec = np.empty((self.max_steps, abi.adjoint_record_cols(n, method)))
+        # the step record grows with the steps taken (up to max_steps rows): a model of 100 states with the default
+        # max_steps would hold 100 MB per bound adjoint from the start
+        self.rec = np.empty((min(self.max_steps, _FIRST_ROWS), abi.adjoint_record_cols(n, method)))
         self.work = np.empty(abi.adjoint_work_size(n, m, method))
         self.info = np.zeros(INFO_SIZE)
         self._tiers = TieredKernel(compiled, self.kernel)  # the shared kernel while the model's compiles
-        self._run = abi.adjoint_vjp_call(self._tiers, t0, t, self.rtol, self.atol,
-                                         self.max_steps, self.nsub, self.y, self.rec, self.grad, self.work, self.info)
+        self._split = None
+        if method == "rodas":  # the forward pass and the sweep, also one at a time (record, sweep)
+            self._split = (TieredKernel(compiled, module.rodas_solve_record),
+                           TieredKernel(compiled, module.rodas_adjoint_sweep))
+        self._bind()
+
+    def _bind(self):
+        rows = self.rec.shape[0]  # a solve that needs more steps stops with MAX_STEPS: the record grows
+        self._run = abi.adjoint_vjp_call(self._tiers, self.t0, self.t, self.rtol, self.atol, rows, self.nsub,
+                                         self.y, self.rec, self.grad, self.work, self.info)
+
+    def _grows(self, status):
+        """After a call: whether it stopped for the record's rows alone (then the record has grown)."""
+        if status != Status.MAX_STEPS or self.rec.shape[0] >= self.max_steps:
+            return False
+        self.rec = np.empty((min(self.max_steps, 8 * self.rec.shape[0]), self.rec.shape[1]))
+        self._bind()
+        return True
 
     def __call__(self, params, x0, g):
         """Gradient of ``sum_i g[i] . x(t_i)``: returns ``(grad, status)``."""
-        return self.grad, self._run(abi.kernel_array(params), abi.kernel_array(x0), abi.kernel_array(g))
+        params, x0, g = abi.kernel_array(params), abi.kernel_array(x0), abi.kernel_array(g)
+        status = self._run(params, x0, g)
+        while self._grows(status):
+            status = self._run(params, x0, g)
+        return self.grad, status
+
+    def record(self, params, x0):
+        """The forward pass alone (Rodas): the states at ``t`` into :attr:`y` and the steps into the record;
+        returns the status. :meth:`sweep` then gives the gradient for any ``g`` at the same ``params``."""
+        params, x0 = abi.kernel_array(params), abi.kernel_array(x0)
+        while True:
+            status = self._split[0](self.t0, self.t, x0, params, self.rtol, self.atol, self.rec.shape[0], self.y,
+                                    self.rec, self.work, self.info)
+            if not self._grows(status):
+                return status
+
+    def sweep(self, params, g):
+        """The backward sweep (Rodas) over the steps of the last :meth:`record` (the same ``params``): ``(grad,
+        status)`` as a call."""
+        return self.grad, self._split[1](self.t, abi.kernel_array(params), abi.kernel_array(g), self.rec, self.grad,
+                                         self.info)
 
     @property
     def tier(self):

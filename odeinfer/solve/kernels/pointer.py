@@ -23,7 +23,8 @@ Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 (``work``: ``_dopri5_work_len(n, m, k)``), ``ptr_dopri5_adjoint_vjp``
 (``work``: ``_adj_work_len(n, m)``), ``ptr_rodas_solve``,
 ``ptr_rodas_solve_sens``, ``ptr_rodas_solve_dir`` (``work``: ``_rodas_work_len(n, m, k)``) and
-``ptr_rodas_adjoint_vjp`` (``work``: ``_rodas_work_len(n, m, 0)``), ``ptr_coll_constraints``
+``ptr_rodas_adjoint_vjp``, ``ptr_rodas_solve_record`` and ``ptr_rodas_adjoint_sweep`` (``work``:
+``_rodas_work_len(n, m, 0)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
 family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``),
@@ -142,6 +143,18 @@ def ptr_dopri5_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub
 def ptr_rodas_adjoint_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, grad, work, info):
     """``rodas_adjoint_vjp`` (``rodas.py``) for the model behind ``mh``."""
     return _rodas_adjoint(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_rodas_solve_record(mh, t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info):
+    """``rodas_solve_record`` (``rodas.py``) for the model behind ``mh``."""
+    return _rodas_record_run(mh, t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_rodas_adjoint_sweep(mh, t_eval, p, g, rec, grad, info):
+    """``rodas_adjoint_sweep`` (``rodas.py``) for the model behind ``mh``."""
+    return _rodas_sweep_checked(mh, t_eval, p, g, rec, grad, info)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)

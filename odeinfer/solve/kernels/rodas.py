@@ -439,18 +439,45 @@ def rodas_adjoint_vjp(t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, 
     return _rodas_adjoint(MODEL_HANDLE, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info)
 
 
+@njit(cache=True, error_model="numpy", fastmath=False)
+def rodas_solve_record(t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info):
+    """The forward pass of :func:`rodas_adjoint_vjp` alone (the states at ``t_eval`` into ``z_out``, the steps
+    into ``rec``); :func:`rodas_adjoint_sweep` then runs the backward sweep for any ``g``."""
+    return _rodas_record_run(MODEL_HANDLE, t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def rodas_adjoint_sweep(t_eval, p, g, rec, grad, info):
+    """The backward sweep of :func:`rodas_adjoint_vjp` over the steps that the last :func:`rodas_solve_record`
+    with the same ``p``, ``t_eval``, ``rec`` and ``info`` recorded."""
+    return _rodas_sweep_checked(MODEL_HANDLE, t_eval, p, g, rec, grad, info)
+
+
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
 def _rodas_adjoint(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, z_out, rec, grad, work, info):
-    n = mh[0]
-    m = mh[1]
-    if (g.shape[0] != t_eval.shape[0] or g.shape[1] != n or grad.shape[0] != n + m or rec.shape[0] < max_steps
-            or rec.shape[1] != ADJ_REC_HEAD + n):
-        return ST_BAD_INPUT
-    none = no_directions(work)
-    status = _rodas_run(mh, t0, t_eval, y0, p, 0, none, none, n, rtol, atol, 0.0, max_steps, z_out, work, info, rec)
+    status = _rodas_record_run(mh, t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info)
     if status != ST_SUCCESS:
         return status
+    return _rodas_sweep_checked(mh, t_eval, p, g, rec, grad, info)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_record_run(mh, t0, t_eval, y0, p, rtol, atol, max_steps, z_out, rec, work, info):
+    n = mh[0]
+    if rec.shape[0] < max_steps or rec.shape[1] != ADJ_REC_HEAD + n:
+        return ST_BAD_INPUT
+    none = no_directions(work)
+    return _rodas_run(mh, t0, t_eval, y0, p, 0, none, none, n, rtol, atol, 0.0, max_steps, z_out, work, info, rec)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _rodas_sweep_checked(mh, t_eval, p, g, rec, grad, info):
+    n = mh[0]
+    m = mh[1]
     n_acc = int(info[INFO_N_STEPS] - info[INFO_N_REJECTED])
+    if (g.shape[0] != t_eval.shape[0] or g.shape[1] != n or grad.shape[0] != n + m or p.shape[0] != m
+            or rec.shape[1] != ADJ_REC_HEAD + n or n_acc > rec.shape[0] or n_acc < 0):
+        return ST_BAD_INPUT
     _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad)
     return ST_SUCCESS
 
