@@ -44,7 +44,8 @@ through which the shared kernels below call the model), ``common.py`` (status co
 ``dopri5_work_size_dir``), ``adjoint.py``
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``
 (``rodas_solve``, ``rodas_solve_sens``, ``rodas_solve_dir``, ``rodas_work_size``,
-``rodas_work_size_dir``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
+``rodas_work_size_dir``; the discrete adjoint ``rodas_adjoint_vjp``, or in two passes ``rodas_solve_record``
+then ``rodas_adjoint_sweep``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
 estimators of :mod:`odeinfer.estimators.newton`), ``collocation.py`` (``coll_constraints``:
 the collocation constraints of :class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``

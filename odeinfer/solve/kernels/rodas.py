@@ -27,6 +27,9 @@ column ``j`` acts on ``v`` as ``B_j v = jac_y_dir(v) s_j + jac_p_dir(v)[:, j]``
 sensitivities (``S_W = S [pdir; s0]``, see ``common.py``): ``B_j v = jac_y_dir(v) s_j +
 jac_p_dir(v) pdir[:, j]``, and ``J_p,t pdir`` in the time derivative.
 
+The discrete adjoint (``rodas_adjoint_vjp``; ``rodas_solve_record`` and ``rodas_adjoint_sweep`` for its two
+passes) is described where it is defined, at the end of this file.
+
 Public kernels (callable from other njit code of the same module)
 -----------------------------------------------------------------
 ``rodas_work_size(sens) -> int``
