@@ -357,21 +357,21 @@ class _Run:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
             x_start = x
+            used = seg.solver if sens else seg.alone()
             if seg.fine is None and trace is not None and self.adjoint.method == "rodas":
                 # the adjoint's own forward pass: the reverse pass sweeps its record (no second solve)
-                vjp = self._vjp(seg)
-                st = vjp.record(pj, np.ascontiguousarray(x))
-                y, S = vjp.y, np.empty((vjp.t.size, n_s, 0))
+                used = self._vjp(seg)
+                st = used.record(pj, np.ascontiguousarray(x))
+                y, S = used.y, np.empty((used.t.size, n_s, 0))
             elif seg.fine is None:
-                y, S, st = (seg.solver if sens else seg.alone())(pj, np.ascontiguousarray(x), pdir, s0)
+                y, S, st = used(pj, np.ascontiguousarray(x), pdir, s0)
             else:
                 res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
                 if isinstance(res, str):
                     return f"experiment {self.name!r}: {res}"
                 y, S, st, armed = res
             if st != 0:
-                solver = seg.solver if sens else seg.vjp if trace is not None and seg.vjp is not None else seg.alone()
-                why = status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)
+                why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
@@ -413,8 +413,7 @@ class _Run:
         xbar = np.zeros(n_s)
         if self.at_inf.size:  # X(inf) = x_ss(p, x(t_end))
             x_end = segs[-1][3].copy()
-            for seg, *_ in segs[-1:]:
-                apply_doses(x_end, None, seg.jumps, v[od:], None)
+            apply_doses(x_end, None, segs[-1][0].jumps, v[od:], None)
             wbar = Xbar[self.at_inf].sum(axis=0)
             res = self.steady(p, x_end, dp, np.zeros((n_s, Jv.shape[1])), t0=self.t_end,
                               what="the run to steady state (measurements at t = inf)")
@@ -758,9 +757,10 @@ class Objective:
         """The negative log-likelihood alone at ``u`` (``Evaluation`` without gradient), from solves of the states
         alone: no sensitivities, so a small fraction of a full evaluation's cost on a model with many estimated
         parameters. Its solver takes its own steps, controlled on the states alone, so the value differs from
-        ``self(u).nll`` by the solver's error (at the default rtol 1e-6 and the nominal parameters: by 1.4e-5 on PEtab's
-        Boehm_JProteomeRes2014, by 2.2e-3 on Fujita_SciSignal2010, where the sensitivities' error control makes the full evaluation's steps
-        finer); for a value to a given accuracy, build the objective with a tighter solver."""
+        ``self(u).nll`` by the solver's error (at the default rtol 1e-6 and the nominal parameters: by 1.4e-5 on
+        PEtab's Boehm_JProteomeRes2014, by 2.2e-3 on Fujita_SciSignal2010, where the sensitivities' error control
+        makes the full evaluation's steps finer); for a value to a given accuracy, build the objective with a
+        tighter solver."""
         return self._evaluate(u, False, False)
 
     def _evaluate(self, u, grad, sens):
