@@ -76,6 +76,7 @@ def test_objective_priors_are_scipys_negative_log_densities(tmp_path, table, sca
     with_priors, without = pp.objective(priors=True), pp.objective()
     u = pp.u_nominal
     assert with_priors(u, grad=False).nll - without(u, grad=False).nll == pytest.approx(total, rel=1e-10)
+    assert with_priors.value(u).nll - without.value(u).nll == pytest.approx(total, rel=1e-10)  # every entry point
     assert pp.nll_nominal(priors=True) == pytest.approx(pp.nll_nominal() + total, rel=1e-10)
 
 
