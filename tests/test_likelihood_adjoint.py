@@ -13,14 +13,19 @@ import pytest
 import odeinfer as oi
 from odeinfer.errors import InputError
 from odeinfer.petab import load
+from representative import split
 
 PETAB = Path(__file__).parent / "data" / "petab"
 TIGHT = oi.Rodas(rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["Boehm_JProteomeRes2014", "Zheng_PNAS2012", "Brannmark_JBC2010",
-                                  "Fujita_SciSignal2010", "Bruno_JExpBot2016", "Borghans_BiophysChem1997",
-                                  "Fiedler_BMCSystBiol2016"])
+# the default suite keeps one problem per path of the reverse pass (plain, pre-equilibration with switch times,
+# shared trajectories, observable parameters); Zheng, Fujita and Fiedler repeat them: -m slow
+@pytest.mark.parametrize("name", split(
+    [(n,) for n in ("Boehm_JProteomeRes2014", "Zheng_PNAS2012", "Brannmark_JBC2010", "Fujita_SciSignal2010",
+                    "Bruno_JExpBot2016", "Borghans_BiophysChem1997", "Fiedler_BMCSystBiol2016")],
+    default=[("Boehm_JProteomeRes2014",), ("Brannmark_JBC2010",), ("Bruno_JExpBot2016",),
+             ("Borghans_BiophysChem1997",)]))
 def test_the_adjoint_gradient_matches_forward_sensitivities(name):
     """At a point 1% (on the estimation scales) off the nominal one: forward sensitivities and the discrete adjoint
     of Rodas at rtol 1e-10 agree to 1e-6 of the gradient's largest entry; the NLL is the value alone's (the same
