@@ -688,8 +688,11 @@ class Objective:
         ``oi.Adjoint()``: the adjoint, one backward sweep per trajectory whatever the number of estimated
         parameters (for models with hundreds of them); the NLL and gradient only (``fim`` is None). It runs one
         method: ``oi.Rodas`` (the discrete adjoint, exact for the computed solution; an ``oi.Auto`` solver runs
-        its stiff method) or ``oi.Dopri5`` (the continuous adjoint). Problems with events or switches of the
-        right-hand side at state thresholds need ``oi.Forward()``.
+        its stiff method) or ``oi.Dopri5`` (the continuous adjoint). Its steps are chosen for the states alone, so
+        at the default tolerance its gradient is 5-70x less accurate than the forward one (largest error 1.2e-4 of
+        the gradient's largest entry on the PEtab problems of benchmarks/RESULTS.md, session 23); pass a tighter
+        solver where that matters. Problems with events or switches of the right-hand side at state thresholds need
+        ``oi.Forward()``.
     """
 
     def __init__(self, problem, solver=None, gradient=None):
