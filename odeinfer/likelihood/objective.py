@@ -357,19 +357,20 @@ class _Run:
                         pj[r] = rate
             s0[:, :cols.size] = dx[:, sel]
             x_start = x
-            used = seg.solver if sens else seg.alone()
             if seg.fine is None and trace is not None and self.adjoint.method == "rodas":
                 # the adjoint's own forward pass: the reverse pass sweeps its record (no second solve)
                 used = self._vjp(seg)
                 st = used.record(pj, np.ascontiguousarray(x))
                 y, S = used.y, np.empty((used.t.size, n_s, 0))
-            elif seg.fine is None:
-                y, S, st = used(pj, np.ascontiguousarray(x), pdir, s0)
             else:
-                res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
-                if isinstance(res, str):
-                    return f"experiment {self.name!r}: {res}"
-                y, S, st, armed = res
+                used = seg.solver if sens else seg.alone()
+                if seg.fine is None:
+                    y, S, st = used(pj, np.ascontiguousarray(x), pdir, s0)
+                else:
+                    res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
+                    if isinstance(res, str):
+                        return f"experiment {self.name!r}: {res}"
+                    y, S, st, armed = res
             if st != 0:
                 why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
@@ -468,8 +469,7 @@ class _Run:
             from odeinfer.solve._inputs import compiled_model
             from odeinfer.solve.adjoint import VJP
 
-            solved = seg.alone().solver
-            seg.vjp = VJP(compiled_model(self._held_model), solved.t, solved.t0, self.adjoint, Adjoint())
+            seg.vjp = VJP(compiled_model(self._held_model), seg.solver.t, seg.solver.t0, self.adjoint, Adjoint())
         return seg.vjp
 
     def _run_events(self, seg, pj, x, pdir, s0, armed, sens=True):
