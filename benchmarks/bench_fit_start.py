@@ -8,7 +8,8 @@ the CPU per evaluation and, with ``--split``, a second pass that times the objec
 alone (so ``per start - evaluations`` is the optimiser's own overhead). ``--save FILE`` writes the
 end points and NLLs (``.npz``) and ``--compare FILE`` checks them against a saved run (same end
 points: the optimisation path did not change). ``--profile N`` runs cProfile over the first N
-starts and prints the top functions.
+starts and prints the top functions. ``--adjoint`` fits as ``Embedding(gradient=oi.Adjoint())`` does (the
+adjoint's gradient, BFGS curvature).
 
     python benchmarks/bench_fit_start.py --problem Boehm_JProteomeRes2014 --starts 20 --split
 """
@@ -41,7 +42,7 @@ def fits(obj, U, max_iter, timed_obj=None):
             finally:
                 _spent[0] += time.process_time() - c
 
-        counted.lower, counted.upper = obj.lower, obj.upper
+        counted.lower, counted.upper, counted.adjoint = obj.lower, obj.upper, obj.adjoint
         n0 = obj.n_eval
         c = time.process_time()
         r = _local(counted if timed_obj else obj, np.asarray(u0, float), max_iter)
@@ -56,6 +57,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", action="store_true", help="also time the objective's evaluations alone")
     ap.add_argument("--profile", type=int, default=0, help="cProfile the first N starts")
+    ap.add_argument("--adjoint", action="store_true",
+                    help="gradient by the adjoint, curvature by BFGS (Embedding(gradient=oi.Adjoint()))")
+    ap.add_argument("--rtol", type=float, help="the solver oi.Auto(rtol, atol=rtol/100) instead of the default")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--compare", type=Path)
     args = ap.parse_args(argv)
@@ -67,32 +71,34 @@ def main(argv=None):
 
     problem = oi.petab.load(PETAB / args.problem / f"{args.problem}.yaml").problem
     est = oi.Embedding()
-    obj = Objective(problem, solver=likelihood_solver(est))
+    solver = oi.Auto(rtol=args.rtol, atol=args.rtol / 100) if args.rtol else likelihood_solver(est)
+    obj = Objective(problem, solver=solver, gradient=oi.Adjoint() if args.adjoint else None)
     U = sample_starts(obj.lower, obj.upper, args.starts, rng=args.seed)
-    fits(obj, U[:1], est.max_iter)  # warm-up: compile / load the kernels
+    fits(obj, U[:1], est.iterations("likelihood"))  # warm-up: compile / load the kernels
     if args.profile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
         prof.enable()
-        fits(obj, U[:args.profile], est.max_iter)
+        fits(obj, U[:args.profile], est.iterations("likelihood"))
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return
-    res = fits(obj, U, est.max_iter, timed_obj=args.split)
+    res = fits(obj, U, est.iterations("likelihood"), timed_obj=args.split)
     cpu = np.array([r[0] for r in res])
     ne = np.array([r[1] for r in res])
     inside = np.array([r[4] for r in res])
-    line = (f"{args.problem}: {args.starts} starts, median {cpu.size and np.median(cpu):.4f} s CPU per start "
+    line = (f"{args.problem}{' (adjoint, BFGS)' if args.adjoint else ''} {obj.solver!r}: {args.starts} starts, median {cpu.size and np.median(cpu):.4f} s CPU per start "
             f"(mean {cpu.mean():.4f}), median {np.median(ne):.0f} evaluations, "
             f"{1e3 * cpu.sum() / ne.sum():.3f} ms CPU per evaluation incl. optimiser")
     if args.split:
         line += (f"; objective alone {1e3 * inside.sum() / ne.sum():.3f} ms per evaluation, optimiser "
                  f"{(cpu - inside).mean():.4f} s per start")
-    print(line, flush=True)
     X = np.array([r[2] for r in res])
     f = np.array([r[3] for r in res])
+    line += f"; best NLL {np.min(f):.4f}, {int(np.sum(f <= np.min(f) + 0.1))}/{f.size} starts within 0.1 of it"
+    print(line, flush=True)
     if args.save:
         np.savez(args.save, X=X, f=f, n_eval=ne)
     if args.compare:

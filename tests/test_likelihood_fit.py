@@ -45,10 +45,14 @@ def problem(exps):
     return oi.FitProblem(OBS, exps, params, x0={"a": 1.0, "b": 0.0})
 
 
-def test_multi_condition_fit_matches_scipy_on_the_closed_form():
+@pytest.mark.parametrize("gradient", [None, oi.Adjoint()], ids=["forward", "adjoint"])
+def test_multi_condition_fit_matches_scipy_on_the_closed_form(gradient):
+    """The adjoint's fit (BFGS curvature) reaches the same optimum; its covariance is the forward one's (the
+    Fisher information by forward sensitivities at the optimum)."""
     exps = two_conditions(np.random.default_rng(3))
-    fit = oi.Embedding().fit(problem(exps))
+    fit = oi.Embedding(gradient=gradient).fit(problem(exps))
     assert fit.converged, fit.message
+    assert ("BFGS" in fit.provenance["method"]) == (gradient is not None)
     # independent optimum: scipy least_squares on the closed form with sd profiled out
     ys = [d.y[:, 0] for d in exps]
 
@@ -65,6 +69,10 @@ def test_multi_condition_fit_matches_scipy_on_the_closed_form():
     nll_ref = n * (0.5 * math.log(2 * math.pi) + math.log(sd_ml)) + 0.5 * n
     assert fit.cost == pytest.approx(nll_ref, rel=1e-8)
     assert fit.extras["loglik"] == pytest.approx(-nll_ref, rel=1e-8)
+    if gradient is not None:
+        ref_fit = oi.Embedding().fit(problem(exps))
+        # entries that are zero in theory (sd against the rest) are rounding-level: atol on the matrix's scale
+        np.testing.assert_allclose(fit.cov, ref_fit.cov, rtol=1e-4, atol=1e-10 * np.abs(ref_fit.cov).max())
 
 
 def _coverage(n_rep, seed):
@@ -144,6 +152,17 @@ def test_likelihood_fit_bad_inputs():
         oi.Embedding().fit(prob, start={"k1": -1.0})
     with pytest.raises(InputError, match=r"no start value for \['k1', 's', 'sd', 'k2_A', 'k2_B'\]"):
         oi.Embedding().fit(OBS, exps, x0={"a": 1.0, "b": 0.0})
+    with pytest.raises(InputError, match=r"gradient: expected None, oi.Forward\(\) or oi.Adjoint\(\), got 'adjoint'"):
+        oi.Embedding(gradient="adjoint")
+    with pytest.raises(InputError, match=r"gradient: expected None, oi.Forward\(\) or oi.Adjoint\(\), got "
+                                         r"Forward\(error_control=False"):
+        oi.Embedding(gradient=oi.Forward(error_control=False))
+    with pytest.raises(InputError, match=r"gradient: oi.Adjoint\(\) fits by single shooting, got segments=3"):
+        oi.Embedding(gradient=oi.Adjoint(), segments=3)
+    assert oi.Embedding(gradient=oi.Forward()).gradient is None  # the default, spelled out
+    with pytest.raises(InputError, match=r"gradient: oi.Adjoint\(\) serves likelihood fits"):
+        oi.Embedding(gradient=oi.Adjoint()).fit(chain, oi.Data(T, np.ones((T.size, 1)), "b"),
+                                               start={"k1": 1.0, "k2": 0.5}, x0={"a": 1.0, "b": 0.0})
 
 
 def test_matching_estimators_refuse_observables_naming_them():
@@ -162,15 +181,17 @@ def test_matching_estimators_refuse_observables_naming_them():
         oi.OrthogonalConditions().fit(direct, oi.Data(T, np.ones_like(T), "b_obs"))
 
 
-def test_profile_intervals_of_a_likelihood_fit_match_scipy_profiles():
+@pytest.mark.parametrize("gradient", [None, oi.Adjoint()], ids=["forward", "adjoint"])
+def test_profile_intervals_of_a_likelihood_fit_match_scipy_profiles(gradient):
     """Likelihood-ratio interval of k1 (every other parameter, the noise sd included, re-optimised), against
     a profile computed independently: scipy least_squares on the closed form at each fixed k1, with the sd
-    profiled analytically (NLL = n ln sqrt(RSS/n) + const), and brentq for the chi2(1) crossing."""
+    profiled analytically (NLL = n ln sqrt(RSS/n) + const), and brentq for the chi2(1) crossing. With the
+    adjoint, the profiles re-optimise by BFGS too."""
     from scipy.optimize import brentq
     from scipy.stats import chi2
 
     exps = two_conditions(np.random.default_rng(3))
-    fit = oi.Embedding().fit(problem(exps))
+    fit = oi.Embedding(gradient=gradient).fit(problem(exps))
     ci = fit.conf_int(method="profile").loc["k1"]
     ys = [d.y[:, 0] for d in exps]
     n = 2 * T.size

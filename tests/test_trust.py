@@ -132,6 +132,34 @@ def test_non_finite_gradient_counts_as_failure():
     assert "the gradient or the curvature matrix H is not finite" in res.message
 
 
+def rosen_fg(x):
+    return rosen(x)[:2]
+
+
+@pytest.mark.parametrize("upper, x_opt", [([2.0, 3.0], [1.0, 1.0]), ([0.5, 3.0], [0.5, 0.25])])
+def test_bfgs_curvature_reaches_the_optimum_interior_and_on_a_bound(upper, x_opt):
+    """``curvature="bfgs"``: fun gives (f, g) only. The same optima as with the exact Hessian, and as L-BFGS-B."""
+    lo, hi = np.array([-2.0, -2.0]), np.array(upper)
+    res = trust_region(rosen_fg, [-1.2, 1.0], lo, hi, curvature="bfgs", fatol=0.0, frtol=0.0, gatol=1e-9)
+    assert res.status == "converged", res.message
+    np.testing.assert_allclose(res.x, x_opt, atol=1e-6)
+    np.testing.assert_allclose(res.x, lbfgsb([-1.2, 1.0], list(zip(lo, hi))), atol=1e-6)
+    assert np.max(np.abs(projected_gradient(res.x, res.g, lo, hi))) < 1e-6
+    assert np.all(np.linalg.eigvalsh(res.H) > 0)  # the BFGS matrix stays positive definite
+    # a restart from a point on a bound evaluates it again, moved inward by 1e-8 (f may rise there)
+    assert res.n_eval >= res.n_iter + 1 and res.history.shape == (res.n_iter + 1,)
+    assert np.all(np.diff(res.history) <= 2e-8 * np.abs(res.g).max())  # |g| 1e-8 to first order
+
+
+def test_bfgs_curvature_rejects_failed_points():
+    def fun(x):
+        return "not here (test)" if x[1] > 1.1 else rosen_fg(x)
+
+    res = trust_region(fun, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0], curvature="bfgs", fatol=0.0, frtol=0.0)
+    assert res.status == "converged" and res.n_fail > 0 and "not here (test)" in res.message
+    np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-5)
+
+
 def test_max_iter_is_reported_honestly_and_quietly(capfd, caplog):
     with caplog.at_level(logging.DEBUG):
         res = trust_region(rosen, [-1.2, 1.0], [-2.0, -2.0], [2.0, 3.0], max_iter=3)
@@ -175,6 +203,10 @@ def test_tolerance_settings_are_used():
                                              r"\(str\), got tuple of length 2"),
     ({"fun": lambda x: (1.0, np.zeros(3), np.eye(2))}, r"fun: expected a gradient of shape \(2,\) and H of shape "
                                                         r"\(2, 2\), got \(3,\) and \(2, 2\)"),
+    ({"curvature": "sr1"}, r"curvature: expected 'given' \(fun returns H\) or 'bfgs' \(fun returns \(f, g\)\), got "
+                           r"'sr1'"),
+    ({"curvature": "bfgs"}, r"fun: expected fun\(x\) to return \(f, g\), None or a reason \(str\), got tuple of "
+                            r"length 3"),
 ])
 def test_bad_input(kwargs, match):
     args = {"fun": rosen, "x0": [0.0, 0.0], "lower": [-2.0, -2.0], "upper": [2.0, 2.0]}

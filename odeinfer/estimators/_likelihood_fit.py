@@ -64,9 +64,9 @@ def problem_from_embedding(est, model, data, start, fixed, x0):
     return FitProblem(model, data, params, x0=x0 if isinstance(x0, dict) else None)
 
 
-def make_objective(problem, solver=None, priors=None, shooting=None):
-    """The objective a fit minimises: the :class:`~odeinfer.Objective` of ``problem`` (by multiple
-    shooting for ``shooting = (segments, continuity_weight, polish)``, see
+def make_objective(problem, solver=None, priors=None, shooting=None, gradient=None):
+    """The objective a fit minimises: the :class:`~odeinfer.Objective` of ``problem`` with its
+    ``gradient`` (by multiple shooting for ``shooting = (segments, continuity_weight, polish)``, see
     :func:`odeinfer.likelihood.shooting.make_objective`), plus the negative log densities of
     ``priors`` (``{estimated parameter: Prior}``) when given."""
     if priors:
@@ -74,10 +74,10 @@ def make_objective(problem, solver=None, priors=None, shooting=None):
             raise InputError("priors: a MAP fit runs by single shooting; use Embedding(segments=1) with priors")
         from odeinfer.petab.priors import PriorObjective
 
-        return PriorObjective(problem, priors, solver=solver)
+        return PriorObjective(problem, priors, solver=solver, gradient=gradient)
     from odeinfer.likelihood.shooting import make_objective as likelihood_objective
 
-    return likelihood_objective(problem, solver, shooting)
+    return likelihood_objective(problem, solver, shooting, gradient)
 
 
 def resolve_priors(model, problem, priors):
@@ -210,19 +210,35 @@ def _local(obj, u0, max_iter):
     local = getattr(obj, "local", None)  # multiple shooting (odeinfer.likelihood.shooting) fits its own way
     if local is not None:
         return local(u0, max_iter)
+    return _minimise(obj, u0, obj.lower, obj.upper, max_iter)
 
-    def fun(u):
-        ev = obj(u)
-        return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
 
-    return trust_region(fun, u0, obj.lower, obj.upper, max_iter=max_iter, **TOLERANCES)
+def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None):
+    """The trust region on ``obj`` from ``x0``: over every coordinate, or over the ``free`` ones of
+    ``full`` (the others held). Its curvature is the Fisher information, or BFGS updates for an
+    objective whose gradient comes from the adjoint (which gives no Fisher information)."""
+    bfgs = getattr(obj, "adjoint", None) is not None
+
+    def fun(x):
+        if free is None:
+            ev = obj(x)
+            g, F = ev.grad, ev.fim
+        else:
+            full[free] = x
+            ev = obj(full)
+            g, F = (ev.grad[free], None if bfgs else ev.fim[np.ix_(free, free)]) if ev.ok else (None, None)
+        if not ev.ok:
+            return ev.failure
+        return (ev.nll, g) if bfgs else (ev.nll, g, F)
+
+    return trust_region(fun, x0, lo, hi, max_iter=max_iter, curvature="bfgs" if bfgs else "given", **TOLERANCES)
 
 
 def _chunk(payload, chunk):
     """Worker: local fits from several starts (top level, picklable)."""
-    problem, solver, max_iter, priors, shooting = payload
+    problem, solver, max_iter, priors, shooting, gradient = payload
     try:
-        obj = make_objective(problem, solver, priors, shooting)
+        obj = make_objective(problem, solver, priors, shooting, gradient)
     except Exception as exc:
         return [{"index": i, "status": "failed", "error": f"{type(exc).__name__}: {exc}"} for i, _ in chunk]
     return [_one(obj, i, u0, max_iter) for i, u0 in chunk]
@@ -257,7 +273,7 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
         raise InputError("parameters: every parameter is fixed; nothing to estimate")
     solver = likelihood_solver(est)
     shooting = (est.segments, est.continuity_weight, est.polish) if est.segments > 1 else None
-    obj = make_objective(problem, solver, priors, shooting)
+    obj = make_objective(problem, solver, priors, shooting, est.gradient)
     X = _start_rows(problem, start)
     for k, x in enumerate(X):
         _check_start(problem, x, None if X.shape[0] == 1 else k)
@@ -281,8 +297,8 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     if (est.n_jobs == 1 and est.executor is None) or U.shape[0] == 1:
         runs = [_one(obj, i, u0, est.iterations("likelihood")) for i, u0 in enumerate(U)]
     else:
-        runs = run_starts(_chunk, (problem, solver, est.iterations("likelihood"), priors, shooting), U, n_jobs=est.n_jobs,
-                          executor=est.executor, progress=est.progress)
+        runs = run_starts(_chunk, (problem, solver, est.iterations("likelihood"), priors, shooting, est.gradient), U,
+                          n_jobs=est.n_jobs, executor=est.executor, progress=est.progress)
     ok = [r for r in runs if math.isfinite(r.get("nll", math.nan))]  # a stalled run keeps its point and status
     table = _table(problem, obj, U, runs)
     if not ok:
@@ -293,8 +309,11 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     res = best.get("result")
     from odeinfer.solve import auto_scope
 
-    with auto_scope():  # a fresh evaluation at the optimum: the same whichever process ran which start
-        ev = obj(best["u"] if res is None else res.x)
+    # a fresh evaluation at the optimum: the same whichever process ran which start; after an adjoint fit, by
+    # forward sensitivities: the Fisher information of the covariance, and the NLL of solves under their error control
+    final = obj if getattr(obj, "adjoint", None) is None else make_objective(problem, solver, priors)
+    with auto_scope():
+        ev = final(best["u"] if res is None else res.x)
     if res is None:  # from a worker process
         message = best["message"]
         status = best["status"] if ev.ok else "failed"
@@ -370,8 +389,10 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         extras["prior_nll"] = prior_nll
         extras["priors"] = dict(priors)
         method = f"maximum a posteriori (likelihood times the priors of {sorted(priors)})"
+    how = ("BFGS updates of the adjoint's gradient (the NLL and the covariance's Fisher information at the optimum "
+           "by forward sensitivities)" if getattr(obj, "adjoint", None) is not None else "the Fisher information")
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
-            "method": f"{method}, trust region (fides) with the Fisher information",
+            "method": f"{method}, trust region (fides) with {how}",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
             "data": list(problem.experiments.names)}
     out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), f,
@@ -419,7 +440,12 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter, priors=None):
 
     reoptimise, to_natural = _reoptimiser(obj, max_iter)
     se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter, priors))
+    gradient = None
+    if getattr(obj, "adjoint", None) is not None:
+        from odeinfer.solve import Adjoint
+
+        gradient = Adjoint()
+    remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter, priors, gradient))
     prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural,
                              remote=remote)
     object.__setattr__(estimate, "_profiler", prof)
@@ -434,14 +460,8 @@ def _reoptimiser(obj, max_iter):
         held[np.atleast_1d(i)] = True
         free = ~held
         full = np.array(u_start, float)
-
-        def fun(x):
-            full[free] = x
-            ev = obj(full)
-            return (ev.nll, ev.grad[free], ev.fim[np.ix_(free, free)]) if ev.ok else ev.failure
-
         lo, hi = obj.lower[free], obj.upper[free]
-        r = trust_region(fun, np.clip(full[free], lo, hi), lo, hi, max_iter=max_iter, **TOLERANCES)
+        r = _minimise(obj, np.clip(full[free], lo, hi), lo, hi, max_iter, free, full)
         if r.status == "failed" and not math.isfinite(r.f):
             return None
         full[free] = r.x
@@ -455,8 +475,8 @@ def _reoptimiser(obj, max_iter):
 
 def _rebuild_reoptimiser(payload):
     """Worker: the objective rebuilt from its problem, solver and priors."""
-    problem, solver, max_iter, priors = payload
-    return _reoptimiser(make_objective(problem, solver, priors), max_iter)
+    problem, solver, max_iter, priors, gradient = payload
+    return _reoptimiser(make_objective(problem, solver, priors, gradient=gradient), max_iter)
 
 
 def _small_sample_note(problem, n):

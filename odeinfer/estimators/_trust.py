@@ -2,7 +2,9 @@
 built on ``fides`` (the interior trust-region reflective method of Coleman and Li, 1994/1996).
 
 The caller supplies the curvature: ``fun(x) -> (f, g, H)`` with ``H`` a Gauss-Newton / Fisher
-information matrix or the exact Hessian; no quasi-Newton update is made.
+information matrix or the exact Hessian. Or, with ``curvature="bfgs"``, ``fun(x) -> (f, g)`` and the
+curvature is fides' BFGS approximation, updated from the accepted steps' gradient changes (for
+gradients from an adjoint, which gives no Fisher information).
 
 Failure protocol: where the objective cannot be computed (a solver failure, a non-positive
 state under log-scale noise), ``fun`` returns ``None`` or, better, a ``str`` saying why (e.g.
@@ -65,7 +67,7 @@ class TrustResult:
         Why it stopped, in words, with the objective's last failure reason if any.
     n_iter, n_eval, n_fail : int
         Iterations (trial steps, accepted or rejected: one call of ``fun`` each), calls of ``fun``
-        (``n_iter + 1``) and calls that failed.
+        (``n_iter + 1``, plus one per BFGS restart from a point moved off a bound) and calls that failed.
     history : ndarray (n_iter + 1,)
         ``f`` at the start and after each iteration.
     """
@@ -86,37 +88,43 @@ class _Objective:
     """``fun`` behind fides' interface: a failure becomes ``(inf, NaN gradient, NaN H)``, which
     fides rejects (radius shrinks) and which cannot fire its gradient test."""
 
-    def __init__(self, fun, n):
-        self.fun, self.n = fun, n
+    def __init__(self, fun, n, with_h=True):
+        self.fun, self.n, self.with_h = fun, n, with_h
         self.n_eval = self.n_fail = 0
         self.last_failure = None
+        self.last_usable = (None, None)  # (x, output): a BFGS restart starts where the last run stopped
 
     def __call__(self, x):
+        if self.last_usable[0] is not None and np.array_equal(self.last_usable[0], x):
+            return self.last_usable[1]
         self.n_eval += 1
         out = self.fun(x)
-        reason = _failure(out, self.n)
+        reason = _failure(out, self.n, self.with_h)
         if reason is None:
-            f, g, H = out
-            return float(f), np.asarray(g, dtype=float), np.asarray(H, dtype=float)
+            out = (float(out[0]),) + tuple(np.asarray(a, dtype=float) for a in out[1:])
+            if not self.with_h:
+                self.last_usable = (np.array(x, dtype=float), out)
+            return out
         self.n_fail += 1
         self.last_failure = reason
         if self.n_eval == 1:
             raise _StartFailed(reason)
         nan = math.nan
-        return math.inf, np.full(self.n, nan), np.full((self.n, self.n), nan)
+        return (math.inf, np.full(self.n, nan)) + ((np.full((self.n, self.n), nan),) if self.with_h else ())
 
 
-def _failure(out, n):
-    """None if ``out`` is a usable ``(f, g, H)``; else the reason (str)."""
+def _failure(out, n, with_h=True):
+    """None if ``out`` is a usable ``(f, g, H)`` (``(f, g)`` without ``with_h``); else the reason (str)."""
     if out is None:
         return "the objective reported a failure"
     if isinstance(out, str):
         return out
-    if not isinstance(out, tuple) or len(out) != 3:
-        raise InputError(f"fun: expected fun(x) to return (f, g, H), None or a reason (str), got "
+    want = "(f, g, H)" if with_h else "(f, g)"
+    if not isinstance(out, tuple) or len(out) != 2 + with_h:
+        raise InputError(f"fun: expected fun(x) to return {want}, None or a reason (str), got "
                          f"{type(out).__name__}{'' if not isinstance(out, tuple) else f' of length {len(out)}'}")
-    f, g, H = out
-    g, H = np.asarray(g, dtype=float), np.asarray(H, dtype=float)
+    f, g = out[0], np.asarray(out[1], dtype=float)
+    H = np.asarray(out[2], dtype=float) if with_h else np.zeros((n, n))
     if g.shape != (n,) or H.shape != (n, n):
         raise InputError(f"fun: expected a gradient of shape ({n},) and H of shape ({n}, {n}), got "
                          f"{g.shape} and {H.shape}")
@@ -420,15 +428,16 @@ def _check_tol(name, v):
 
 
 def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-12, xtol=1e-10, gatol=1e-8,
-                 grtol=0.0, delta_init=1.0, stall_decrease=1e-6) -> TrustResult:
+                 grtol=0.0, delta_init=1.0, stall_decrease=1e-6, curvature="given") -> TrustResult:
     """Minimise ``f(x)`` over ``lower <= x <= upper`` with fides' trust-region reflective method.
 
     Parameters
     ----------
     fun : callable
-        ``fun(x) -> (f, g (n,), H (n, n))``; or ``None`` / a reason (``str``) when the objective
-        cannot be computed at ``x`` (a rejected step; see the module docstring). ``H`` is the
-        caller's curvature (Gauss-Newton / Fisher information or exact Hessian).
+        ``fun(x) -> (f, g (n,), H (n, n))`` (``(f, g)`` for ``curvature="bfgs"``); or ``None`` / a
+        reason (``str``) when the objective cannot be computed at ``x`` (a rejected step; see the
+        module docstring). ``H`` is the caller's curvature (Gauss-Newton / Fisher information or
+        exact Hessian).
     x0 : array-like (n,)
         Start, inside the bounds (a start on a bound is moved inward by ~1e-8 relative).
     lower, upper : array-like (n,)
@@ -449,6 +458,11 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
         quadratic model promises at most this decrease of ``f`` (see :func:`predicted_decrease`;
         for a negative log-likelihood, 1e-6 is far below any statistical resolution); else the
         status is ``"failed"``.
+    curvature : {"given", "bfgs"}, default "given"
+        ``"given"``: ``fun`` returns ``H``. ``"bfgs"``: ``fun`` returns ``(f, g)``; the curvature is
+        fides' BFGS update from the identity (updates that break the curvature condition ``s.y > 0``
+        are skipped, so the matrix stays positive definite). The result's ``H`` is then that
+        approximation, not a Hessian: no covariance should be read from it.
 
     Returns
     -------
@@ -469,31 +483,47 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
             (("fatol", fatol), ("frtol", frtol), ("xtol", xtol), ("gatol", gatol), ("grtol", grtol))}
     if not _check_tol("delta_init", delta_init) > 0:
         raise InputError(f"delta_init: expected a positive number, got {delta_init!r}")
+    if curvature not in ("given", "bfgs"):
+        raise InputError(f"curvature: expected 'given' (fun returns H) or 'bfgs' (fun returns (f, g)), got "
+                         f"{curvature!r}")
     import fides
 
     n = x.size
-    obj = _Objective(fun, n)
+    bfgs = curvature == "bfgs"
+    obj = _Objective(fun, n, with_h=not bfgs)
     options = {fides.Options.MAXITER: int(max_iter), **{fides.Options(k): v for k, v in tols.items()},
                fides.Options.DELTA_INIT: float(delta_init)}
-    opt = _optimizer_class()(obj, ub=hi, lb=lo, verbose=_SILENT, options=options, hessian_update=None)
-    opt.f_trace = []
     x_start = _nudge_inward(x, lo, hi)
-    try:
-        with _diagonal_scaling(), _fast_subproblem():
-            opt.minimize(x_start)
-    except _StartFailed as e:
-        return TrustResult(x_start, math.inf, None, None, "failed",
-                           f"the objective could not be computed at the start: {e}", 0, obj.n_eval, obj.n_fail,
-                           np.empty(0))
-    except RuntimeError as e:  # fides' own checks (non-finite values, bounds); anything else is a bug upstream
-        if opt.exitflag not in (fides.ExitFlag.NOT_FINITE, fides.ExitFlag.EXCEEDED_BOUNDARY):
-            raise
-        opt.f_trace.append(float(opt.fval))
-        return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}")
-    finally:
-        if opt.logger is not None:  # fides makes a logger (with a handler) per run: drop the handler
-            opt.logger.handlers.clear()
-    flag = opt.exitflag.name
+    trace, n_iter = [], 0
+    while True:
+        opt = _optimizer_class()(obj, ub=hi, lb=lo, verbose=_SILENT, options=options,
+                                 hessian_update=fides.BFGS() if bfgs else None)
+        opt.f_trace = trace[:-1]  # a restart's first value is the last run's end
+        try:
+            with _diagonal_scaling(), _fast_subproblem():
+                opt.minimize(x_start)
+        except _StartFailed as e:
+            return TrustResult(x_start, math.inf, None, None, "failed",
+                               f"the objective could not be computed at the start: {e}", 0, obj.n_eval, obj.n_fail,
+                               np.empty(0))
+        except RuntimeError as e:  # fides' own checks (non-finite values, bounds); anything else is a bug upstream
+            if opt.exitflag not in (fides.ExitFlag.NOT_FINITE, fides.ExitFlag.EXCEEDED_BOUNDARY):
+                raise
+            opt.f_trace.append(float(opt.fval))
+            return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}", n_iter + opt.iteration)
+        finally:
+            if opt.logger is not None:  # fides makes a logger (with a handler) per run: drop the handler
+                opt.logger.handlers.clear()
+        n_iter += opt.iteration
+        flag = opt.exitflag.name
+        f_run, trace = (trace[-1] if trace else opt.f_trace[0]), opt.f_trace
+        # BFGS: a stop on a small step or change may come from a curvature estimate grown stale (too large along
+        # directions where f has since flattened); run again from the identity while that still decreases f
+        if not (bfgs and flag in ("FTOL", "XTOL", "DELTA_TOO_SMALL") and n_iter < max_iter
+                and f_run - opt.fval > tols["fatol"] + tols["frtol"] * abs(opt.fval)):
+            break
+        x_start = _nudge_inward(np.asarray(opt.x, float), lo, hi)
+        options[fides.Options.MAXITER] = int(max_iter) - n_iter
     status = {"FTOL": "converged", "XTOL": "converged", "GTOL": "converged", "MAXITER": "max_iter"}.get(flag, "failed")
     message = _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter)
     if flag == "DELTA_TOO_SMALL":
@@ -504,7 +534,7 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
                        f"(<= stall_decrease={stall_decrease:g}): a stationary point, flat to the objective's accuracy")
         else:
             message += f"; the model still predicts a decrease of {dec:.3g}"
-    return _result(opt, obj, status, message)
+    return _result(opt, obj, status, message, n_iter)
 
 
 def predicted_decrease(x, g, H, lo, hi):
@@ -523,10 +553,10 @@ def predicted_decrease(x, g, H, lo, hi):
     return float(0.5 * gf @ np.linalg.pinv(H[np.ix_(free, free)], rcond=1e-12, hermitian=True) @ gf)
 
 
-def _result(opt, obj, status, message):
+def _result(opt, obj, status, message, n_iter):
     if obj.n_fail:
         message += (f"; the objective could not be computed at {obj.n_fail} of {obj.n_eval} points, "
                     f"the last time: {obj.last_failure}")
     return TrustResult(np.array(opt.x, dtype=float), float(opt.fval), np.array(opt.grad, dtype=float),
-                       np.array(opt.hess, dtype=float), status, message, int(opt.iteration), obj.n_eval, obj.n_fail,
+                       np.array(opt.hess, dtype=float), status, message, int(n_iter), obj.n_eval, obj.n_fail,
                        np.array(opt.f_trace, dtype=float))

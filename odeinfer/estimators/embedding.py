@@ -110,6 +110,15 @@ class Embedding(Estimator):
         Problems with observables (a ``FitProblem``, PEtab) are fitted by their likelihood with the
         ``likelihood`` role's ``oi.Auto(rtol=1e-6, atol=1e-8)`` unless a solver is given here (see
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).
+    gradient : Adjoint, optional
+        How a likelihood fit gets its gradient. Default (None, or ``oi.Forward()``): forward
+        sensitivities, which also give the Fisher information, the trust region's curvature.
+        ``oi.Adjoint()``: the discrete adjoint of Rodas (:class:`~odeinfer.Objective`'s
+        ``gradient``), one backward pass whatever the number of parameters, with the trust region's
+        curvature from BFGS updates: for models with many parameters, where forward sensitivities
+        cost a column per parameter at every step. The covariance still needs the Fisher information:
+        one evaluation with forward sensitivities at the optimum. Single shooting only; trajectory
+        least-squares fits (models without observables) use forward sensitivities.
     max_iter : int or None, default None
         Iterations per local fit; when reached the status is ``"max_iter"`` with the best point.
         None: 200 Levenberg-Marquardt iterations per phase of a trajectory fit, 1000 trust-region
@@ -164,6 +173,7 @@ class Embedding(Estimator):
     n_jobs: int = 1
     rng: int | None = 0
     solver: Any = None
+    gradient: Any = None
     max_iter: int | None = None
     xtol: float = 1e-10
     ftol: float = 1e-12
@@ -208,6 +218,7 @@ class Embedding(Estimator):
             raise InputError(f"n_jobs: n_jobs={self.n_jobs!r} and executor= exclude each other (the executor's "
                              "workers run the starts); drop n_jobs")
         set_(self, "solver", as_solver(self.solver, delays=False, role="fit"))
+        set_(self, "gradient", _likelihood_gradient(self.gradient, self.segments))
         if self.max_iter is not None and (isinstance(self.max_iter, bool) or not isinstance(
                 self.max_iter, (int, np.integer)) or self.max_iter < 1):
             raise InputError(f"max_iter: expected an int >= 1 or None (the defaults of MAX_ITER), got {self.max_iter!r}")
@@ -332,6 +343,10 @@ class Embedding(Estimator):
             priors = resolve_priors(model, problem, priors)
             with single_threaded_blas():
                 return fit_likelihood(self, problem, start, t_start, priors)
+        if self.gradient is not None:
+            raise InputError("gradient: oi.Adjoint() serves likelihood fits (a model with observables and noise "
+                             "models, a FitProblem or a PetabProblem); this model is fitted by trajectory least "
+                             "squares, whose Jacobian comes from forward sensitivities; drop gradient=")
         if priors is not None and priors is not False:
             raise InputError("priors: a MAP fit needs a likelihood (a model with observables and noise models, a "
                              "FitProblem or a PetabProblem); this model is fitted by trajectory least squares; drop "
@@ -360,3 +375,19 @@ class Embedding(Estimator):
         info["x0_from_user"] = sorted(user_x0)
         start = {**found, **user_x0}
         return self, start, build_setup(self, model, data, start, fixed, x0), info
+
+
+def _likelihood_gradient(gradient, segments):
+    """``Embedding.gradient`` checked: None (forward sensitivities; ``oi.Forward()`` is the same) or
+    ``oi.Adjoint()``."""
+    from odeinfer.solve import Adjoint, Forward
+
+    if gradient is None or isinstance(gradient, Forward) and gradient == Forward():
+        return None
+    if not isinstance(gradient, Adjoint):
+        raise InputError(f"gradient: expected None, oi.Forward() or oi.Adjoint(), got {gradient!r}; a likelihood "
+                         "fit chooses its own sensitivity directions")
+    if segments > 1:
+        raise InputError(f"gradient: oi.Adjoint() fits by single shooting, got segments={segments!r}; use "
+                         "segments=1 or drop gradient=")
+    return gradient

@@ -42,11 +42,11 @@ _GAP_TOL_POLISH = 1e-3  # with polish: single shooting takes over from here
 _RAISES = 3
 
 
-def make_objective(problem, solver=None, shooting=None):
-    """``Objective(problem, solver)``, or :class:`MultipleShooting` for ``shooting = (segments,
-    continuity_weight, polish)`` with more than one segment."""
+def make_objective(problem, solver=None, shooting=None, gradient=None):
+    """``Objective(problem, solver, gradient)``, or :class:`MultipleShooting` for ``shooting = (segments,
+    continuity_weight, polish)`` with more than one segment (forward sensitivities: ``gradient`` None)."""
     if shooting is None or shooting[0] == 1:
-        return Objective(problem, solver=solver)
+        return Objective(problem, solver=solver, gradient=gradient)
     segments, weight, polish = shooting
     return MultipleShooting(problem, solver, segments=segments, continuity_weight=weight, polish=polish)
 
