@@ -206,6 +206,35 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
     assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
                                  "steady state by t="), ev.failure
     assert ev.failure.endswith("may oscillate or grow under this condition: check its parameters"), ev.failure
+    # the same from a run of the states alone (the value, the adjoint)
+    u = np.array([math.log(2.0), 1.0])
+    adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())
+    assert adj.value(u).ok
+    adj.steady._vjps[0.0] = adj.steady._vjps[0.0][:1]
+    adj.steady._recent.clear()
+    for ev in (adj.value(u), adj(u)):
+        assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not "
+                                     "reach a steady state by t="), ev.failure
+
+
+def test_the_adjoint_refuses_a_steady_state_whose_gradient_still_moves():
+    """``y' = -eps y`` with eps = 1e-8 from y0 = 1e-3: |dy/dt| = 1e-11 passes the states' test at once (atol 1e-10),
+    but d y(T) / d eps = -T y0 exp(-eps T) still changes (d/dT = -y0 (1 - eps T) exp(-eps T), about -1e-3): the
+    adjoint fails the evaluation and names the fix; forward sensitivities wait for it."""
+    @oi.model(states=["y"], params=["eps"])
+    def slow(t, y, p):
+        return {"y": -p.eps * y.y}
+
+    m = slow.observe({"yo": "y"}, noise=oi.Normal(sigma=SD))
+    d = oi.Data([np.inf], [0.0], "yo", t0=0.0, steady_state=True, name="e")
+    prob = oi.FitProblem(m, d, {"eps": oi.Param(1e-8, 1e-10, 1.0, "log10")}, x0={"y": 1e-3})
+    u = np.array([-8.0])
+    ev = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)
+    assert not ev.ok
+    assert "the gradient through it still changes there" in ev.failure, ev.failure
+    assert ev.failure.endswith("use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
+    fwd = oi.Objective(prob, solver=tight())(u)
+    assert fwd.ok, fwd.failure
 
 
 # -- what is refused -------------------------------------------------------------------------------

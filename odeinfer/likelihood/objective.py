@@ -321,7 +321,12 @@ class _Run:
         od = o + n_s
         if self.preeq is not None:
             op = od + self.n_d
-            res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p], Jv[op + n_p:op + n_p + n_s])
+            if sens:
+                res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p],
+                                 Jv[op + n_p:op + n_p + n_s])
+            else:  # the states alone (recorded for the adjoint)
+                res = self.preeq.states(v[op:op + n_p], v[op + n_p:op + n_p + n_s])
+                res = res if isinstance(res, str) else (res, np.zeros((n_s, 0)))
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
             xs, dxs = res
@@ -391,10 +396,15 @@ class _Run:
                 dx += np.outer(cm.f(lo, x, pj) - cm.f(hi, x, pj), dtau @ dp)
             apply_doses(x, dx, seg.jumps, v[od:], Jv[od:])
         if self.at_inf.size:
-            res = self.steady(p, x, dp, dx, what="the run to steady state (measurements at t = inf)", t0=self.t_end)
+            what = "the run to steady state (measurements at t = inf)"
+            res = (self.steady(p, x, dp, dx, what=what, t0=self.t_end) if sens else
+                   self.steady.states(p, x, what=what, t0=self.t_end))
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
-            X[self.at_inf], dX[self.at_inf] = res
+            if sens:
+                X[self.at_inf], dX[self.at_inf] = res
+            else:
+                X[self.at_inf] = res
         return X, dX
 
 
@@ -416,13 +426,12 @@ class _Run:
             x_end = segs[-1][3].copy()
             apply_doses(x_end, None, segs[-1][0].jumps, v[od:], None)
             wbar = Xbar[self.at_inf].sum(axis=0)
-            res = self.steady(p, x_end, dp, np.zeros((n_s, Jv.shape[1])), t0=self.t_end,
-                              what="the run to steady state (measurements at t = inf)")
-            sx = self.steady(p, x_end, np.zeros((n_p, n_s)), np.eye(n_s), t0=self.t_end)
-            if isinstance(res, str) or isinstance(sx, str):
-                return f"experiment {self.name!r}: {res if isinstance(res, str) else sx}"
-            tbar += res[1].T @ wbar
-            xbar += sx[1].T @ wbar
+            res = self.steady.vjp(p, x_end, wbar, dp, t0=self.t_end,
+                                  what="the run to steady state (measurements at t = inf)")
+            if isinstance(res, str):
+                return f"experiment {self.name!r}: {res}"
+            tbar += dp.T @ res[0]
+            xbar += res[1]
         for seg, pj, x_start, x_end in reversed(segs):
             for i, a, resets in reversed(seg.jumps):  # the doses at the segment's end
                 vbar[od + a] += xbar[i]
@@ -454,10 +463,10 @@ class _Run:
         if self.preeq is not None:  # x0 = keep x0 + (1 - keep) x_ss(p_pre, x_pre)
             keep = self.keep_x0
             op = od + self.n_d
-            res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p], Jv[op + n_p:op + n_p + n_s])
+            res = self.preeq.vjp(v[op:op + n_p], v[op + n_p:op + n_p + n_s], np.where(keep, 0.0, xbar), Jv[op:op + n_p])
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
-            tbar += res[1].T @ np.where(keep, 0.0, xbar)
+            tbar += Jv[op:op + n_p].T @ res[0] + Jv[op + n_p:op + n_p + n_s].T @ res[1]
             xbar = np.where(keep, xbar, 0.0)
         vbar[o:o + n_s] += xbar
         return Jv.T @ vbar + tbar
@@ -691,8 +700,10 @@ class Objective:
         its stiff method) or ``oi.Dopri5`` (the continuous adjoint). Its steps are chosen for the states alone, so
         at the default tolerance its gradient is 5-70x less accurate than the forward one (largest error 1.2e-4 of
         the gradient's largest entry on the PEtab problems of benchmarks/RESULTS.md, session 23); pass a tighter
-        solver where that matters. Problems with events or switches of the right-hand side at state thresholds need
-        ``oi.Forward()``.
+        solver where that matters. Steady states (pre-equilibration, measurements at ``t = inf``) get the adjoint of
+        their own run (:meth:`~odeinfer.likelihood.steady.SteadyState.vjp`, which fails the evaluation when the
+        gradient through the steady state has not converged). Problems with events or switches of the right-hand
+        side at state thresholds need ``oi.Forward()``.
     """
 
     def __init__(self, problem, solver=None, gradient=None):

@@ -10,6 +10,14 @@ state and its sensitivities ``d x_ss / d(p, x0)``. Integrating (rather than solv
 by Newton and the implicit function theorem) keeps models with conservation laws (singular
 ``J_x``) right: their steady state depends on the initial state, and the integrated
 sensitivities carry that dependence.
+
+Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the states
+alone are integrated, stage by stage, until ``|dx/dt|`` passes the test. The adjoint
+(:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar`` by the discrete adjoint of the
+stages' Rodas steps, run back from the last stage to the first. Its convergence test is the forward one
+contracted with ``xbar``: the gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
+``|dG/dT| = |xbar^T (J_x S + [J_p, 0])| <= 100 (atol sum |xbar| + rtol |G|)``, where ``xbar^T J_x S`` is one more
+sweep, with ``J_x^T xbar`` in place of ``xbar``; a gradient still moving fails the evaluation with the figure.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from odeinfer.model.trace import T_SYMBOL
-from odeinfer.solve import Forward, Problem, Rodas, bind
+from odeinfer.solve import Adjoint, Forward, Problem, Rodas, bind
 from odeinfer.solve.abi import status_message
 
 __all__ = ["SteadyState"]
@@ -47,6 +55,8 @@ class SteadyState:
         self._timed = any(T_SYMBOL in e.free_symbols for e in model.exprs)  # the start time matters
         self._bound = {}
         self._recent = {}  # (p, x0, held) -> the integration's result, the last _RECENT keys
+        self._vjps = {}  # t0 -> the stages' adjoints (their step records: the states-only runs)
+        self._recorded = None  # the key of the run whose steps the stages' adjoints hold
 
     def _solvers(self, held, t0=0.0):
         """The stages' solvers from ``t0`` without sensitivities for the parameters ``held`` (indices):
@@ -86,6 +96,96 @@ class SteadyState:
         n_p = p.size
         return xs.copy(), sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
 
+    def states(self, p, x0, *, what="pre-equilibration", t0=0.0):
+        """The steady state reached from ``x0`` under ``p``, from solves of the states alone (their steps
+        recorded for :meth:`vjp`), or a message when it is not reached."""
+        p = np.ascontiguousarray(p, float)
+        x = np.ascontiguousarray(x0, float)
+        t0 = float(t0) if self._timed else 0.0
+        key = ("states", p.tobytes(), x.tobytes(), t0)
+        res = self._recent.get(key)
+        if res is None:
+            res = self._run_states(p, x, t0)
+            if len(self._recent) >= _RECENT:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[key] = res
+            self._recorded = key
+        if isinstance(res, str):
+            return f"{what} {res}"
+        return res[0].copy()
+
+    def vjp(self, p, x0, xbar, dp, *, what="pre-equilibration", t0=0.0):
+        """``(pbar, x0bar)``: ``xbar^T`` times the derivatives of :meth:`states`' steady state with respect to ``p``
+        and ``x0``, or a message when the steady state or its gradient does not converge. ``dp`` (n_params, k): how
+        the parameters move (as in a call); a parameter that moves a jump of the right-hand side must not (its
+        entry of ``pbar`` is zero)."""
+        p = np.ascontiguousarray(p, float)
+        x = np.ascontiguousarray(x0, float)
+        t0 = float(t0) if self._timed else 0.0
+        key = ("states", p.tobytes(), x.tobytes(), t0)
+        if self._recorded != key or key not in self._recent:  # another run's steps are in the records: again
+            self._recent.pop(key, None)
+            self.states(p, x, what=what, t0=t0)
+        res = self._recent[key]
+        if isinstance(res, str):
+            return f"{what} {res}"
+        x_ss, k = res
+        vjps = self._vjps[t0][:k]
+        n_p = p.size
+        held = [k for k in self._switching if not np.any(dp[k])]
+        xbar = np.ascontiguousarray(xbar, float)
+        t = vjps[-1].t[0]
+        cm = vjps[-1].compiled
+        grads = []
+        for g in (xbar, cm.jac_y(t, x_ss, p).T @ xbar):  # G, then xbar^T J_x S (see the module docstring)
+            acc = np.zeros(n_p)
+            for vjp in reversed(vjps):
+                grad, st = vjp.sweep(p, g[None, :])
+                if st != 0:
+                    return f"{what}: the adjoint of its run failed ({status_message(st)})"
+                acc += grad[:n_p]
+                g = grad[n_p:].copy()
+            grads.append(np.concatenate([acc, g]))
+        G, dG = grads
+        dG[:n_p] += cm.jac_p(t, x_ss, p).T @ xbar
+        G[held] = dG[held] = 0.0
+        scale = 100 * (self.atol * np.abs(xbar).sum() + self.rtol * np.abs(G))
+        if np.any(np.abs(dG) > scale):
+            j = int(np.argmax(np.abs(dG) / np.maximum(scale, 1e-300)))
+            return (f"{what}: its states converged by t={t:.0e}, but the gradient through it still changes there "
+                    f"(entry {j}: dG/dt = {dG[j]:.3g}, tolerance {scale[j]:.3g}); a slow mode the states barely show: "
+                    "use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
+        return G[:n_p], G[n_p:]
+
+    def _run_states(self, p, x, t0):
+        """``(x_ss, stages used)`` from ``x`` under ``p``, states alone, or why not."""
+        if t0 not in self._vjps:  # bound directly: a parameter that moves a jump gets no gradient (held, see vjp)
+            from odeinfer.solve._inputs import compiled_model
+            from odeinfer.solve.adjoint import VJP
+
+            stages = _STAGES + t0
+            cm = compiled_model(self.model)
+            self._vjps[t0] = [VJP(cm, np.array([b]), float(a), self.solver, Adjoint())
+                              for a, b in zip(stages[:-1], stages[1:])]
+        worst = np.inf
+        for k, vjp in enumerate(self._vjps[t0]):
+            st = vjp.record(p, x)
+            if st != 0:
+                return (f"did not reach a steady state: the solver stopped at t={vjp.info[0]:.6g} "
+                        f"({status_message(st, t_reached=vjp.info[0], max_steps=vjp.max_steps)}); the smallest "
+                        f"|dx/dt| seen was {worst:.3g} times the tolerance")
+            x = vjp.y[0].copy()
+            err = np.max(np.abs(vjp.compiled.f(vjp.t[0], x, p)) / (self.atol + self.rtol * np.abs(x)))
+            if err <= 1.0:
+                return x, k + 1
+            worst = min(worst, err)
+        return self._not_reached(t0, worst)
+
+    def _not_reached(self, t0, worst):
+        return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: |dx/dt| is still "
+                f"{worst:.3g} times the tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|); the model may "
+                "oscillate or grow under this condition: check its parameters")
+
     def _integrate(self, p, x, held, t0=0.0):
         """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message to follow the
         steady state's name)."""
@@ -114,6 +214,4 @@ class SteadyState:
                 if err <= 1.0:
                     return x, sens
             worst = min(worst, err)
-        return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: |dx/dt| is still "
-                f"{worst:.3g} times the tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|); the model may "
-                "oscillate or grow under this condition: check its parameters")
+        return self._not_reached(t0, worst)
