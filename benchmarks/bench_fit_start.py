@@ -53,6 +53,9 @@ def fits(obj, U, max_iter, timed_obj=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--problem", default="Boehm_JProteomeRes2014")
+    ap.add_argument("--folder", type=Path, default=PETAB,
+                    help="the folder of the problem folders (default: tests/data/petab; or the collection's)")
+    ap.add_argument("--max-iter", type=int, help="iterations per start (default: Embedding's for likelihood fits)")
     ap.add_argument("--starts", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", action="store_true", help="also time the objective's evaluations alone")
@@ -60,6 +63,7 @@ def main(argv=None):
     ap.add_argument("--adjoint", action="store_true",
                     help="gradient by the adjoint, curvature by BFGS (Embedding(gradient=oi.Adjoint()))")
     ap.add_argument("--rtol", type=float, help="the solver oi.Auto(rtol, atol=rtol/100) instead of the default")
+    ap.add_argument("--show", action="store_true", help="print each start's NLL, evaluations and CPU seconds")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--compare", type=Path)
     args = ap.parse_args(argv)
@@ -69,23 +73,24 @@ def main(argv=None):
     from odeinfer.inference.multistart import sample_starts
     from odeinfer.likelihood import Objective
 
-    problem = oi.petab.load(PETAB / args.problem / f"{args.problem}.yaml").problem
+    problem = oi.petab.load(args.folder / args.problem / f"{args.problem}.yaml").problem
     est = oi.Embedding()
     solver = oi.Auto(rtol=args.rtol, atol=args.rtol / 100) if args.rtol else likelihood_solver(est)
     obj = Objective(problem, solver=solver, gradient=oi.Adjoint() if args.adjoint else None)
     U = sample_starts(obj.lower, obj.upper, args.starts, rng=args.seed)
-    fits(obj, U[:1], est.iterations("likelihood"))  # warm-up: compile / load the kernels
+    budget = args.max_iter or est.iterations("likelihood")
+    fits(obj, U[:1], 2)  # warm-up: compile / load the kernels, import the optimiser
     if args.profile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
         prof.enable()
-        fits(obj, U[:args.profile], est.iterations("likelihood"))
+        fits(obj, U[:args.profile], budget)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return
-    res = fits(obj, U, est.iterations("likelihood"), timed_obj=args.split)
+    res = fits(obj, U, budget, timed_obj=args.split)
     cpu = np.array([r[0] for r in res])
     ne = np.array([r[1] for r in res])
     inside = np.array([r[4] for r in res])
@@ -97,6 +102,9 @@ def main(argv=None):
                  f"{(cpu - inside).mean():.4f} s per start")
     X = np.array([r[2] for r in res])
     f = np.array([r[3] for r in res])
+    if args.show:
+        for i, r in enumerate(res):
+            print(f"  start {i}: NLL {r[3]:.4f}, {r[1]} evaluations, {r[0]:.2f} s CPU", flush=True)
     line += f"; best NLL {np.min(f):.4f}, {int(np.sum(f <= np.min(f) + 0.1))}/{f.size} starts within 0.1 of it"
     print(line, flush=True)
     if args.save:

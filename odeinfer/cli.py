@@ -67,7 +67,10 @@ def _fit(args) -> int:
     the bounds on the parameters' scales) and write an HTML report of the best fit: observables with
     the data, estimates, the table of all starts and the negative log-likelihood (PEtab's, all
     constants kept). With --priors, a maximum a posteriori fit: the negative log-likelihood plus the
-    parameter table's objective priors (objectivePriorType) is minimised, and both parts are reported."""
+    parameter table's objective priors (objectivePriorType) is minimised, and both parts are reported.
+    With --adjoint, the gradient comes from the adjoint and the curvature from BFGS updates (for models
+    with many parameters, whose forward sensitivities cost too much; the Fisher information of the
+    covariance is computed once, at the best optimum)."""
     import odeinfer as oi
     from odeinfer._lazy import pandas as pd
     from odeinfer.errors import SolverError
@@ -84,8 +87,9 @@ def _fit(args) -> int:
     say(f"fitting from {args.starts} start(s) with {args.jobs} process(es) ...")
     with warnings.catch_warnings():  # the fit's warnings are in the report and printed below
         warnings.simplefilter("ignore", IdentifiabilityWarning)
-        fit = oi.Embedding(starts=args.starts, n_jobs=args.jobs, rng=args.seed).fit(pp, start=starts,
-                                                                                   priors=args.priors or None)
+        est = oi.Embedding(starts=args.starts, n_jobs=args.jobs, rng=args.seed,
+                           gradient=oi.Adjoint() if args.adjoint else None)
+        fit = est.fit(pp, start=starts, priors=args.priors or None)
     for w in fit.warnings:
         say(f"warning: {w}")
     try:
@@ -103,7 +107,8 @@ def _fit(args) -> int:
                             "in natural units at each local optimum)")
     kind = ("Maximum a posteriori fit (the parameter table's objective priors)" if args.priors
             else "Maximum-likelihood fit")
-    notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. {kind} by Embedding from "
+    how = " (gradient by the adjoint, BFGS curvature)" if args.adjoint else ""
+    notes = (f"PEtab problem {pp.name!r} ({args.problem}): {pp!r}. {kind} by Embedding{how} from "
              f"{args.starts} start(s) (seed {args.seed}), drawn from the initialization priors of the parameter "
              "table where given, else uniform within the bounds on the parameters' scales. "
              f"Best negative log-likelihood (NLL, PEtab's convention with all constants): {fit.nll:.6f}"
@@ -204,6 +209,8 @@ def main(argv=None) -> int:
     fit.add_argument("--seed", type=int, default=0, help="seed of the starts (default: %(default)s)")
     fit.add_argument("--priors", action="store_true",
                      help="maximum a posteriori: add the parameter table's objective priors to the NLL")
+    fit.add_argument("--adjoint", action="store_true",
+                     help="the gradient by the adjoint, the curvature by BFGS (for models with many parameters)")
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     fit.set_defaults(func=_fit)
     warm = sub.add_parser("warmup", help="compile the shared solver kernels and a NUTS graph once for this machine",
