@@ -220,16 +220,14 @@ def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None):
     bfgs = getattr(obj, "adjoint", None) is not None
 
     def fun(x):
-        if free is None:
-            ev = obj(x)
-            g, F = ev.grad, ev.fim
-        else:
+        if free is not None:
             full[free] = x
-            ev = obj(full)
-            g, F = (ev.grad[free], None if bfgs else ev.fim[np.ix_(free, free)]) if ev.ok else (None, None)
+        ev = obj(x if free is None else full)
         if not ev.ok:
             return ev.failure
-        return (ev.nll, g) if bfgs else (ev.nll, g, F)
+        if free is None:
+            return (ev.nll, ev.grad) if bfgs else (ev.nll, ev.grad, ev.fim)
+        return (ev.nll, ev.grad[free]) if bfgs else (ev.nll, ev.grad[free], ev.fim[np.ix_(free, free)])
 
     return trust_region(fun, x0, lo, hi, max_iter=max_iter, curvature="bfgs" if bfgs else "given", **TOLERANCES)
 
