@@ -135,3 +135,35 @@ def test_fits_with_the_fast_subproblem_reach_fides_optimum(monkeypatch):
         assert fast.status == ref.status == "converged"
         np.testing.assert_allclose(fast.x, ref.x, rtol=1e-6, atol=1e-8)
         assert abs(fast.f - ref.f) <= 1e-10 * max(1.0, abs(ref.f))
+
+
+@pytest.mark.parametrize("kind", ["newton", "posdef", "indefinite", "singular"])
+def test_the_2d_step_spans_fides_subspace(kind):
+    """``_step_2d_class`` (one eigh) against fides' ``TRStep2D`` (eig and lstsq) on 30-parameter steps: the same
+    flags (positive definite, Newton step taken) and the same subspace (each basis vector equal up to sign, to
+    1e-8), for a Hessian with the Newton step inside the radius, outside it, an indefinite one and a singular
+    positive semi-definite one."""
+    from fides.steps import TRStep2D
+
+    rng = np.random.default_rng({"newton": 0, "posdef": 1, "indefinite": 2, "singular": 3}[kind])
+    n = 30
+    q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+    e = 10.0 ** rng.uniform(-2, 2, n)
+    if kind == "indefinite":
+        e[:3] *= -1
+    if kind == "singular":
+        e[:4] = 0.0
+    H = q @ np.diag(e) @ q.T
+    x, g = rng.uniform(-0.5, 0.5, n), rng.normal(size=n)
+    lb, ub = np.full(n, -1.0), np.full(n, 1.0)
+    scaling = csc_matrix(np.diag(rng.uniform(0.5, 1.0, n)))
+    dscale = csc_matrix(np.diag(np.abs(g) * rng.uniform(0.0, 0.1, n)))
+    sg = scaling.dot(g)
+    delta = {"newton": 1e3, "posdef": 1e-2}.get(kind, 1.0)
+    args = (x, sg, H, scaling, dscale, delta, 0.95, ub, lb, None)
+    ours, ref = trust._step_2d_class()(*args), TRStep2D(*args)
+    assert (ours.posdef, ours.newton) == (ref.posdef, ref.newton)
+    assert ours.newton == (kind == "newton") and ours.posdef == (kind != "indefinite")
+    assert ours.subspace.shape == ref.subspace.shape
+    for a, b in zip(ours.subspace.T, np.real(ref.subspace).T):
+        np.testing.assert_allclose(a * np.sign(a @ b), b, atol=1e-8)
