@@ -129,8 +129,8 @@ class SteadyState:
         res = self._recent[key]
         if isinstance(res, str):
             return f"{what} {res}"
-        x_ss, k = res
-        vjps = self._vjps[t0][:k]
+        x_ss, n_stages = res
+        vjps = self._vjps[t0][:n_stages]
         n_p = p.size
         held = [k for k in self._switching if not np.any(dp[k])]
         xbar = np.ascontiguousarray(xbar, float)
