@@ -11,8 +11,11 @@ by Newton and the implicit function theorem) keeps models with conservation laws
 ``J_x``) right: their steady state depends on the initial state, and the integrated
 sensitivities carry that dependence.
 
-Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the states
-alone are integrated, stage by stage, until ``|dx/dt|`` passes the test. The adjoint
+Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the states are
+integrated stage by stage with their steps recorded, and beside them two directional sensitivities ``S w`` along
+fixed random directions ``w`` of ``(p, x0)``: the run stops where ``|dx/dt|`` and ``|J_x S w + J_p w_p|`` pass the
+tests above (a slow mode the states barely show, e.g. along a conservation law's complement, still moves the
+sensitivities; the probe waits for it as the full sensitivities do). The adjoint
 (:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar`` by the discrete adjoint of the
 stages' Rodas steps, run back from the last stage to the first. Its convergence test is the forward one
 contracted with ``xbar``: the gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
@@ -32,6 +35,13 @@ __all__ = ["SteadyState"]
 
 _STAGES = np.r_[0.0, 10.0 ** np.arange(0, 11)]
 _RECENT = 16  # steady states remembered: one per distinct pre-equilibration of an evaluation
+_PROBES = 2  # directional sensitivities that watch the states-only runs' convergence
+
+
+def probe_directions(n):
+    """The probe's directions in ``(p, x0)`` (``n`` rows, :data:`_PROBES` columns): fixed random ones, so the same run
+    ends at the same stage."""
+    return np.random.default_rng(0).standard_normal((n, _PROBES))
 
 
 class SteadyState:
@@ -56,6 +66,7 @@ class SteadyState:
         self._bound = {}
         self._recent = {}  # (p, x0, held) -> the integration's result, the last _RECENT keys
         self._vjps = {}  # t0 -> the stages' adjoints (their step records: the states-only runs)
+        self._probes = {}  # t0 -> the stages' solvers with the probe's directional sensitivities
         self._recorded = None  # the key of the run whose steps the stages' adjoints hold
 
     def _solvers(self, held, t0=0.0):
@@ -158,26 +169,43 @@ class SteadyState:
         return G[:n_p], G[n_p:]
 
     def _run_states(self, p, x, t0):
-        """``(x_ss, stages used)`` from ``x`` under ``p``, states alone, or why not."""
+        """``(x_ss, stages used)`` from ``x`` under ``p``, states alone (recorded), or why not; the stages end where
+        the states and the probe's directional sensitivities pass the tests (see the module docstring)."""
         if t0 not in self._vjps:  # bound directly: a parameter that moves a jump gets no gradient (held, see vjp)
             from odeinfer.solve._inputs import compiled_model
             from odeinfer.solve.adjoint import VJP
 
             stages = _STAGES + t0
             cm = compiled_model(self.model)
+            switching = tuple(self.model.params[k] for k in self._switching)
+            probe = Forward(directions=_PROBES, exclude=switching)
             self._vjps[t0] = [VJP(cm, np.array([b]), float(a), self.solver, Adjoint())
                               for a, b in zip(stages[:-1], stages[1:])]
+            self._probes[t0] = [bind(Problem(self.model, [b], t0=a), solver=self.solver, gradient=probe)
+                                for a, b in zip(stages[:-1], stages[1:])]
+        n_p = p.size
+        w = probe_directions(n_p + x.size)
+        w[list(self._switching)] = 0.0
+        pdir, S, xp = np.ascontiguousarray(w[:n_p]), np.ascontiguousarray(w[n_p:]), x.copy()
         worst = np.inf
-        for k, vjp in enumerate(self._vjps[t0]):
+        for k, (vjp, probe) in enumerate(zip(self._vjps[t0], self._probes[t0])):
             st = vjp.record(p, x)
+            if st == 0:
+                y, sens, st = probe(p, xp, pdir, S)
+                xp, S = y[0].copy(), np.ascontiguousarray(sens[0])
             if st != 0:
-                return (f"did not reach a steady state: the solver stopped at t={vjp.info[0]:.6g} "
-                        f"({status_message(st, t_reached=vjp.info[0], max_steps=vjp.max_steps)}); the smallest "
+                info = vjp.info if vjp.info[0] < vjp.t[0] else probe.info
+                return (f"did not reach a steady state: the solver stopped at t={info[0]:.6g} "
+                        f"({status_message(st, t_reached=info[0], max_steps=vjp.max_steps)}); the smallest "
                         f"|dx/dt| seen was {worst:.3g} times the tolerance")
             x = vjp.y[0].copy()
-            err = np.max(np.abs(vjp.compiled.f(vjp.t[0], x, p)) / (self.atol + self.rtol * np.abs(x)))
+            t, cm = vjp.t[0], vjp.compiled
+            err = np.max(np.abs(cm.f(t, x, p)) / (self.atol + self.rtol * np.abs(x)))
             if err <= 1.0:
-                return x, k + 1
+                dS = cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir
+                err = max(err, np.max(np.abs(dS) / (100 * self.atol + 100 * self.rtol * np.abs(S))))
+                if err <= 1.0:
+                    return x, k + 1
             worst = min(worst, err)
         return self._not_reached(t0, worst)
 
