@@ -94,7 +94,8 @@ def main(argv=None):
     cpu = np.array([r[0] for r in res])
     ne = np.array([r[1] for r in res])
     inside = np.array([r[4] for r in res])
-    line = (f"{args.problem}{' (adjoint, BFGS)' if args.adjoint else ''} {obj.solver!r}: {args.starts} starts, median {cpu.size and np.median(cpu):.4f} s CPU per start "
+    how = f"{' (adjoint, BFGS)' if args.adjoint else ''} {obj.solver!r}"
+    line = (f"{args.problem}{how}: {args.starts} starts, median {cpu.size and np.median(cpu):.4f} s CPU per start "
             f"(mean {cpu.mean():.4f}), median {np.median(ne):.0f} evaluations, "
             f"{1e3 * cpu.sum() / ne.sum():.3f} ms CPU per evaluation incl. optimiser")
     if args.split:
