@@ -186,8 +186,9 @@ def test_fit_command_writes_a_report_of_a_petab_multistart(tmp_path, capsys):
 
 def test_fit_command_with_the_adjoint(tmp_path, capsys):
     """``--adjoint``: the same multistart by the adjoint's gradient and BFGS curvature (from these two starts it
-    ends at other local optima than the forward fit, e.g. 156.34: BFGS reaches the published optimum from fewer
-    starts, benchmarks/RESULTS.md); no NLL below the published optimum, and the report says how it was fitted."""
+    ended at another local optimum than the forward fit when written, 156.34: BFGS reaches the published optimum
+    from fewer starts, benchmarks/RESULTS.md); no NLL below the published optimum, and the report says how it was
+    fitted."""
     out = tmp_path / "boehm.html"
     assert main(["fit", str(BOEHM), "-o", str(out), "--starts", "2", "--seed", "0", "--adjoint"]) == 0
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("best NLL"))
