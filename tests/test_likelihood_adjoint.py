@@ -59,11 +59,11 @@ def test_the_adjoint_runs_one_method_and_refuses_what_it_cannot_carry():
 
 def test_an_adjoint_fit_reaches_the_published_optimum_of_boehm():
     """``Embedding(gradient=oi.Adjoint())`` (BFGS curvature) from the nominal point moved by +0.2 on every log10
-    scale (-0.2 where +0.2 leaves the bounds): the NLL reaches the collection's published optimum (-llh = 138.22199694, AMICI's benchmark table; see
-    tests/reference/petab_benchmarks.md) within 1e-3, the tolerance of issue 15, and the standard errors are the
-    forward fit's from the same start (the Fisher information at the optimum), where both are finite: Boehm's
-    information is nearly rank-deficient, and which directions fall below the rank threshold depends on where
-    along the flat ones each optimiser stopped."""
+    scale (-0.2 where +0.2 leaves the bounds): the NLL reaches the collection's published optimum (-llh = 138.22199694,
+    AMICI's benchmark table; see tests/reference/petab_benchmarks.md) within 1e-3, the tolerance of issue 15, and the
+    standard errors are the forward fit's from the same start (the Fisher information at the optimum), where both are
+    finite: Boehm's information is nearly rank-deficient, and which directions fall below the rank threshold depends on
+    where along the flat ones each optimiser stopped."""
     pp = load(PETAB / "Boehm_JProteomeRes2014" / "Boehm_JProteomeRes2014.yaml")
     params = pp.problem.params
     start = {n: params[n].value * 10 ** (0.2 if params[n].value * 10 ** 0.2 <= params[n].upper else -0.2)

@@ -213,11 +213,16 @@ def _local(obj, u0, max_iter):
     return _minimise(obj, u0, obj.lower, obj.upper, max_iter)
 
 
+def _by_adjoint(obj):
+    """Whether ``obj`` takes its gradient from the adjoint (no Fisher information: BFGS curvature)."""
+    return getattr(obj, "adjoint", None) is not None
+
+
 def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None):
     """The trust region on ``obj`` from ``x0``: over every coordinate, or over the ``free`` ones of
     ``full`` (the others held). Its curvature is the Fisher information, or BFGS updates for an
     objective whose gradient comes from the adjoint (which gives no Fisher information)."""
-    bfgs = getattr(obj, "adjoint", None) is not None
+    bfgs = _by_adjoint(obj)
 
     def fun(x):
         if free is not None:
@@ -309,7 +314,7 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
 
     # a fresh evaluation at the optimum: the same whichever process ran which start; after an adjoint fit, by
     # forward sensitivities: the Fisher information of the covariance, and the NLL of solves under their error control
-    final = obj if getattr(obj, "adjoint", None) is None else make_objective(problem, solver, priors)
+    final = make_objective(problem, solver, priors) if _by_adjoint(obj) else obj
     with auto_scope():
         ev = final(best["u"] if res is None else res.x)
     if res is None:  # from a worker process
@@ -388,7 +393,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         extras["priors"] = dict(priors)
         method = f"maximum a posteriori (likelihood times the priors of {sorted(priors)})"
     how = ("BFGS updates of the adjoint's gradient (the NLL and the covariance's Fisher information at the optimum "
-           "by forward sensitivities)" if getattr(obj, "adjoint", None) is not None else "the Fisher information")
+           "by forward sensitivities)" if _by_adjoint(obj) else "the Fisher information")
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
             "method": f"{method}, trust region (fides) with {how}",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
@@ -438,11 +443,9 @@ def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter, priors=None):
 
     reoptimise, to_natural = _reoptimiser(obj, max_iter)
     se = np.sqrt(np.where(np.diag(cov_u) >= 0, np.diag(cov_u), np.nan))
-    gradient = None
-    if getattr(obj, "adjoint", None) is not None:
-        from odeinfer.solve import Adjoint
+    from odeinfer.solve import Adjoint
 
-        gradient = Adjoint()
+    gradient = Adjoint() if _by_adjoint(obj) else None
     remote = (_rebuild_reoptimiser, (obj.problem, obj.solver, max_iter, priors, gradient))
     prof = ProfileLikelihood(estimate.names, u_hat, nll, se, obj.lower, obj.upper, reoptimise, to_natural,
                              remote=remote)

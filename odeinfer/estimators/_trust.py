@@ -31,6 +31,7 @@ estimation of ordinary differential equation models. PLoS Comput. Biol. 18(7), e
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -320,6 +321,7 @@ def _subproblem_2d(b, g, delta, logger=None):
     return step(k) + sigma * np.array(vec[jmin]), "hard"
 
 
+@functools.cache
 def _step_2d_class():
     """fides' ``TRStep2D`` with one symmetric eigendecomposition (``numpy.linalg.eigh``) where fides takes a general
     one (``numpy.linalg.eig``) and two least-squares solves (``scipy.linalg.lstsq``) of the scaled Hessian: the same
@@ -366,9 +368,6 @@ def _step_2d_class():
     return _TRStep2D
 
 
-_STEP_2D = []  # the class, made on first use (fides imported)
-
-
 @contextmanager
 def _fast_subproblem():
     """fides' steps with :func:`_subproblem_2d` for their two-dimensional trust-region subproblems and
@@ -377,11 +376,9 @@ def _fast_subproblem():
     import fides.trust_region
     from fides.subproblem import solve_nd_trust_region_subproblem
 
-    if not _STEP_2D:
-        _STEP_2D.append(_step_2d_class())
     with _patching([fides.steps], "solve_nd_trust_region_subproblem", _subproblem_2d,
                    solve_nd_trust_region_subproblem), \
-            _patching([fides.trust_region], "TRStep2D", _STEP_2D[0], fides.steps.TRStep2D):
+            _patching([fides.trust_region], "TRStep2D", _step_2d_class(), fides.steps.TRStep2D):
         yield
 
 

@@ -107,13 +107,17 @@ class SteadyState:
         n_p = p.size
         return xs.copy(), sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
 
-    def states(self, p, x0, *, what="pre-equilibration", t0=0.0):
-        """The steady state reached from ``x0`` under ``p``, from solves of the states alone (their steps
-        recorded for :meth:`vjp`), or a message when it is not reached."""
+    def _states_key(self, p, x0, t0):
+        """``(p, x0, t0, key)`` of a states-only run, as :meth:`states` and :meth:`vjp` keep them."""
         p = np.ascontiguousarray(p, float)
         x = np.ascontiguousarray(x0, float)
         t0 = float(t0) if self._timed else 0.0
-        key = ("states", p.tobytes(), x.tobytes(), t0)
+        return p, x, t0, ("states", p.tobytes(), x.tobytes(), t0)
+
+    def states(self, p, x0, *, what="pre-equilibration", t0=0.0):
+        """The steady state reached from ``x0`` under ``p``, from solves of the states alone (their steps
+        recorded for :meth:`vjp`), or a message when it is not reached."""
+        p, x, t0, key = self._states_key(p, x0, t0)
         res = self._recent.get(key)
         if res is None:
             res = self._run_states(p, x, t0)
@@ -130,10 +134,7 @@ class SteadyState:
         and ``x0``, or a message when the steady state or its gradient does not converge. ``dp`` (n_params, k): how
         the parameters move (as in a call); a parameter that moves a jump of the right-hand side must not (its
         entry of ``pbar`` is zero)."""
-        p = np.ascontiguousarray(p, float)
-        x = np.ascontiguousarray(x0, float)
-        t0 = float(t0) if self._timed else 0.0
-        key = ("states", p.tobytes(), x.tobytes(), t0)
+        p, x, t0, key = self._states_key(p, x0, t0)
         if self._recorded != key or key not in self._recent:  # another run's steps are in the records: again
             self._recent.pop(key, None)
             self.states(p, x, what=what, t0=t0)
