@@ -169,6 +169,31 @@ def test_paper_mode_reduces_the_loss_and_lands_near_the_truth():
     assert est.extras["zero_gradient"] == []
 
 
+def test_lm_estimate_says_its_wald_intervals_undercover(logistic_fit):
+    """Issue 16 ("intervals that cover, or say they don't"): the panel's AdjointDDE Wald cell under-covered
+    (tests/reference/coverage.md; its figures, checked against the file in test_newton_family.py), where its
+    profile cell covered: every estimate with a covariance says so, with both figures and the method to use.
+    DDE-Find's paper mode gives no covariance, hence no such warning."""
+    from odeinfer.estimators._coverage import DELAY_SETTING, PANEL_RECORDED, PROFILE_RECORDED
+
+    e, data, est = logistic_fit
+    lo, hi, joint, reps, _ = PANEL_RECORDED["AdjointDDE"][DELAY_SETTING]
+    p_lo = PROFILE_RECORDED["AdjointDDE"][DELAY_SETTING][0]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        again = AdjointDDE().fit(e.model, data, history=LOGISTIC_H0, start=LOGISTIC_START)
+    notes = [str(w.message) for w in seen if issubclass(w.category, oi.CoverageWarning)]
+    assert len(notes) == 1 and notes[0] in again.warnings and notes[0] in est.warnings
+    assert (f"covered {lo:.2f}-{hi:.2f} per parameter and {joint:.2f} jointly" in notes[0]
+            and f"{reps} replicates" in notes[0] and f"covered {p_lo:.2f}-" in notes[0]
+            and "conf_int(method='profile')" in notes[0])
+    assert np.all(np.isfinite(est.conf_int(method="profile").to_numpy()[:3]))  # what the warning points to
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        AdjointDDE(mode="paper", epochs=5).fit(e.model, data, history=LOGISTIC_H0, start=LOGISTIC_START)
+    assert not [w for w in seen if issubclass(w.category, oi.CoverageWarning)]
+
+
 @oi.model(states=["x"], params=["a", "b", "tau"], delays=["tau"])
 def two_state_free(t, y, p):
     return {"x": -p.a * om.lag(y.x, "tau") + p.b}

@@ -15,7 +15,7 @@ import pytest
 
 import odeinfer as oi
 from odeinfer.errors import BiasWarning, DataError, InputError
-from odeinfer.estimators._coverage import PANEL_RECORDED, _panel_range
+from odeinfer.estimators._coverage import PANEL_RECORDED, PROFILE_RECORDED, _panel_range
 from odeinfer.estimators._noise_cov import noise_variance, stencil_weights
 from odeinfer.estimators.base import IdentifiabilityWarning
 from odeinfer.estimators.finite_difference import DerivativeScheme, second_order_difference
@@ -607,18 +607,20 @@ PANEL = Path(__file__).parent / "reference" / "coverage.md"
 
 
 def test_panel_figures_quoted_by_the_warning_match_the_reference_file():
-    """The figures ``newton_coverage_note`` quotes are the Wald rows of tests/reference/coverage.md
-    (``| setting | estimator | wald | R | failed | name cov (se); ... | widths | joint (se) | ...``)."""
+    """The figures ``newton_coverage_note`` and ``adjoint_dde_coverage_note`` quote are the Wald and profile rows
+    of tests/reference/coverage.md
+    (``| setting | estimator | method | R | failed | name cov (se); ... | widths | joint (se) | ...``)."""
     rows = {}
     for line in PANEL.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[2] == "wald":
+        if len(cells) == 10 and cells[2] in ("wald", "profile"):
             cov = [float(v) for v in re.findall(r"\S+ ([\d.]+) \(", cells[5])]
-            rows[(cells[1], cells[0])] = (min(cov), max(cov), float(cells[7].split()[0]), int(cells[3]),
-                                          int(cells[4].split(";")[0]))
-    for name, by_setting in PANEL_RECORDED.items():
-        for setting, figures in by_setting.items():
-            assert rows[(name, setting)] == pytest.approx(figures, abs=5e-4), (name, setting)
+            rows[(cells[1], cells[0], cells[2])] = (min(cov), max(cov), float(cells[7].split()[0]), int(cells[3]),
+                                                    int(cells[4].split(";")[0]))
+    for method, recorded in (("wald", PANEL_RECORDED), ("profile", PROFILE_RECORDED)):
+        for name, by_setting in recorded.items():
+            for setting, figures in by_setting.items():
+                assert rows[(name, setting, method)] == pytest.approx(figures, abs=5e-4), (name, setting, method)
 
 
 @pytest.mark.parametrize("cls", [NewtonRaphson, StochasticGradient])

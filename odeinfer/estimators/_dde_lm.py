@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from odeinfer.errors import InputError
+from odeinfer.estimators._coverage import CoverageWarning, adjoint_dde_coverage_note
 from odeinfer.estimators._lm import levenberg_marquardt
 from odeinfer.estimators._phases import _covariance
 from odeinfer.estimators.base import IdentifiabilityWarning, make_estimate
@@ -364,6 +365,10 @@ def finish(est, S, u, t_start, *, status, message, hists, extras, mode_warnings=
         warn.append(bmsg)
         if bound_fail:
             status, message = "failed", bmsg
+    if covariance and status != "failed" and not flagged.all():  # the Wald intervals of a usable estimate
+        note = adjoint_dde_coverage_note()
+        warnings.warn(note, CoverageWarning, stacklevel=4)
+        warn.append(note)
     if status == "max_iter":
         warn.append(message)
     raw_r = r * S.sigma_state[S.row_state]
