@@ -343,7 +343,8 @@ def test_an_estimator_that_cannot_refit_says_which_can():
     with pytest.raises(ValueError, match=r"method: 'bootstrap' is not available for this NewtonRaphson estimate \("
                                          r"bootstrap intervals need .* oi.Embedding, oi.Simultaneous, "
                                          r"oi.OrthogonalConditions, oi.GradientMatching or the Newton family, on "
-                                         r"in-memory data of an ODE model\); available: \['wald'\]"):
+                                         r"in-memory data of an ODE model, or oi.AdjointDDE in its default mode\); "
+                                         r"available: \['wald'\]"):
         est.conf_int(method="bootstrap")
 
 

@@ -302,7 +302,12 @@ class AdjointDDE(Estimator):
             from odeinfer.estimators._dde_lm import auto_starts, run_lm
 
             starts, info = auto_starts(self, S, model, data, start)
-            return run_lm(self, S, t_start, starts=starts, start_info=info)
+            estimate = run_lm(self, S, t_start, starts=starts, start_info=info)
+        if estimate.cov is not None and estimate.status != "failed":
+            from odeinfer.inference.bootstrap import attach_dde_bootstrap
+
+            attach_dde_bootstrap(self, estimate, S, data, {"history": history, "fixed": fixed, "t0": t0})
+        return estimate
 
     def objective(self, model, data, values, *, history=None, fixed=None, t0=None):
         """The objective this estimator minimises and its exact gradient at ``values``.

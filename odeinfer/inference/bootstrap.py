@@ -33,7 +33,7 @@ from odeinfer.errors import InputError, OdeinferWarning
 from odeinfer.estimators._coverage import CoverageWarning, bootstrap_coverage_note
 
 __all__ = ["ParametricBootstrap", "BootstrapWarning", "KINDS", "attach_trajectory_bootstrap",
-           "attach_matching_bootstrap", "attach_newton_bootstrap", "trajectory_builder",
+           "attach_matching_bootstrap", "attach_newton_bootstrap", "attach_dde_bootstrap", "trajectory_builder",
            "likelihood_builder"]
 
 #: Interval kinds of :meth:`ParametricBootstrap.conf_int`.
@@ -228,6 +228,32 @@ def attach_newton_bootstrap(estimator, estimate, problem, single, fit_kwargs):
         sigma = {s: math.sqrt(float(np.mean(v))) for s, v in var.items()}
         return trajectory_builder(problem.model, experiments, single, fit_kwargs, estimate, (), x0_values=x0_values,
                                   sigma=sigma)()
+
+    object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
+
+
+def attach_dde_bootstrap(estimator, estimate, setup, data, fit_kwargs):
+    """Give an ``oi.AdjointDDE`` estimate (``mode="lm"``, observed states) its ``_bootstrapper``.
+
+    Simulates the fitted delay trajectory (the estimate's parameters and history parameters, solved by
+    the fit's own solver ``setup.solver()`` at the observation times) plus Gaussian noise with the
+    estimate's sd per state (on the log scale for a model with log noise), with the same observed
+    states and missing values; refits get ``fit_kwargs`` (the same history family, ``fixed`` and
+    ``t0``) and start at the estimate.
+    """
+    def build():  # on first use
+        p, phi = setup.split(np.array(estimate.values, float))
+        y, _, status = setup.solver()(p, phi)
+        if status != 0:
+            raise InputError("method: the bootstrap simulates from the estimate, but the delay model's solve failed "
+                             f"there (status {status}); use method='wald' or 'profile'")
+        model = setup.model
+        t = np.asarray(data.t, float)
+        y_hat = np.asarray(y, float)[np.searchsorted(setup.t_obs, t)][:, [model.states.index(s) for s in data.states]]
+        sd = np.array([estimate.sigma[s] for s in data.states], float)
+        template = (t, y_hat, np.asarray(data.mask), data.states, data.t0, data.name, data.replicates, sd)
+        return (simulate_trajectory, (model, [template], model.observation.noise == "log", True, [data.name], None),
+                dict(fit_kwargs))
 
     object.__setattr__(estimate, "_bootstrapper", ParametricBootstrap(estimate, estimator, build))
 

@@ -232,7 +232,8 @@ class Estimate:
                               "provides them, e.g. oi.Embedding)",
                    "bootstrap": " (bootstrap intervals need an estimate fitted in this session by an estimator that "
                                 "can refit: oi.Embedding, oi.Simultaneous, oi.OrthogonalConditions, "
-                                "oi.GradientMatching or the Newton family, on in-memory data of an ODE model)"}.get(
+                                "oi.GradientMatching or the Newton family, on in-memory data of an ODE model, or "
+                                "oi.AdjointDDE in its default mode)"}.get(
                                     method, "")
             raise ValueError(f"method: {method!r} is not available for this {self.estimator} estimate{why}; "
                              f"available: {available}")

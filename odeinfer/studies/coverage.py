@@ -94,7 +94,7 @@ SETTINGS = {s.key: s for s in [
 #: a profile needs a likelihood-type objective, a bootstrap a model to simulate from)
 NO_PROFILE = ("Simultaneous", "OrthogonalConditions", "GradientMatching", "NewtonRaphson", "GradientDescent",
               "StochasticNewton", "StochasticGradient")
-NO_BOOTSTRAP = ("AdjointDDE",)
+NO_BOOTSTRAP = ()
 
 ESTIMATORS = ("Embedding", "Simultaneous", "OrthogonalConditions", "GradientMatching", "NewtonRaphson",
               "GradientDescent", "StochasticNewton", "StochasticGradient", "AdjointDDE")
