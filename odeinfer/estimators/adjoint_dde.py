@@ -59,7 +59,8 @@ class AdjointDDE(Estimator):
         the forward sensitivities, delay scan (``tau_grid``), Gauss-Newton covariance. Its Wald
         intervals under-cover (the likelihood is far from quadratic in the delay and the history):
         the estimate carries a :class:`~odeinfer.CoverageWarning` with the coverage panel's figures;
-        ``conf_int(method="profile")`` gives the intervals that covered there.
+        ``conf_int(method="profile")`` gives the intervals that covered there, and
+        ``conf_int(method="bootstrap")`` refits data simulated at the estimate.
         ``"paper"``: DDE-Find (Stephany 2024, sec. 4 and 6): minimise
         ``int_{t0}^{T} ||x(t) - s(t)||^2 dt`` with ``s`` the interpolating cubic spline of the
         data by Adam (``lr``, ``betas``, ``eps``) with cosine annealing to ``lr * lr_min_ratio``

@@ -183,9 +183,10 @@ class Estimate:
             ``t0``; for the Newton family each state's smoothing spline at ``t0``) plus Gaussian
             noise with the fitted sd per state (the Newton family: the data's own noise sd, from
             local cubic pseudo-residuals) (on the log scale for a
-            model with log noise); a maximum-likelihood fit (a model with observables) draws
-            every measurement from its noise model at the estimate (normal or Laplace; lin, log
-            or log10 scale).
+            model with log noise); ``oi.AdjointDDE`` the fitted delay trajectory (estimated history
+            included) the same way, its refits with the same history family; a maximum-likelihood
+            fit (a model with observables) draws every measurement from its noise model at the
+            estimate (normal or Laplace; lin, log or log10 scale).
             Times, states or observables, missing values and conditions are the data's. Refits
             that fail or do not converge are left out, counted in the frame's ``attrs``
             (``n_failed``, ``n_unconverged``, ``n_used`` per quantity) and reported by a
