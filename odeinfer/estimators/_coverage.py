@@ -188,16 +188,18 @@ PROFILE_RECORDED = {
 
 def adjoint_dde_coverage_note():
     """The CoverageWarning message of an AdjointDDE estimate with a covariance: its Wald intervals under-covered
-    in the panel's delay setting, where its profile-likelihood intervals covered."""
+    in the panel's delay setting, where its profile-likelihood and percentile-bootstrap intervals covered."""
     lo, hi, joint, reps, failed = PANEL_RECORDED["AdjointDDE"][DELAY_SETTING]
     p_lo, p_hi, p_joint, p_reps, p_failed = PROFILE_RECORDED["AdjointDDE"][DELAY_SETTING]
+    b_lo, b_hi, b_joint, b_reps, b_boot, _, _ = BOOTSTRAP_RECORDED[("AdjointDDE", "percentile")][DELAY_SETTING]
     return (f"AdjointDDE: the 95% Wald intervals under-cover: a delay model's likelihood is far from quadratic in "
             f"the delay and the history's parameters at such sample sizes, which the Gauss-Newton covariance "
             f"does not see. In the coverage panel ({PANEL}; {DELAY_SETTING}, DDE-Find sec. 6.1; {reps} replicates, "
             f"{failed} failed fits) they covered {lo:.2f}-{hi:.2f} per parameter and {joint:.2f} jointly (95% "
             f"ellipse); the profile-likelihood intervals covered {p_lo:.2f}-{p_hi:.2f} per parameter and "
-            f"{p_joint:.2f} jointly ({p_reps} replicates, {p_failed} failed fits). For intervals that cover, use "
-            f"estimate.conf_int(method='profile').")
+            f"{p_joint:.2f} jointly ({p_reps} replicates, {p_failed} failed fits), the percentile bootstrap "
+            f"{b_lo:.2f}-{b_hi:.2f} and {b_joint:.2f} ({b_reps} replicates of {b_boot} refits). For intervals that "
+            f"cover, use estimate.conf_int(method='profile') or conf_int(method='bootstrap').")
 
 
 # --- parametric-bootstrap intervals -----------------------------------------------------------------
@@ -315,6 +317,9 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.79, 0.96, 1.0, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.88, 0.98, 0.84, 100, 200, 0, "not met"),
     },
+    # code version 0.1.0-e4d8d0c6514b (commit 71ea616)
+    ("AdjointDDE", "percentile"): {DELAY_SETTING: (0.94, 0.97, 0.98, 100, 200, 0, "met")},
+    ("AdjointDDE", "studentized"): {DELAY_SETTING: (0.87, 0.92, 0.96, 100, 200, 0, "not met")},
 }
 
 
@@ -348,7 +353,7 @@ def bootstrap_coverage_note(estimator, kind, default=True):
     worse = [s for s, v in BOOTSTRAP_RECORDED.get((estimator, other), {}).items() if v[6] != "met"]
     if worse:
         text += f" kind={other!r} under-covered in its turn at " + "; ".join(worse) + "."
-    if estimator == "Embedding":
+    if estimator in ("Embedding", "AdjointDDE"):
         text += f" Use kind={other!r} or conf_int(method='profile')." if good and not worse else ""
     else:
         text += (" For intervals that covered in every setting of the panel, fit the trajectory from this estimate "
