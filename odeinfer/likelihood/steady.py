@@ -195,20 +195,27 @@ class SteadyState:
                 y, sens, st = probe(p, xp, pdir, S)
                 xp, S = y[0].copy(), np.ascontiguousarray(sens[0])
             if st != 0:
-                info = vjp.info if vjp.info[0] < vjp.t[0] else probe.info
-                return (f"did not reach a steady state: the solver stopped at t={info[0]:.6g} "
-                        f"({status_message(st, t_reached=info[0], max_steps=vjp.max_steps)}); the smallest "
-                        f"|dx/dt| seen was {worst:.3g} times the tolerance")
+                return self._stopped(st, vjp.info if vjp.info[0] < vjp.t[0] else probe.info, vjp.max_steps, worst)
             x = vjp.y[0].copy()
             t, cm = vjp.t[0], vjp.compiled
-            err = np.max(np.abs(cm.f(t, x, p)) / (self.atol + self.rtol * np.abs(x)))
+            err = self._in_tolerances(x, cm.f(t, x, p))
             if err <= 1.0:
-                dS = cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir
-                err = max(err, np.max(np.abs(dS) / (100 * self.atol + 100 * self.rtol * np.abs(S))))
+                err = max(err, self._in_tolerances(S, cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir, 100))
                 if err <= 1.0:
                     return x, k + 1
             worst = min(worst, err)
         return self._not_reached(t0, worst)
+
+    def _in_tolerances(self, v, dv, factor=1):
+        """``max |dv| / (factor atol + factor rtol |v|)``: how fast ``v`` still moves, in units of the tolerance
+        (``factor`` 100 for the sensitivities); at most 1 passes the test."""
+        return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)))
+
+    @staticmethod
+    def _stopped(st, info, max_steps, worst):
+        return (f"did not reach a steady state: the solver stopped at t={info[0]:.6g} "
+                f"({status_message(st, t_reached=info[0], max_steps=max_steps)}); the smallest "
+                f"|dx/dt| seen was {worst:.3g} times the tolerance")
 
     def _not_reached(self, t0, worst):
         return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: |dx/dt| is still "
@@ -228,18 +235,16 @@ class SteadyState:
                 S[:, :, list(held)] = 0.0
             t = solver.t[0]
             if st != 0:
-                return (f"did not reach a steady state: the solver stopped at t={solver.info[0]:.6g} "
-                        f"({status_message(st, t_reached=solver.info[0], max_steps=solver.max_steps)}); the smallest "
-                        f"|dx/dt| seen was {worst:.3g} times the tolerance")
+                return self._stopped(st, solver.info, solver.max_steps, worst)
             x = y[0].copy()
             sens = S[0][:, n_p:] @ sens
             sens[:, :n_p] += S[0][:, :n_p]
             cm = solver.compiled
-            err = np.max(np.abs(cm.f(t, x, p)) / (self.atol + self.rtol * np.abs(x)))
+            err = self._in_tolerances(x, cm.f(t, x, p))
             if err <= 1.0:
                 dS = cm.jac_y(t, x, p) @ sens
                 dS[:, :n_p] += cm.jac_p(t, x, p)
-                err = max(err, np.max(np.abs(dS) / (100 * self.atol + 100 * self.rtol * np.abs(sens))))
+                err = max(err, self._in_tolerances(sens, dS, 100))
                 if err <= 1.0:
                     return x, sens
             worst = min(worst, err)
