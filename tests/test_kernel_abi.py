@@ -182,3 +182,23 @@ def test_the_numba_adapters_are_inlined_into_their_callers(monkeypatch):
     assert problem._numba_forward(0).targetoptions.get("inline") == "always"
     for outer in (problem.numba_solve(), problem.numba_vjp()):  # what a graph calls: compiled on its own
         assert outer.targetoptions.get("inline", "never") == "never"
+
+
+def test_work_view_is_reshape_of_the_slice():
+    """``work_view`` (the kernels' views of their work buffer, strides computed inline) against numpy's
+    slice-and-reshape, in 2 and 3 dimensions; a buffer too short or a negative dimension raises, as numba's
+    reshape does (the reference: numpy itself)."""
+    module = zoo.get("lotka_volterra").model.compile().module
+    work = np.arange(40.0)
+    for off, shape in ((0, (2, 3)), (5, (3, 4)), (7, (2, 3, 4)), (40, (0, 0)), (3, (1, 1))):
+        view = module.work_view(work, off, shape)
+        size = int(np.prod(shape))
+        np.testing.assert_array_equal(view, work[off:off + size].reshape(shape))
+        if size:
+            assert view.strides == work[off:off + size].reshape(shape).strides
+            view[(0,) * len(shape)] = -1.0  # a view, not a copy
+            assert work[off] == -1.0
+            work[off] = float(off)
+    for off, shape in ((35, (2, 3)), (-1, (2, 2)), (0, (-2, -3))):
+        with pytest.raises(ValueError, match="work_view"):
+            module.work_view(work, off, shape)

@@ -139,13 +139,13 @@ def _adj_vjp(mh, t0, t_eval, y0, p, g, rtol, atol, max_steps, nsub, z_out, rec, 
     off = 10 * n + n * n + n * m  # after the forward solve's work (dopri5_work_size(False))
     w = work[off:off + size]
     ws = work[off + size:off + 2 * size]
-    kst = work[off + 2 * size:off + 8 * size].reshape((6, size))
+    kst = work_view(work, off + 2 * size, (6, size))
     off += 8 * size
     x = work[off:off + n]
     off += n
-    jy = work[off:off + n * n].reshape((n, n))
+    jy = work_view(work, off, (n, n))
     off += n * n
-    jp = work[off:off + n * m].reshape((n, m))
+    jp = work_view(work, off, (n, m))
     for q in range(size):
         w[q] = 0.0
     i = n_out - 1  # the latest output whose jump is still due

@@ -36,7 +36,8 @@ Zero entries of the Jacobians are skipped (:func:`add_sens_row`).
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 # Status codes returned by every solver kernel (mirrored, and tested, by
 # odeinfer.solve.abi.Status).
@@ -61,6 +62,51 @@ UROUND = 2.220446049250313e-16
 MAX_NONFINITE_REJECTS = 10  # consecutive non-finite trial steps before NON_FINITE
 
 
+@intrinsic
+def _c_view(typingctx, vec, shape):
+    # ``vec.reshape(shape)`` for a 1-D C-contiguous ``vec`` of exactly ``prod(shape)`` entries
+    # (the caller slices it), the C strides computed here: numba's reshape gets them from an
+    # external call, opaque to LLVM, which then cannot tell the view's entries from those of
+    # other views of the same buffer and reloads them after every store
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import make_array, populate_array
+    if not (isinstance(vec, types.Array) and vec.ndim == 1 and vec.layout == "C"
+            and isinstance(shape, types.UniTuple) and isinstance(shape.dtype, types.Integer)):
+        return None
+    retty = types.Array(vec.dtype, shape.count, "C", readonly=not vec.mutable)
+    sig = retty(vec, shape)
+
+    def codegen(context, builder, sig, args):
+        src = make_array(sig.args[0])(context, builder, args[0])
+        dims = [context.cast(builder, builder.extract_value(args[1], i), shape.dtype, types.intp)
+                for i in range(shape.count)]
+        strides = [src.itemsize]
+        for d in reversed(dims[1:]):
+            strides.insert(0, builder.mul(strides[0], d))
+        out = make_array(retty)(context, builder)
+        populate_array(out, data=src.data, shape=dims, strides=strides, itemsize=src.itemsize,
+                       meminfo=src.meminfo, parent=src.parent)
+        return impl_ret_borrowed(context, builder, retty, out._getvalue())
+
+    return sig, codegen
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def work_view(work, off, shape):
+    """``work[off:off + prod(shape)].reshape(shape)``, the strides known to the optimiser (about
+    30% off a Dormand-Prince step with sensitivities: the Jacobians stay in registers). ``work``
+    is 1-D, C-contiguous and holds at least ``off + prod(shape)`` entries (the kernels check
+    their work size first)."""
+    size = 1
+    for d in shape:
+        if d < 0:
+            raise ValueError("work_view: negative dimension")
+        size *= d
+    if off < 0 or work.shape[0] < off + size:
+        raise ValueError("work_view: the work buffer is too short")  # as numba's reshape would
+    return _c_view(work[off:off + size], shape)
+
+
 @njit(cache=True, error_model="numpy", fastmath=False)
 def n_sens_columns(sens):
     """Number ``k`` of sensitivity columns: ``N_PARAMS + N_STATES`` or 0."""
@@ -70,7 +116,7 @@ def n_sens_columns(sens):
 @njit(cache=True, error_model="numpy", fastmath=False)
 def no_directions(work):
     """A ``(0, 0)`` view of ``work``: the ``pdir`` and ``s0`` of the full layout (``W = I``)."""
-    return work[0:0].reshape((0, 0))
+    return work_view(work, 0, (0, 0))
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")

@@ -130,9 +130,9 @@ def _dopri5_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, h_init, h_fi
     (k1, k2, k3, k4, k5, k6, k7, z, z1, zs), (k1y, k2y, k3y, k4y, k5y, k6y, k7y, zy, z1y, zsy) = \
         rk_vectors(work, size, n)
     off = 10 * size
-    jy = work[off:off + n * n].reshape((n, n))
+    jy = work_view(work, off, (n, n))
     off += n * n
-    jp = work[off:off + n * m].reshape((n, m))
+    jp = work_view(work, off, (n, m))
 
     status, i_out, h, n_rhs = ode_start(mh, t0, t_eval, y0, p, k, pdir, s0, nc, RK_ORDER, h_init, rtol, atol,
                                         z, zy, k1, k1y, z1, z1y, k2, k2y, jy, jp, z_out, info)

@@ -232,15 +232,15 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
     ft = work[off:off + n]
     col = work[off + n:off + 2 * n]
     off += 2 * n
-    jy = work[off:off + n * n].reshape((n, n))
-    jy0 = work[off + n * n:off + 2 * n * n].reshape((n, n))
-    lu = work[off + 2 * n * n:off + 3 * n * n].reshape((n, n))
-    jyd = work[off + 3 * n * n:off + 4 * n * n].reshape((n, n))
-    jyt = work[off + 4 * n * n:off + 5 * n * n].reshape((n, n))
+    jy = work_view(work, off, (n, n))
+    jy0 = work_view(work, off + n * n, (n, n))
+    lu = work_view(work, off + 2 * n * n, (n, n))
+    jyd = work_view(work, off + 3 * n * n, (n, n))
+    jyt = work_view(work, off + 4 * n * n, (n, n))
     off += 5 * n * n
-    jp = work[off:off + n * m].reshape((n, m))
-    jpd = work[off + n * m:off + 2 * n * m].reshape((n, m))
-    jpt = work[off + 2 * n * m:off + 3 * n * m].reshape((n, m))
+    jp = work_view(work, off, (n, m))
+    jpd = work_view(work, off + n * m, (n, m))
+    jpt = work_view(work, off + 2 * n * m, (n, m))
     piv = np.empty(n, dtype=np.int64)
     # state parts, handed to the model kernels without copies; z (and so
     # ystart) only changes when a step is accepted
