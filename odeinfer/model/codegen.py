@@ -22,9 +22,9 @@ from odeinfer.model.derivatives import Derivatives, differentiate
 
 __all__ = ["model_source", "safe_symbols"]
 
-# fastmath set (to False), not left to be inherited from a fast-math caller: see the kernel
-# rules in odeinfer.solve.kernels
-_DECOR = '@njit(cache=True, error_model="numpy", fastmath=False)'
+# fastmath set (to False), not left to be inherited from a fast-math caller, and numba's reference
+# counting off (the kernels neither allocate nor return arrays): see the kernel rules in odeinfer.solve.kernels
+_DECOR = '@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)'
 
 
 class _Printer(PythonCodePrinter):

@@ -19,6 +19,12 @@ the machine code on disk. Rules for these files:
   differed from the model's). With the flags set, a kernel's bits do not depend
   on who compiled it first;
   out-buffers and integer status codes, no exceptions;
+* a function that is called in a solver's loop without being inlined, and neither allocates an
+  array nor returns one (nor calls a non-inlined function that does), adds ``_nrt=False``
+  (numba's reference counting off): otherwise every array argument costs an atomic increment
+  at entry and a decrement at exit (37% of Rodas' adjoint sweep on Boehm_JProteomeRes2014 was
+  spent there). The generated model kernels are such functions too
+  (:mod:`odeinfer.model.codegen`); ``tests/test_kernel_abi.py`` checks the rule;
 * call the model through these globals, defined by the generated model source
   (``n`` states, ``m`` parameters, all arrays float64, C-contiguous):
 

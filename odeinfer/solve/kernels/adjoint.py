@@ -95,7 +95,7 @@ _ADJ_TAB = np.array([
 _ADJ_B = np.array([RK_A71, 0.0, RK_A73, RK_A74, RK_A75, RK_A76])
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _adj_step(mh, s, hb, r, rec, p, w, ws, kst, x, jy, jp):
     """One Dormand-Prince 5 step of size ``hb`` (< 0: backward) of ``w`` in place;
     ``kst`` (6, n + m) holds the stages."""

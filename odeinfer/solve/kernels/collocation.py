@@ -62,7 +62,7 @@ def _coll_eval_nodes(mh, t, X, p, pidx, F, JY, JP, want_jac):
     return status
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _coll_trapezoid(t, X, F, JY, JP, c, jdata, want_jac):
     """Trapezoidal constraints ``c`` ((N-1) n,) and Jacobian values ``jdata`` from node values."""
     n = X.shape[1]

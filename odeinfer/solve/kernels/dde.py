@@ -102,7 +102,7 @@ def _dde_work_size(mh, k, q):
             + 4 * n + n * max(q, 1) + _dde_bp_capacity(mh))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def dde_history(kind, u, phi, hb, hc, x, dx, g):
     """History ``X0(u)`` (x), ``dX0/du`` (dx) and ``dX0/dphi`` (g, (n, q)) at ``u = s - t0``."""
     n = x.shape[0]
@@ -145,7 +145,7 @@ def dde_history(kind, u, phi, hb, hc, x, dx, g):
             dx[i] = (3.0 * c0 * r + 2.0 * c1) * r + c2
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def dde_last_at_or_below(a, hi, x):
     """Largest ``i`` in ``[0, hi]`` with ``a[i] <= x`` (``a`` sorted; 0 if none), by bisection."""
     lo = 0
@@ -158,7 +158,7 @@ def dde_last_at_or_below(a, hi, x):
     return lo
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _dde_find_row(buf, nbuf, s, left):
     """Row of ``buf`` whose step holds ``s`` (left: the step ending at ``s`` if ``s`` is a step start)."""
     lo = 0
@@ -173,7 +173,7 @@ def _dde_find_row(buf, nbuf, s, left):
     return lo
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def dde_dense_eval(s, left, t0, eps, kind, phi, hb, hc, buf, nbuf, ncomp, k, out, hx, hdx, hg):
     """Augmented state at ``s`` into ``out[:ncomp]``; returns 1 if from the history (``hdx`` = dX0/du)."""
     n = hx.shape[0]
@@ -220,7 +220,7 @@ def _dde_ydot(mh, s, left, t0, eps, p, kind, phi, hb, hc, buf, nbuf, k, ys, ylag
     mh_dde_f(mh, s, ys, ylag2, p, fd)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _dde_rhs(mh, t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w, out, outy):
     """Augmented right-hand side at stage time ``t`` (scratch arrays in the tuple ``w``)."""
     n = mh[0]
@@ -264,7 +264,7 @@ def _dde_rhs(mh, t, left, z, zy, p, k, t0, eps, kind, phi, hb, hc, buf, nbuf, w,
             out[row + dpar[kk]] -= acc
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def dde_next_multi_index(cnt, order):
     """Advance ``cnt`` (one count per delay, each in 0..order) like an odometer; True once it
     has wrapped around to all zeros (every multi-index visited)."""

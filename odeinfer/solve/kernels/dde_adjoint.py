@@ -79,7 +79,7 @@ def _ddeadj_work_size(mh, q):
             + 4 * (n + m + q + 1) + 2 * (n + m + q + 1) + d)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _ddeadj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
     n = out.shape[0]
     if s >= t_end:
@@ -104,7 +104,7 @@ def _ddeadj_hermite(s, t0, h, nnode, t_end, anodes, adnodes, out):
                   + h11 * hh * adnodes[j + 1, i])
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _ddeadj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright, gnode, jflag, out):
     """``a(s-)`` (left) or ``a(s+)`` on a non-uniform grid with jumps; returns False when it is 0 (s >= T)."""
     n = out.shape[0]
@@ -138,7 +138,7 @@ def _ddeadj_hermite_nodes(s, left, snap, tnodes, nnode, anodes, adnodes, adright
     return True
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _ddeadj_rhs(mh, t, left, a, t0, t_end, eps, p, hkind, phi, hb, hc, buf, nbuf, tb, tc, wl, paper, h, nnode,
              anodes, adnodes, w, out, tnodes, adright, gnode, jflag, snap):
     """d/dt of the augmented backward state [a (n), integrands (m + q), l] at ``t``.

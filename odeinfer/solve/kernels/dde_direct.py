@@ -11,25 +11,25 @@ from numba import njit
 MODEL_HANDLE = (N_STATES, N_PARAMS, N_DELAYS, DELAY_PARAMS, 0, 0, 0, 0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_f(mh, t, y, ylag, p, out):
     """``out = f(t, y, ylag, p)``."""
     model_f(t, y, ylag, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_y(mh, t, y, ylag, p, out):
     """``out = df/dy``."""
     model_jac_y(t, y, ylag, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_ylag(mh, t, y, ylag, p, out):
     """``out[k] = df/dY_k``."""
     model_jac_ylag(t, y, ylag, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_p(mh, t, y, ylag, p, out):
     """``out = df/dp``."""
     model_jac_p(t, y, ylag, p, out)

@@ -13,49 +13,49 @@ from numba import njit
 MODEL_HANDLE = (N_STATES, N_PARAMS, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_f(mh, t, y, p, out):
     """``out = f(t, y, p)``."""
     model_f(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y(mh, t, y, p, out):
     """``out = df/dy``."""
     model_jac_y(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p(mh, t, y, p, out):
     """``out = df/dp``."""
     model_jac_p(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_f_t(mh, t, y, p, out):
     """``out = df/dt``."""
     model_f_t(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y_t(mh, t, y, p, out):
     """``out = d/dt df/dy``."""
     model_jac_y_t(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p_t(mh, t, y, p, out):
     """``out = d/dt df/dp``."""
     model_jac_p_t(t, y, p, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y_dir(mh, t, y, p, v, out):
     """``out[i, k] = sum_l d2f_i/dy_k dy_l v_l``."""
     model_jac_y_dir(t, y, p, v, out)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p_dir(mh, t, y, p, v, out):
     """``out[i, j] = sum_l d2f_i/dp_j dy_l v_l``."""
     model_jac_p_dir(t, y, p, v, out)

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_factor(a, piv):
     """Factor ``a`` in place as ``P a = L U``.
 
@@ -54,7 +54,7 @@ def lu_factor(a, piv):
     return ST_SUCCESS
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_solve(lu, piv, b):
     """Solve ``a x = b`` in place from :func:`lu_factor` output.
 
@@ -84,7 +84,7 @@ def lu_solve(lu, piv, b):
         b[i] = acc / lu[i, i]
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_solve_rows(lu, piv, b, off, k):
     """Solve ``a X = B`` in place for ``k`` right-hand sides, ``B`` the ``(n, k)`` row-major block
     ``b[off : off + n*k]`` (a block of sensitivities, see ``common.py``), from :func:`lu_factor`
@@ -119,7 +119,7 @@ def lu_solve_rows(lu, piv, b, off, k):
             b[row + j] = b[row + j] / d
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_solve_transposed(lu, piv, b):
     """Solve ``a^T x = b`` in place from :func:`lu_factor` output: ``P a = L U`` gives ``a^T = U^T L^T P``, so
     ``U^T w = b`` (forward), ``L^T v = w`` (backward, unit diagonal), then ``x = P^T v`` (the row swaps undone

@@ -58,17 +58,17 @@ def _ptr_call(typingctx, addr, t, arrays):
 
 
 # ---- ODE models: mh = (n, m, f, jac_y, jac_p)
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_f(mh, t, y, p, out):
     _ptr_call(mh[2], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y(mh, t, y, p, out):
     _ptr_call(mh[3], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p(mh, t, y, p, out):
     _ptr_call(mh[4], t, (y, p, out))
 
@@ -108,27 +108,27 @@ def ptr_dopri5_fixed(mh, t0, t_eval, y0, p, sens, h, z_out, work, info):
     return _dopri5_fixed_run(mh, t0, t_eval, y0, p, mh[0] + mh[1] if sens else 0, h, z_out, work, info)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_f_t(mh, t, y, p, out):
     _ptr_call(mh[5], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y_t(mh, t, y, p, out):
     _ptr_call(mh[6], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p_t(mh, t, y, p, out):
     _ptr_call(mh[7], t, (y, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_y_dir(mh, t, y, p, v, out):
     _ptr_call(mh[8], t, (y, p, v, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_jac_p_dir(mh, t, y, p, v, out):
     _ptr_call(mh[9], t, (y, p, v, out))
 
@@ -211,22 +211,22 @@ def ptr_nc_obs_accumulate(mh, t, X, D, p, free, a, c, Y, carry, Q):
 
 
 # ---- models with delays: mh = (n, m, d, delay_params, f, jac_y, jac_ylag, jac_p)
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_f(mh, t, y, ylag, p, out):
     _ptr_call(mh[4], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_y(mh, t, y, ylag, p, out):
     _ptr_call(mh[5], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_ylag(mh, t, y, ylag, p, out):
     _ptr_call(mh[6], t, (y, ylag, p, out))
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def mh_dde_jac_p(mh, t, y, ylag, p, out):
     _ptr_call(mh[7], t, (y, ylag, p, out))
 

@@ -119,7 +119,7 @@ def _rodas_work_len(n, m, k):
     return 13 * size + 2 * n + 5 * n * n + 3 * n * m
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx):
     """``fx = d/dt`` of the augmented right-hand side at fixed ``z``:
     ``[f_t; J_y,t S + J_p,t pdir]`` (``[f_t; J_y,t S + [J_p,t | 0]]`` for the full layout)."""
@@ -138,7 +138,7 @@ def _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx):
         add_sens_row(i, n, m, k, pdir, jpt, jyt, z, fx)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jpd):
     """Solve ``(I/(h gamma) - J_aug) u = r`` by block forward substitution.
 
@@ -155,7 +155,7 @@ def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jp
         _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd):
     """The sensitivity blocks of :func:`_rodas_stage_solve`, after its state block ``u[:n]``: a
     function of its own, so that the states-only solver's stage solve stays small (about 20%
@@ -616,7 +616,7 @@ def _rodas_add_t_matvec(a, v, out):
                 out[j] += a[i, j] * vi
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, u, ys, ub, i, r, fv, ybar, pbar):
     """Stage ``i``'s adjoint: ``r = E^-T ub[i]``; ``fv = J_y(ti, Y_i)^T r`` (the adjoint of the stage state);
     ``pbar += J_p(ti, Y_i)^T r``; through ``E``: ``ybar += jac_y_dir(u_i)^T r``, ``pbar += jac_p_dir(u_i)^T r``."""
@@ -638,7 +638,7 @@ def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, u, ys, ub, i, r, f
     _rodas_add_t_matvec(pm, r, pbar)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, u, ys, ft, fv, r):
     """One step's stages again, from its start ``y`` (= ``ys[0]``), as ``_rodas_run`` computed them (states
     alone): ``u[0..5]``, the stage states ``ys[1..5]`` (Y2, Y3, Y4, Y5 and the embedded Y6) and ``lu`` (the
