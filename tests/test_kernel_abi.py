@@ -5,6 +5,8 @@ the model handle, and the adapters (the only positional calls of kernels) must p
 its place. Reference: the kernel sources themselves (their signatures and size rules)."""
 
 import inspect
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,18 +207,15 @@ def test_work_view_is_reshape_of_the_slice():
 
 
 def _kernel_functions():
-    """``{name: [(file, decorator options, body)]}`` of every ``@njit`` / ``@intrinsic`` function of the kernel
-    files (a name can be defined in several files: ``direct.py`` and ``pointer.py``)."""
-    import re
-    from pathlib import Path
-
+    """``{name: [(file, decorator, its options, body)]}`` of every ``@njit`` / ``@intrinsic`` function of the
+    kernel files (a name can be defined in several files: ``direct.py`` and ``pointer.py``)."""
     from odeinfer.solve import kernels
 
     defs = {}
     for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
         text = path.read_text(encoding="utf-8")
         for m in re.finditer(r"@(njit|intrinsic)(\([^)]*\))?\s*\ndef (\w+)\((.*?)(?=\n@|\n# ----|\Z)", text, re.S):
-            defs.setdefault(m.group(3), []).append((path.name, m.group(2) or "", m.group(4)))
+            defs.setdefault(m.group(3), []).append((path.name, m.group(1), m.group(2) or "", m.group(4)))
     return defs
 
 
@@ -224,26 +223,22 @@ def test_kernels_without_reference_counting_neither_allocate_nor_call_functions_
     """A ``_nrt=False`` kernel (numba's reference counting off: see the rules in odeinfer.solve.kernels) must not
     allocate an array nor call a non-inlined kernel that counts references (which may return a new array, whose
     reference the caller would then never release). Reference: the kernel sources."""
-    import re
-
     defs = _kernel_functions()
-    no_rc = {name for name, versions in defs.items() if any("_nrt=False" in o for _, o, _ in versions)}
+    no_rc = {name for name, versions in defs.items() if any("_nrt=False" in o for _, _, o, _ in versions)}
     assert {"lu_solve", "lu_solve_transposed", "mh_jac_y", "_rodas_stage_adjoint", "_dde_rhs"} <= no_rc
     for name in sorted(no_rc):
-        for path, options, body in defs[name]:
+        for path, _, options, body in defs[name]:
             if "_nrt=False" not in options:
                 continue
             assert not re.search(r"np\.(empty|zeros|ones|array|full|copy)\w*\(|\.copy\(\)", body), (path, name)
             for callee in set(re.findall(r"\b(\w+)\(", body)) & defs.keys() - {name}:
-                inlined = all("inline" in o for _, o, _ in defs[callee])
-                intrinsic = all(o == "" for _, o, _ in defs[callee])
+                inlined = all('inline="always"' in o for _, _, o, _ in defs[callee])
+                intrinsic = all(kind == "intrinsic" for _, kind, _, _ in defs[callee])
                 assert callee in no_rc or inlined or intrinsic, (path, name, callee)
 
 
 def test_generated_model_kernels_count_no_references():
     """Every generated model kernel (they are called in the solvers' loops) is compiled with ``_nrt=False``."""
-    import re
-
     from odeinfer.model.codegen import model_source
 
     text = model_source(zoo.get("lotka_volterra").model.derivatives)
