@@ -114,9 +114,10 @@ def script(kind, call, c, fit_only):
 
 
 def run(code):
-    wall = run_python("-c", code)
+    """``run_python("-c", code)``, then the background compiles it left behind stopped."""
+    result = run_python("-c", code)
     stop_background_compiles()
-    return wall
+    return result
 
 
 def stop_background_compiles():

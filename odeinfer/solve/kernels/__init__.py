@@ -5,9 +5,9 @@ is appended to each model's generated module (see :mod:`odeinfer.model.cache`),
 so that the solver calls the model's kernels as plain globals and numba can cache
 the machine code on disk. Rules for these files:
 
-* import only ``math``, ``numpy as np`` and ``numba`` names (``common.py`` and ``pointer.py``:
-  also ``numba.extending``, ``pointer.py`` ``llvmlite``); views of a kernel's ``work`` buffer
-  are made by ``work_view`` (``common.py``), not ``reshape``;
+* import only ``math``, ``numpy as np`` and ``numba`` names (``numba.extending`` included;
+  ``pointer.py`` also ``llvmlite``); views of a kernel's ``work`` buffer are made by
+  ``work_view`` (``common.py``), not ``reshape``;
 * use ``@njit(cache=True, error_model="numpy", fastmath=False)``, the flag set
   and never fast-math (same bits in every kernel, in every order): numba compiles
   a callee that does not set ``fastmath`` with its *caller's* flags, keeps that
