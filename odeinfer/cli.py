@@ -23,11 +23,12 @@ def _demo(args) -> int:
     _check_out(args)
     say = _printer(args)
     t0 = time.perf_counter()
-    # on a fresh machine, the plain solver kernel (the matching estimators' trajectory check) and the
-    # sensitivity kernel of the embedding fit with its C entry, then the NUTS graph that calls it, compile
-    # in two other processes while the matching estimators compile their own kernels (a no-op once cached)
+    # on a fresh machine, the plain solver kernel (the matching estimators' trajectory check), the
+    # sensitivity kernel of the embedding fit with its C entry, and the NUTS graph that calls the entry
+    # compile in three other processes while the matching estimators compile their own code (a no-op
+    # once cached): the estimators need all of them at about the same time
     oi.warmup(["dopri5_solve", "dopri5_solve_sens", "entry_dopri5_solve_sens"]
-              + ([] if args.no_bayes else ["nuts_graph"]), wait=False, jobs=2)
+              + ([] if args.no_bayes else ["nuts_graph"]), wait=False, jobs=3)
     say(f"odeinfer {oi.__version__} demo: Lotka-Volterra and the Hudson's Bay lynx-hare data")
     model, data, priors = lynx_hare_stan()
     say(f"data: {data.n_times} years from 1900 (t = 0) to 1920, {data.nobs} observations of {list(data.states)} "

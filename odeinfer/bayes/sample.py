@@ -238,10 +238,6 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, init
     a seed, PyMC's default start."""
     import pymc as pm
 
-    if mode == "NUMBA":  # a warm-up process compiling the demo's graph: its operations then load from the cache
-        from odeinfer.solve.warmup import await_kernel
-
-        await_kernel("nuts_graph")
     kwargs = dict(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seeds[0],
                   progressbar=progressbar, model=pm_model, compute_convergence_checks=False,
                   idata_kwargs={"log_likelihood": log_likelihood}, callback=callback)
@@ -261,18 +257,30 @@ def _sample_pymc(pm_model, seed, seeded, draws, tune, chains, cores, seeds, init
                                compile_kwargs=compile_kwargs)
             _check_step_order(step, seed)
             kwargs["step"] = step
+            _await_graph(mode)
             if chains > 1 and cores > 1:
                 _compile_before_fork(step, seed.mean)
         else:
             kwargs["init"] = "jitter+adapt_diag" if seed is None else "adapt_diag"
             kwargs["target_accept"] = target_accept
             kwargs["compile_kwargs"] = compile_kwargs
+            _await_graph(mode)
         if mode is None:  # PyTensor's default mode for everything, as asked
             return pm.sample(**kwargs)
         # the trace's point function and the pointwise log-likelihood; without a seeded step, PyMC
         # compiles the log density inside pm.sample, in the mode asked for (the C compiler kept)
         with side_mode(compiler=not seeded):
             return pm.sample(**kwargs)
+
+
+def _await_graph(mode):
+    """In NUMBA mode, wait for a warm-up process compiling the demo's graph (``nuts_graph``): its
+    operations then load from PyTensor's cache. Called once the step is built (PyTensor's rewrites of
+    the log density run meanwhile) and before its first call, which compiles it."""
+    if mode == "NUMBA":
+        from odeinfer.solve.warmup import await_kernel
+
+        await_kernel("nuts_graph")
 
 
 @contextlib.contextmanager

@@ -22,10 +22,11 @@ same machine code path (the same source and flags, ``fastmath=False``) on the sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 
-__all__ = ["RAISED", "c_params", "entry_callee", "readonly", "supported"]
+__all__ = ["RAISED", "c_params", "entry_callee", "placeholder_entries", "readonly", "supported"]
 
 #: What an entry returns when its kernel raised (the kernels raise only when an allocation fails):
 #: a failed solve for its caller (every status but 0 is one), where numba code would have raised.
@@ -33,6 +34,7 @@ RAISED = -1
 
 _LOCK = threading.Lock()
 _ENTRIES: dict[tuple, str] = {}
+_PLACEHOLDERS = threading.local()
 
 
 def supported(ty) -> bool:
@@ -107,9 +109,39 @@ def _type_source(c) -> str:
     return f"types.{c}"
 
 
+@contextlib.contextmanager
+def placeholder_entries():
+    """Within the block (in this thread), an entry's symbol is registered with a placeholder that
+    returns :data:`RAISED` (a failed solve: NaN outputs), and neither the kernel nor its entry is
+    compiled. For compiling, into the disk caches, numba code that calls entries while other processes
+    compile the kernels (the demo's NUTS graph in a warm-up process): the cached machine code refers to
+    the symbol by name, and a process that loads it resolves the name to its own entry, which it
+    registers before (:func:`entry_callee`). Such a process must not register the real entry itself."""
+    _PLACEHOLDERS.on = True
+    try:
+        yield
+    finally:
+        _PLACEHOLDERS.on = False
+
+
+#: The placeholder's C function: no arguments read (the caller passes the entry's; the C calling
+#: convention lets the callee ignore them), returns RAISED. Created on first use.
+_PLACEHOLDER = []
+
+
+def _placeholder_address() -> int:
+    import ctypes
+
+    with _LOCK:
+        if not _PLACEHOLDER:
+            _PLACEHOLDER.append(ctypes.CFUNCTYPE(ctypes.c_int64)(lambda: RAISED))
+        return ctypes.cast(_PLACEHOLDER[0], ctypes.c_void_p).value
+
+
 def _entry(kernel: str, sig: tuple) -> str:
     """The symbol of the C entry of the shared ``ptr_<kernel>`` for the numba argument types ``sig``
-    (model handle first): built, or loaded from the disk cache, once per process, and registered."""
+    (model handle first): built, or loaded from the disk cache, once per process, and registered
+    (under :func:`placeholder_entries`: registered with the placeholder, nothing compiled)."""
     key = (kernel, sig)
     with _LOCK:
         hit = _ENTRIES.get(key)
@@ -122,15 +154,17 @@ def _entry(kernel: str, sig: tuple) -> str:
     from odeinfer.solve.shared import compile_lock, compile_once, shared_module
     from odeinfer.solve.warmup import await_kernel
 
-    await_kernel("entry_" + kernel)  # a warm-up process compiling this entry: load its machine code instead
-
     shared = shared_module()
-    compile_once(getattr(shared, "ptr_" + kernel), sig)  # the kernel the entry calls, compiled by one process
     text = _source(shared.__name__, kernel, SIGNATURES[kernel], sig)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+    symbol = f"odeinfer_entry_{digest}"
+    if getattr(_PLACEHOLDERS, "on", False):
+        binding.add_symbol(symbol, _placeholder_address())
+        return symbol
+    await_kernel("entry_" + kernel)  # a warm-up process compiling this entry: load its machine code instead
+    compile_once(getattr(shared, "ptr_" + kernel), sig)  # the kernel the entry calls, compiled by one process
     with compile_lock(f"e_{digest}"):  # the entry links and compiles the kernel again: one process at a time
         module = load_module(f"{_PREFIX}e_{digest}", text)
-    symbol = f"odeinfer_entry_{digest}"
     binding.add_symbol(symbol, module.entry.address)
     with _LOCK:
         _ENTRIES[key] = symbol

@@ -21,7 +21,10 @@ Lotka-Volterra case study: log-normal noise, the ODE Op on the shared Dopri5 ker
 PyTensor's NUMBA mode, compiled as NUTS compiles it: on an empty PyTensor cache that graph costs
 15-25 s of compilation (most of it PyTensor's numba implementations of its operations, cached per
 operation and input types, so that other models' graphs reuse them); :func:`odeinfer.bayes.sample`
-waits for it as the solvers wait for their kernels.
+waits for it as the solvers wait for their kernels. The graph calls the kernel through its C entry's
+linker symbol, which the warm-up process registers with a placeholder
+(:func:`odeinfer.solve.entry.placeholder_entries`): it compiles the graph in parallel with the kernel and
+its entry instead of after them, and a process that loads the graph links it to its own entry.
 """
 
 from __future__ import annotations
@@ -48,13 +51,13 @@ KERNELS = {
     # (odeinfer.solve.entry): compiled in the same process as their kernel, after it
     "entry_dopri5_solve_sens": ("lotka_volterra", "Dopri5", "entry"),
     "entry_rodas_solve_sens": ("lotka_volterra", "Rodas", "entry"),
-    # the NUTS log density of the demo's lynx-hare model (PyTensor's NUMBA mode), through the entry above
+    # the NUTS log density of the demo's lynx-hare model (PyTensor's NUMBA mode), calling the entry above
+    # through its linker symbol: compiled with a placeholder there, so it waits for no kernel
     "nuts_graph": ("lotka_volterra", "Dopri5", "graph"),
 }
 
 #: What a warm-up compiles after something else, in the same process (it links or calls it).
-_AFTER = {"entry_dopri5_solve_sens": "dopri5_solve_sens", "entry_rodas_solve_sens": "rodas_solve_sens",
-          "nuts_graph": "entry_dopri5_solve_sens"}
+_AFTER = {"entry_dopri5_solve_sens": "dopri5_solve_sens", "entry_rodas_solve_sens": "rodas_solve_sens"}
 
 _COMMAND = (sys.executable, "-c", "from odeinfer.solve.warmup import _main\n_main()\n")
 _MAX_WAIT = 600.0  # seconds a caller waits for a live child (a kernel compiles in 10-60 s)
@@ -215,17 +218,20 @@ def _compile(kernel: str) -> None:
 
 def _compile_graph() -> None:
     """The demo's NUTS log density and gradient (``nuts_graph``), compiled and called once as
-    :func:`odeinfer.bayes.sample` compiles it (``logp_dlogp_function`` in NUMBA mode, raveled inputs)."""
+    :func:`odeinfer.bayes.sample` compiles it (``logp_dlogp_function`` in NUMBA mode, raveled inputs),
+    with a placeholder for the solver's C entry (the call returns NaN; nothing here compiles a kernel)."""
     from pymc.blocking import DictToArrayBijection
 
     from odeinfer.bayes.build import build_model, lynx_hare_stan
+    from odeinfer.solve.entry import placeholder_entries
 
     model, data, priors = lynx_hare_stan()
     pm_model = build_model(model, data, priors=priors, likelihood="lognormal")
-    func = pm_model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
-    func.set_extra_values({})
-    point = pm_model.initial_point()
-    func(DictToArrayBijection.map({v.name: point[v.name] for v in pm_model.value_vars}).data)
+    with placeholder_entries():
+        func = pm_model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
+        func.set_extra_values({})
+        point = pm_model.initial_point()
+        func(DictToArrayBijection.map({v.name: point[v.name] for v in pm_model.value_vars}).data)
 
 
 def _main() -> None:  # the child: compile each kernel of its group, then write its marker
