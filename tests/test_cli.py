@@ -48,6 +48,32 @@ def test_demo_without_bayes_writes_the_report(tmp_path, capsys):
     np.testing.assert_allclose(printed, _stan_lv_reference(), rtol=2e-3)  # printed to 4 significant digits
 
 
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_the_demo_runs_on_the_shared_kernels_unless_told_otherwise(tmp_path, monkeypatch, preset):
+    """No background compile of the demo's model kernels (ready only after it ends): the demo's analysis and
+    report run with ``ODEINFER_TIERED=shared``, a value the user set is kept, and the variable is restored."""
+    import odeinfer.pipeline
+
+    if preset is None:
+        monkeypatch.delenv("ODEINFER_TIERED", raising=False)
+    else:
+        monkeypatch.setenv("ODEINFER_TIERED", preset)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def analyze(*args, **kwargs):
+        seen.append(os.environ.get("ODEINFER_TIERED"))
+        raise Stop
+
+    monkeypatch.setattr(odeinfer.pipeline, "analyze", analyze)
+    with pytest.raises(Stop):
+        main(["demo", "--no-bayes", "-q", "-o", str(tmp_path / "demo.html")])
+    assert seen == ["shared" if preset is None else preset]
+    assert os.environ.get("ODEINFER_TIERED") == preset
+
+
 SPEC = """
 title = "decay"
 [model]

@@ -116,7 +116,8 @@ def placeholder_entries():
     compiled. For compiling, into the disk caches, numba code that calls entries while other processes
     compile the kernels (the demo's NUTS graph in a warm-up process): the cached machine code refers to
     the symbol by name, and a process that loads it resolves the name to its own entry, which it
-    registers before (:func:`entry_callee`). Such a process must not register the real entry itself."""
+    registers before (:func:`entry_callee`). Code compiled in the block keeps the placeholder in this
+    process: only a process that never runs such code for its results (the warm-up's) should use it."""
     _PLACEHOLDERS.on = True
     try:
         yield
