@@ -384,7 +384,7 @@ def _drawn_variances(pm_model, rvs, value_vars, all_value_vars, ip_values, sizes
             us.append(x if tr is None else tr.forward(x, *rv.owner.inputs))
         fn = pytensor.function(xs + list(all_value_vars), pm_model.replace_rvs_by_values(us),
                                on_unused_input="ignore", mode="FAST_COMPILE")
-        draws = pm.draw(list(rvs), draws=n, random_seed=PRIOR_DRAW_SEED)
+        draws = _draw(pm, list(rvs), n)
         us = fn(*[np.asarray(d, dtype=float).reshape((n, *shapes[v.name])) for d, v in zip(draws, value_vars)],
                 *ip_values)
     except Exception:  # an exotic prior: no cap (the estimate's covariance as it is)
@@ -395,6 +395,28 @@ def _drawn_variances(pm_model, rvs, value_vars, all_value_vars, ip_values, sizes
         out.append(np.array([np.var(c[np.isfinite(c)]) if np.isfinite(c).sum() > n // 2 else np.nan
                              for c in u.T]))
     return out
+
+
+def _draw(pm, rvs, n):
+    """``n`` joint prior draws of ``rvs`` (seed :data:`PRIOR_DRAW_SEED`), one array per variable. When no
+    variable's parameters depend on another random variable, in one call of a batched copy of each
+    (``change_dist_size``: PyMC's rejection sampler of a truncated prior draws the whole batch at once
+    instead of looping in Python per draw); else ``pm.draw(..., draws=n)``, which draws the parents anew
+    each time (a batched child would share one draw of its parent)."""
+    from pymc.distributions.shape_utils import change_dist_size
+    from pymc.pytensorf import rvs_in_graph
+
+    if not rvs_in_graph([i for rv in rvs for i in rv.owner.inputs]):
+        try:
+            batched = [change_dist_size(rv, (n,), expand=True) for rv in rvs]
+        except Exception:  # a distribution PyMC cannot resize: the per-draw loop
+            batched = None
+        if batched is not None:
+            draws = pm.draw(batched, random_seed=PRIOR_DRAW_SEED)
+            draws = draws if isinstance(draws, list) else [draws]
+            if all(np.shape(d)[:1] == (n,) for d in draws):
+                return draws
+    return pm.draw(rvs, draws=n, random_seed=PRIOR_DRAW_SEED)
 
 
 def checked_points(seed, n_points, rng, jitter):
