@@ -117,6 +117,18 @@ def test_seed_variance_is_capped_at_the_priors_on_the_unconstrained_scale(lv):
         assert len(checked_points(seed, 4, np.random.default_rng(0), 0.1)) == 4
 
 
+def _hierarchical_prior_variances():
+    """``_prior_variances`` of s ~ HalfNormal(1), x ~ N(0, s), t ~ TruncatedNormal(0, 1, lower=0)."""
+    from odeinfer.bayes import seed as seed_mod
+
+    with pm.Model() as h:
+        s = pm.HalfNormal("s", 1.0)
+        pm.Normal("x", 0.0, s), pm.TruncatedNormal("t", 0.0, 1.0, lower=0.0)
+    vv = [h.rvs_to_values[r] for r in h.free_RVs]
+    ip = h.initial_point()
+    return seed_mod._prior_variances(h, h.free_RVs, vv, [ip[v.name] for v in vv], [1, 1, 1])
+
+
 def test_prior_variances_in_closed_form_match_monte_carlo(monkeypatch):
     """The variance of each unconstrained coordinate under the common priors, against 400,000 numpy
     draws mapped by the transform by hand (independent of PyMC): within 5 Monte Carlo standard errors
@@ -145,12 +157,7 @@ def test_prior_variances_in_closed_form_match_monte_carlo(monkeypatch):
         se = np.sqrt((np.mean(c ** 4) - np.var(x) ** 2) / N)
         assert abs(g - np.var(x)) < 5 * se, (g, np.var(x), se)
     monkeypatch.undo()
-    with pm.Model() as h:
-        s = pm.HalfNormal("s", 1.0)
-        pm.Normal("x", 0.0, s), pm.TruncatedNormal("t", 0.0, 1.0, lower=0.0)
-    vv = [h.rvs_to_values[r] for r in h.free_RVs]
-    ip = h.initial_point()
-    got = seed_mod._prior_variances(h, h.free_RVs, vv, [ip[v.name] for v in vv], [1, 1, 1])
+    got = _hierarchical_prior_variances()
     assert got[0] == pytest.approx(np.pi ** 2 / 8, rel=1e-14) and np.all(np.isfinite(got[1:])), got
 
 
@@ -378,11 +385,6 @@ def test_drawn_prior_variances_batch_independent_priors_and_keep_hierarchical_on
         se = np.sqrt((np.mean(c ** 4) - np.var(x) ** 2) / n)
         assert abs(value - np.var(x)) < 5 * se, (value, np.var(x), se)
     calls.clear()
-    with pm.Model() as h:
-        s = pm.HalfNormal("s", 1.0)
-        pm.Normal("x", 0.0, s), pm.TruncatedNormal("t", 0.0, 1.0, lower=0.0)
-    vv = [h.rvs_to_values[r] for r in h.free_RVs]
-    ip = h.initial_point()
-    got = seed_mod._prior_variances(h, h.free_RVs, vv, [ip[v.name] for v in vv], [1, 1, 1])
+    got = _hierarchical_prior_variances()
     assert calls == [n]  # x's parent is random: joint draws
     assert abs(got[1] - 1.0) < 5 * np.sqrt((9.0 - 1.0) / n), got  # E x^2 = E s^2 = 1, E x^4 = 3 E s^4 = 9
