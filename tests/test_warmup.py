@@ -1,5 +1,6 @@
 """Warm-up of the shared solver kernels in background processes (odeinfer.solve.warmup)."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -124,8 +125,6 @@ def test_the_demo_graph_loads_every_operation_from_the_warmup_s_pytensor_cache(t
     NUTS compiles it (``pm.NUTS(vars=...)`` in the seed's order, ``pm_model.value_vars``; the log density
     evaluated once before the chains fork): it writes nothing new to PyTensor's numba cache (every operation
     loads), i.e. the warm-up compiled what the demo's sampler needs."""
-    import os
-
     env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
     warm = "import odeinfer as oi; assert oi.warmup(['nuts_graph']) == ['nuts_graph']"
     subprocess.run([sys.executable, "-c", warm], env=env, check=True, timeout=900)
@@ -177,8 +176,6 @@ def test_under_placeholder_entries_a_shared_kernel_call_fails_cleanly_and_compil
         "y2, _ = ODEProblem(fresh, t).numba_solve(True)(p, x0)\n"
         "exact = c / 1.5 + (2.0 - c / 1.5) * np.exp(-1.5 * t)\n"
         "print(np.allclose(y2[:, 0], exact, rtol=1e-5, atol=1e-8), len(entry._ENTRIES))\n")
-    import os
-
     env = {**os.environ, "ODEINFER_TIERED": "shared"}
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=900, capture_output=True,
                          text=True).stdout.split()
