@@ -44,3 +44,97 @@ def test_singular_matrices_are_refused(module):
               np.array([[5e-324, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),  # its reciprocal overflows
               np.array([[np.nan, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])):
         assert module.lu_factor(a.copy(), piv) == Status.SINGULAR
+
+
+# ---- the sparse LU of large models (linalg.py's second part) ----------------------------------------------------
+
+def _sparse_jacobian(rng, n, per_row=2):
+    """A reaction-network-like Jacobian: negative diagonal, a few off-diagonal entries per row."""
+    j = np.zeros((n, n))
+    for i in range(n):
+        j[i, rng.choice(n, per_row, replace=False)] = rng.normal(size=per_row)
+        j[i, i] = -abs(rng.normal()) - 0.5
+    return j
+
+
+def _planned(module, jy):
+    n = jy.shape[0]
+    plan = np.zeros(module.lu_plan_len(n), dtype=np.int64)
+    pattern = np.zeros((2, n, n), dtype=np.bool_)
+    pattern[0] = (jy != 0) | np.eye(n, dtype=bool)
+    return plan, pattern, module.lu_plan(pattern, plan)
+
+
+def _check_solves(module, a, lu, piv, plan, rng):
+    n = a.shape[0]
+    b = rng.normal(size=n)
+    x = b.copy()
+    module.plu_solve(lu, piv, plan, x)
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-9, atol=1e-12)
+    x = b.copy()
+    module.plu_solve_transposed(lu, piv, plan, x)
+    np.testing.assert_allclose(x, np.linalg.solve(a.T, b), rtol=1e-9, atol=1e-12)
+    k, off = 3, 4
+    block = rng.normal(size=(n, k))
+    buf = np.concatenate([np.full(off, 7.0), block.ravel(), np.full(2, 7.0)])
+    module.plu_solve_rows(lu, piv, plan, buf, off, k)
+    np.testing.assert_allclose(buf[off:off + n * k].reshape(n, k), np.linalg.solve(a, block), rtol=1e-9, atol=1e-12)
+    assert np.all(buf[:off] == 7.0) and np.all(buf[off + n * k:] == 7.0)
+
+
+@pytest.mark.parametrize("n", [24, 60, 150])
+def test_the_planned_sparse_lu_solves_like_numpy(module, n):
+    rng = np.random.default_rng(n)
+    jy = _sparse_jacobian(rng, n)
+    plan, pattern, made = _planned(module, jy)
+    assert made and plan[1] == 1
+    order = plan[3:3 + n]
+    assert sorted(order) == list(range(n))  # a permutation
+    fill = pattern[0]
+    assert np.all(fill == fill.T) and np.all(fill[(jy != 0)]) and np.all(np.diag(fill))
+    for fac in (10.0, 1.0, 0.3):  # the stiff solver's matrix fac I - J, from small to large steps
+        a = fac * np.eye(n) - jy
+        lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
+        assert module.plu_factor(jy, fac, lu, piv, plan, pattern) == Status.SUCCESS
+        assert plan[0] == 1  # the planned factorization passed its pivot test
+        _check_solves(module, a, lu, piv, plan, rng)
+
+
+def test_a_nonzero_outside_the_plan_plans_again(module):
+    """An entry that was zero when the plan was made (a rate whose species was absent at the start) is never
+    left out: the factorization plans again with it."""
+    n = 40
+    rng = np.random.default_rng(1)
+    jy = _sparse_jacobian(rng, n)
+    plan, pattern, made = _planned(module, jy)
+    later = jy.copy()
+    i, j = next((i, j) for i in range(n) for j in range(n) if not pattern[0, i, j])
+    later[i, j] = 3.0
+    lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
+    assert module.plu_factor(later, 2.0, lu, piv, plan, pattern) == Status.SUCCESS
+    assert plan[0] == 1 and pattern[0, i, j] and pattern[0, j, i]
+    _check_solves(module, 2.0 * np.eye(n) - later, lu, piv, plan, rng)
+
+
+def test_a_planned_pivot_that_is_too_small_falls_back_to_row_exchanges(module):
+    n = 30
+    rng = np.random.default_rng(2)
+    jy = _sparse_jacobian(rng, n)
+    jy[5, 5] = 1.0  # fac I - J has a zero on the diagonal at fac = 1 ...
+    jy[9, 5] = 4.0  # ... and a large entry below it: the static pivot order cannot be used
+    plan, pattern, made = _planned(module, jy)
+    lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
+    assert module.plu_factor(jy, 1.0, lu, piv, plan, pattern) == Status.SUCCESS
+    assert plan[0] == 0  # the dense LU with row exchanges
+    _check_solves(module, np.eye(n) - jy, lu, piv, plan, rng)
+
+
+def test_dense_or_small_matrices_keep_the_dense_lu(module):
+    assert module.lu_plan_len(module.LU_SPARSE_MIN - 1) == 0
+    n = 30
+    jy = np.random.default_rng(3).normal(size=(n, n))  # every entry nonzero: the factors fill everything
+    plan, pattern, made = _planned(module, jy)
+    assert not made and plan[1] == 0
+    lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
+    assert module.plu_factor(jy, 5.0, lu, piv, plan, pattern) == Status.SUCCESS and plan[0] == 0
+    _check_solves(module, 5.0 * np.eye(n) - jy, lu, piv, plan, np.random.default_rng(4))

@@ -148,3 +148,261 @@ def lu_solve_transposed(lu, piv, b):
             tmp = b[c]
             b[c] = b[r]
             b[r] = tmp
+
+
+# ---- sparse LU for large models -------------------------------------------------------------------------------
+#
+# A reaction network's Jacobian is sparse (Chen_MSB2009: 500 states, 4,400 nonzeros), and the dense LU above
+# costs n^3 / 3 operations whatever the zeros. From ``LU_SPARSE_MIN`` states on, the stiff solver plans the
+# factorization once per solve from the Jacobian's pattern: a minimum-degree order of the symmetrised pattern
+# (the elimination graph's node of fewest neighbours first; its neighbours become a clique, the fill) gives
+# the pivot order and, per pivot, the neighbours its column of L and row of U can hold. The factors stay in
+# the dense ``(n, n)`` array (only the planned entries are touched, so the Jacobian and its callers do not
+# change); the pivots are the diagonal in the planned order, each checked against its column (threshold
+# ``_LU_PIVOT_TOL``): a factorization that fails the check is done again by the dense LU with row exchanges.
+# A matrix entry outside the planned pattern (a Jacobian entry that was zero when the plan was made) makes
+# the caller plan again (:func:`lu_plan_grow`), so no entry is ever left out.
+#
+# ``plan`` (int64, ``lu_plan_len(n)``): [mode (1: the last factorization is sparse, 0: dense), planned (1/0),
+# nnz, order (n), ptr (n + 1), idx (capacity), then two scratch vectors (n each)]; pivot ``c`` is state
+# ``order[c]`` and its neighbours are ``idx[ptr[c]:ptr[c + 1]]``. ``pattern`` (bool, ``(2, n, n)``): [0] the
+# factors' pattern (symmetric, the diagonal and the fill included), [1] scratch.
+
+LU_SPARSE_MIN = 24  # states from which the stiff solver plans a sparse LU
+_LU_MAX_FILL = 0.25  # a plan whose factors would hold more than this share of the n x n entries is dropped
+_LU_PIVOT_TOL = 0.1  # a planned pivot below this share of its column's largest entry: the dense LU instead
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def lu_plan_capacity(n):
+    """Room for the planned neighbours (``idx``) of an ``n x n`` matrix."""
+    return int(_LU_MAX_FILL * n * n)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def lu_plan_len(n):
+    """Length of the ``plan`` array for ``n`` states: 0 below ``LU_SPARSE_MIN`` (the dense LU only)."""
+    if n < LU_SPARSE_MIN:
+        return 0
+    return 4 + 4 * n + lu_plan_capacity(n)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def lu_plan(pattern, plan):
+    """Plan the sparse LU of matrices whose nonzeros lie in ``pattern[0]``; see the section's comment.
+
+    ``pattern[0]`` is overwritten by the factors' pattern. Returns whether a plan was made (``plan[1]``):
+    not when the factors would fill more than ``_LU_MAX_FILL`` of the matrix (the dense LU is then used).
+    """
+    n = pattern.shape[1]
+    cap = lu_plan_capacity(n)
+    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
+    o_deg = o_idx + cap
+    o_nb = o_deg + n
+    mask = pattern[0]
+    adj = pattern[1]
+    for i in range(n):
+        for j in range(n):
+            adj[i, j] = i != j and (mask[i, j] or mask[j, i])
+    for i in range(n):
+        d = 0
+        for j in range(n):
+            if adj[i, j]:
+                d += 1
+        plan[o_deg + i] = d
+        for j in range(n):
+            mask[i, j] = False
+    plan[1] = 0
+    plan[o_ptr] = 0
+    nnz = 0
+    for c in range(n):
+        v = -1
+        best = n + 1
+        for i in range(n):
+            if plan[o_deg + i] >= 0 and plan[o_deg + i] < best:
+                best = plan[o_deg + i]
+                v = i
+        plan[o_order + c] = v
+        plan[o_deg + v] = -1  # eliminated
+        d = 0
+        for j in range(n):
+            if adj[v, j] and plan[o_deg + j] >= 0:
+                plan[o_nb + d] = j
+                d += 1
+        if nnz + d > cap:
+            return False
+        mask[v, v] = True
+        for q in range(d):
+            x = plan[o_nb + q]
+            plan[o_idx + nnz + q] = x
+            mask[v, x] = True
+            mask[x, v] = True
+            adj[x, v] = False
+            plan[o_deg + x] -= 1
+            for r in range(d):
+                y = plan[o_nb + r]
+                if x != y and not adj[x, y]:
+                    adj[x, y] = True
+                    plan[o_deg + x] += 1
+        nnz += d
+        plan[o_ptr + c + 1] = nnz
+    plan[2] = nnz
+    plan[1] = 1
+    return True
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def lu_factor_planned(a, plan):
+    """Factor ``a`` in place along ``plan`` (no row exchanges; the diagonal holds U's reciprocals, as in
+    :func:`lu_factor`). Returns False when a pivot fails the threshold test or is not finite (``a`` is then
+    spoilt: the caller factors the matrix again with :func:`lu_factor`)."""
+    n = a.shape[0]
+    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
+    for c in range(n):
+        v = plan[o_order + c]
+        s = o_idx + plan[o_ptr + c]
+        e = o_idx + plan[o_ptr + c + 1]
+        d = a[v, v]
+        cmax = 0.0
+        for q in range(s, e):
+            cmax = max(cmax, abs(a[plan[q], v]))
+        if not (abs(d) > 0.0 and math.isfinite(d) and math.isfinite(cmax)) or abs(d) < _LU_PIVOT_TOL * cmax:
+            return False
+        inv = 1.0 / d
+        if not math.isfinite(inv):
+            return False
+        a[v, v] = inv
+        for q in range(s, e):
+            i = plan[q]
+            lic = a[i, v] * inv
+            a[i, v] = lic
+            if lic != 0.0:
+                for r in range(s, e):
+                    j = plan[r]
+                    a[i, j] -= lic * a[v, j]
+    return True
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def _splu_solve(lu, plan, b):
+    n = lu.shape[0]
+    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
+    for c in range(n):
+        v = plan[o_order + c]
+        bv = b[v]
+        if bv != 0.0:
+            for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+                i = plan[q]
+                b[i] -= lu[i, v] * bv
+    for c in range(n - 1, -1, -1):
+        v = plan[o_order + c]
+        acc = b[v]
+        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+            acc -= lu[v, plan[q]] * b[plan[q]]
+        b[v] = acc * lu[v, v]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def _splu_solve_rows(lu, plan, b, off, k):
+    n = lu.shape[0]
+    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
+    for c in range(n):
+        v = plan[o_order + c]
+        src = off + v * k
+        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+            i = plan[q]
+            a = lu[i, v]
+            if a != 0.0:
+                row = off + i * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+    for c in range(n - 1, -1, -1):
+        v = plan[o_order + c]
+        row = off + v * k
+        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+            l = plan[q]
+            a = lu[v, l]
+            if a != 0.0:
+                src = off + l * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+        d = lu[v, v]
+        for j in range(k):
+            b[row + j] = b[row + j] * d
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def _splu_solve_transposed(lu, plan, b):
+    n = lu.shape[0]
+    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
+    for c in range(n):
+        v = plan[o_order + c]
+        w = b[v] * lu[v, v]
+        b[v] = w
+        if w != 0.0:
+            for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+                j = plan[q]
+                b[j] -= lu[v, j] * w
+    for c in range(n - 1, -1, -1):
+        v = plan[o_order + c]
+        acc = b[v]
+        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+            acc -= lu[plan[q], v] * b[plan[q]]
+        b[v] = acc
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def plu_factor(jy, fac, lu, piv, plan, pattern):
+    """``lu`` = the factors of the stiff solver's matrix ``fac I - jy``: along ``plan`` when one is made (planning
+    again first when ``jy`` has a nonzero outside the planned pattern) and its pivots pass, else
+    :func:`lu_factor`'s (``plan[0]`` says which). Returns :func:`lu_factor`'s status."""
+    n = jy.shape[0]
+    if plan.shape[0] > 0 and plan[1] != 0:
+        grown = False
+        mask = pattern[0]
+        for i in range(n):
+            for j in range(n):
+                v = jy[i, j]
+                lu[i, j] = -v
+                if v != 0.0 and not mask[i, j]:
+                    mask[i, j] = True
+                    grown = True
+            lu[i, i] += fac
+        if grown:
+            lu_plan(pattern, plan)
+        if plan[1] != 0 and lu_factor_planned(lu, plan):
+            plan[0] = 1
+            return ST_SUCCESS
+        plan[0] = 0
+    for i in range(n):
+        for j in range(n):
+            lu[i, j] = -jy[i, j]
+        lu[i, i] += fac
+    return lu_factor(lu, piv)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def plu_solve(lu, piv, plan, b):
+    """:func:`lu_solve` after :func:`plu_factor`."""
+    if plan.shape[0] > 0 and plan[0] == 1:
+        _splu_solve(lu, plan, b)
+    else:
+        lu_solve(lu, piv, b)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def plu_solve_rows(lu, piv, plan, b, off, k):
+    """:func:`lu_solve_rows` after :func:`plu_factor`."""
+    if plan.shape[0] > 0 and plan[0] == 1:
+        _splu_solve_rows(lu, plan, b, off, k)
+    else:
+        lu_solve_rows(lu, piv, b, off, k)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def plu_solve_transposed(lu, piv, plan, b):
+    """:func:`lu_solve_transposed` after :func:`plu_factor`."""
+    if plan.shape[0] > 0 and plan[0] == 1:
+        _splu_solve_transposed(lu, plan, b)
+    else:
+        lu_solve_transposed(lu, piv, b)

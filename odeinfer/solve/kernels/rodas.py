@@ -139,7 +139,7 @@ def _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jpd):
+def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u, col, jyd, jpd):
     """Solve ``(I/(h gamma) - J_aug) u = r`` by block forward substitution.
 
     ``J_aug`` is taken at the step start ``(t, ystart, S = z[n:])``; ``lu``
@@ -148,15 +148,15 @@ def _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, col, jyd, jp
     n = mh[0]
     for i in range(n):
         col[i] = r[i]
-    lu_solve(lu, piv, col)
+    plu_solve(lu, piv, plan, col)
     for i in range(n):
         u[i] = col[i]
     if k > 0:
-        _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd)
+        _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u, jyd, jpd)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd):
+def _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u, jyd, jpd):
     """The sensitivity blocks of :func:`_rodas_stage_solve`, after its state block ``u[:n]``: a
     function of its own, so that the states-only solver's stage solve stays small (about 20%
     faster: the compiler inlines it)."""
@@ -169,7 +169,7 @@ def _rodas_stage_sens(mh, t, ystart, p, k, pdir, z, lu, piv, r, u, jyd, jpd):
         u[q] = r[q]
     for i in range(n):
         add_sens_row(i, n, m, k, pdir, jpd, jyd, z, u)
-    lu_solve_rows(lu, piv, u, n, k)
+    plu_solve_rows(lu, piv, plan, u, n, k)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
@@ -242,6 +242,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
     jpd = work_view(work, off + n * m, (n, m))
     jpt = work_view(work, off + 2 * n * m, (n, m))
     piv = np.empty(n, dtype=np.int64)
+    plan, pattern = rodas_lu_buffers(n)
     # state parts, handed to the model kernels without copies; z (and so
     # ystart) only changes when a step is accepted
     ystart = z[0:n]
@@ -268,6 +269,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
     erracc = 1.0
     reject = False
     need_jac = False  # dy1 at t0 is already computed above
+    rodas_lu_plan(mh, t, ystart, p, jyd, col, plan, pattern)
     mh_jac_y(mh, t, ystart, p, jy0)
     _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx)
     while True:
@@ -284,13 +286,8 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
             mh_jac_y(mh, t, ystart, p, jy0)
             _rodas_time_derivative(mh, t, ystart, p, k, pdir, z, ft, jyt, jpt, fx)
             need_jac = False
-        fac = 1.0 / (h * _RO_GAMMA)
-        for i in range(n):
-            for j in range(n):
-                lu[i, j] = -jy0[i, j]
-            lu[i, i] += fac
         n_lu += 1
-        if lu_factor(lu, piv) != ST_SUCCESS:
+        if plu_factor(jy0, 1.0 / (h * _RO_GAMMA), lu, piv, plan, pattern) != ST_SUCCESS:
             n_sing += 1
             if n_sing >= _RO_MAX_SINGULAR:
                 status = ST_SINGULAR
@@ -303,7 +300,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         hd1 = h * _RO_D1
         for q in range(size):
             r[q] = dy1[q] + hd1 * fx[q]
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u1, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u1, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A21 * u1[q]
@@ -311,7 +308,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         hd = h * _RO_D2
         for q in range(size):
             r[q] = dz[q] + (_RO_C21 * u1[q]) / h + hd * fx[q]
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u2, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u2, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A31 * u1[q] + _RO_A32 * u2[q]
@@ -319,7 +316,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         hd = h * _RO_D3
         for q in range(size):
             r[q] = dz[q] + (_RO_C31 * u1[q] + _RO_C32 * u2[q]) / h + hd * fx[q]
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u3, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u3, col, jyd, jpd)
 
         for q in range(size):
             zs[q] = z[q] + _RO_A41 * u1[q] + _RO_A42 * u2[q] + _RO_A43 * u3[q]
@@ -328,7 +325,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         for q in range(size):
             r[q] = (dz[q] + (_RO_C41 * u1[q] + _RO_C42 * u2[q] + _RO_C43 * u3[q]) / h
                     + hd * fx[q])
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u4, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u4, col, jyd, jpd)
 
         t_new = t_end if last else t + h
         for q in range(size):
@@ -337,7 +334,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         for q in range(size):
             r[q] = dz[q] + (_RO_C51 * u1[q] + _RO_C52 * u2[q] + _RO_C53 * u3[q]
                             + _RO_C54 * u4[q]) / h
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u5, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u5, col, jyd, jpd)
 
         for q in range(size):
             zs[q] += u5[q]  # embedded solution
@@ -345,7 +342,7 @@ def _rodas_run(mh, t0, t_eval, y0, p, k, pdir, s0, nc, rtol, atol, first_step, m
         for q in range(size):
             r[q] = dz[q] + (_RO_C61 * u1[q] + _RO_C62 * u2[q] + _RO_C63 * u3[q]
                             + _RO_C64 * u4[q] + _RO_C65 * u5[q]) / h
-        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, r, u6, col, jyd, jpd)
+        _rodas_stage_solve(mh, t, ystart, p, k, pdir, z, lu, piv, plan, r, u6, col, jyd, jpd)
         for q in range(size):
             z1[q] = zs[q] + u6[q]
         n_rhs += 5
@@ -494,6 +491,7 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
     jm = np.empty((n, n))
     pm = np.empty((n, m))
     piv = np.empty(n, dtype=np.int64)
+    plan, pattern = rodas_lu_buffers(n)
     u = np.zeros((6, n))  # the stages u1..u6
     ys = np.empty((6, n))  # the stage states Y1 (the step start), Y2..Y6 (Y6: the embedded solution)
     ub = np.empty((6, n))  # their adjoints
@@ -515,7 +513,9 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
         for i in range(n):
             ys[0, i] = rec[s, ADJ_REC_HEAD + i]
         y = ys[0]
-        if _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, u, ys, ft, fv, r) != ST_SUCCESS:
+        if s == n_acc - 1:
+            rodas_lu_plan(mh, t, y, p, jm, r, plan, pattern)
+        if _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, plan, pattern, u, ys, ft, fv, r) != ST_SUCCESS:
             return  # the forward solve factored the same matrix: cannot happen
         # outputs inside the step (dense output) and at its end
         for i in range(n):
@@ -543,7 +543,7 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
             ub[4, i] = _RO_W25 * w2b[i] + _RO_W35 * w3b[i]
             ub[5, i] = ybar[i]  # y_new = Y6 + u6
         # stage 6: E u6 = f(t_new, Y6) + sum_j c6j u_j / h; Y6 = Y5 + u5 (its adjoint: ybar + f-term)
-        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, u, ys, ub, 5, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, plan, u, ys, ub, 5, r, fv, y0bar, pbar)
         for i in range(n):
             fv[i] += ybar[i]  # Ybar6 = ybar (y_new) + J^T r
             ub[4, i] += fv[i]  # Y6 = Y5 + u5
@@ -556,7 +556,7 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
         for i in range(n):
             ybar[i] = fv[i]  # Ybar5 collects Ybar6 and stage 5's f-term
         # stage 5: E u5 = f(t_new, Y5) + sum_j c5j u_j / h
-        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, u, ys, ub, 4, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t_new, y, p, lu, jm, pm, piv, plan, u, ys, ub, 4, r, fv, y0bar, pbar)
         for i in range(n):
             ybar[i] += fv[i]
             ub[0, i] += _RO_C51 * r[i] / h + _RO_A51 * ybar[i]
@@ -565,7 +565,7 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
             ub[3, i] += _RO_C54 * r[i] / h + _RO_A54 * ybar[i]
             y0bar[i] += ybar[i]  # Y5 = y + sum_j a5j u_j
         # stage 4: E u4 = f(t + c4 h, Y4) + sum_j c4j u_j / h + h d4 f_t
-        _rodas_stage_adjoint(mh, t, h, t + _RO_C4 * h, y, p, lu, jm, pm, piv, u, ys, ub, 3, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C4 * h, y, p, lu, jm, pm, piv, plan, u, ys, ub, 3, r, fv, y0bar, pbar)
         for i in range(n):
             ub[0, i] += _RO_C41 * r[i] / h + _RO_A41 * fv[i]
             ub[1, i] += _RO_C42 * r[i] / h + _RO_A42 * fv[i]
@@ -573,20 +573,20 @@ def _rodas_sweep(mh, t_eval, p, g, rec, n_acc, grad):
             y0bar[i] += fv[i]
             ftbar[i] += h * _RO_D4 * r[i]
         # stage 3
-        _rodas_stage_adjoint(mh, t, h, t + _RO_C3 * h, y, p, lu, jm, pm, piv, u, ys, ub, 2, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C3 * h, y, p, lu, jm, pm, piv, plan, u, ys, ub, 2, r, fv, y0bar, pbar)
         for i in range(n):
             ub[0, i] += _RO_C31 * r[i] / h + _RO_A31 * fv[i]
             ub[1, i] += _RO_C32 * r[i] / h + _RO_A32 * fv[i]
             y0bar[i] += fv[i]
             ftbar[i] += h * _RO_D3 * r[i]
         # stage 2
-        _rodas_stage_adjoint(mh, t, h, t + _RO_C2 * h, y, p, lu, jm, pm, piv, u, ys, ub, 1, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t + _RO_C2 * h, y, p, lu, jm, pm, piv, plan, u, ys, ub, 1, r, fv, y0bar, pbar)
         for i in range(n):
             ub[0, i] += _RO_C21 * r[i] / h + _RO_A21 * fv[i]
             y0bar[i] += fv[i]
             ftbar[i] += h * _RO_D2 * r[i]
         # stage 1: E u1 = f(t, y) + h d1 f_t
-        _rodas_stage_adjoint(mh, t, h, t, y, p, lu, jm, pm, piv, u, ys, ub, 0, r, fv, y0bar, pbar)
+        _rodas_stage_adjoint(mh, t, h, t, y, p, lu, jm, pm, piv, plan, u, ys, ub, 0, r, fv, y0bar, pbar)
         for i in range(n):
             y0bar[i] += fv[i]
             ftbar[i] += h * _RO_D1 * r[i]
@@ -617,13 +617,13 @@ def _rodas_add_t_matvec(a, v, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, u, ys, ub, i, r, fv, ybar, pbar):
+def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, plan, u, ys, ub, i, r, fv, ybar, pbar):
     """Stage ``i``'s adjoint: ``r = E^-T ub[i]``; ``fv = J_y(ti, Y_i)^T r`` (the adjoint of the stage state);
     ``pbar += J_p(ti, Y_i)^T r``; through ``E``: ``ybar += jac_y_dir(u_i)^T r``, ``pbar += jac_p_dir(u_i)^T r``."""
     n = y.shape[0]
     for q in range(n):
         r[q] = ub[i, q]
-    lu_solve_transposed(lu, piv, r)
+    plu_solve_transposed(lu, piv, plan, r)
     for q in range(n):
         fv[q] = 0.0
     yi = ys[i]
@@ -639,60 +639,85 @@ def _rodas_stage_adjoint(mh, t, h, ti, y, p, lu, jm, pm, piv, u, ys, ub, i, r, f
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, u, ys, ft, fv, r):
+def _rodas_stages(mh, t, h, t_new, y, p, lu, jm, piv, plan, pattern, u, ys, ft, fv, r):
     """One step's stages again, from its start ``y`` (= ``ys[0]``), as ``_rodas_run`` computed them (states
     alone): ``u[0..5]``, the stage states ``ys[1..5]`` (Y2, Y3, Y4, Y5 and the embedded Y6) and ``lu`` (the
     factors of ``E``)."""
     n = y.shape[0]
     mh_jac_y(mh, t, y, p, jm)
-    fac = 1.0 / (h * _RO_GAMMA)
-    for i in range(n):
-        for j in range(n):
-            lu[i, j] = -jm[i, j]
-        lu[i, i] += fac
-    if lu_factor(lu, piv) != ST_SUCCESS:
+    if plu_factor(jm, 1.0 / (h * _RO_GAMMA), lu, piv, plan, pattern) != ST_SUCCESS:
         return ST_SINGULAR
     mh_f_t(mh, t, y, p, ft)
     mh_f(mh, t, y, p, fv)
     for i in range(n):
         r[i] = fv[i] + h * _RO_D1 * ft[i]
-    _rodas_solve_into(lu, piv, r, u, 0)
+    _rodas_solve_into(lu, piv, plan, r, u, 0)
     for i in range(n):
         ys[1, i] = y[i] + _RO_A21 * u[0, i]
     mh_f(mh, t + _RO_C2 * h, ys[1], p, fv)
     for i in range(n):
         r[i] = fv[i] + (_RO_C21 * u[0, i]) / h + h * _RO_D2 * ft[i]
-    _rodas_solve_into(lu, piv, r, u, 1)
+    _rodas_solve_into(lu, piv, plan, r, u, 1)
     for i in range(n):
         ys[2, i] = y[i] + _RO_A31 * u[0, i] + _RO_A32 * u[1, i]
     mh_f(mh, t + _RO_C3 * h, ys[2], p, fv)
     for i in range(n):
         r[i] = fv[i] + (_RO_C31 * u[0, i] + _RO_C32 * u[1, i]) / h + h * _RO_D3 * ft[i]
-    _rodas_solve_into(lu, piv, r, u, 2)
+    _rodas_solve_into(lu, piv, plan, r, u, 2)
     for i in range(n):
         ys[3, i] = y[i] + _RO_A41 * u[0, i] + _RO_A42 * u[1, i] + _RO_A43 * u[2, i]
     mh_f(mh, t + _RO_C4 * h, ys[3], p, fv)
     for i in range(n):
         r[i] = fv[i] + (_RO_C41 * u[0, i] + _RO_C42 * u[1, i] + _RO_C43 * u[2, i]) / h + h * _RO_D4 * ft[i]
-    _rodas_solve_into(lu, piv, r, u, 3)
+    _rodas_solve_into(lu, piv, plan, r, u, 3)
     for i in range(n):
         ys[4, i] = y[i] + _RO_A51 * u[0, i] + _RO_A52 * u[1, i] + _RO_A53 * u[2, i] + _RO_A54 * u[3, i]
     mh_f(mh, t_new, ys[4], p, fv)
     for i in range(n):
         r[i] = fv[i] + (_RO_C51 * u[0, i] + _RO_C52 * u[1, i] + _RO_C53 * u[2, i] + _RO_C54 * u[3, i]) / h
-    _rodas_solve_into(lu, piv, r, u, 4)
+    _rodas_solve_into(lu, piv, plan, r, u, 4)
     for i in range(n):
         ys[5, i] = ys[4, i] + u[4, i]
     mh_f(mh, t_new, ys[5], p, fv)
     for i in range(n):
         r[i] = fv[i] + (_RO_C61 * u[0, i] + _RO_C62 * u[1, i] + _RO_C63 * u[2, i] + _RO_C64 * u[3, i]
                         + _RO_C65 * u[4, i]) / h
-    _rodas_solve_into(lu, piv, r, u, 5)
+    _rodas_solve_into(lu, piv, plan, r, u, 5)
     return ST_SUCCESS
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def _rodas_solve_into(lu, piv, r, u, i):
-    lu_solve(lu, piv, r)
+def _rodas_solve_into(lu, piv, plan, r, u, i):
+    plu_solve(lu, piv, plan, r)
     for q in range(r.shape[0]):
         u[i, q] = r[q]
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def rodas_lu_buffers(n):
+    """The sparse LU's ``plan`` and ``pattern`` (``linalg.py``) for ``n`` states; empty below ``LU_SPARSE_MIN``."""
+    size = n if n >= LU_SPARSE_MIN else 0
+    return np.zeros(lu_plan_len(n), dtype=np.int64), np.zeros((2, size, size), dtype=np.bool_)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def rodas_lu_plan(mh, t, y, p, jm, yprobe, plan, pattern):
+    """Plan the sparse LU of a solve from the Jacobian's nonzeros at its start ``(t, y)`` and at a probe state
+    with every entry away from zero (a reaction rate's derivative vanishes where a species does), the diagonal
+    included; ``jm`` (n, n) and ``yprobe`` (n,) are scratch. Entries that turn nonzero later make
+    :func:`plu_factor` plan again."""
+    if plan.shape[0] == 0:
+        return
+    n = y.shape[0]
+    mask = pattern[0]
+    mh_jac_y(mh, t, y, p, jm)
+    for i in range(n):
+        for j in range(n):
+            mask[i, j] = i == j or jm[i, j] != 0.0
+        yprobe[i] = abs(y[i]) + 1.0 + i / (8.0 * n)
+    mh_jac_y(mh, t, yprobe, p, jm)
+    for i in range(n):
+        for j in range(n):
+            if jm[i, j] != 0.0:
+                mask[i, j] = True
+    lu_plan(pattern, plan)
