@@ -60,7 +60,7 @@ def _sparse_jacobian(rng, n, per_row=2):
 def _planned(module, jy):
     n = jy.shape[0]
     plan = np.zeros(module.lu_plan_len(n), dtype=np.int64)
-    pattern = np.zeros((2, n, n), dtype=np.bool_)
+    pattern = np.zeros((3, n, n), dtype=np.bool_)
     pattern[0] = (jy != 0) | np.eye(n, dtype=bool)
     return plan, pattern, module.lu_plan(pattern, plan)
 
@@ -88,9 +88,9 @@ def test_the_planned_sparse_lu_solves_like_numpy(module, n):
     jy = _sparse_jacobian(rng, n)
     plan, pattern, made = _planned(module, jy)
     assert made and plan[1] == 1
-    order = plan[3:3 + n]
+    order = plan[4:4 + n]
     assert sorted(order) == list(range(n))  # a permutation
-    fill = pattern[0]
+    fill = pattern[1]
     assert np.all(fill == fill.T) and np.all(fill[(jy != 0)]) and np.all(np.diag(fill))
     for fac in (10.0, 1.0, 0.3):  # the stiff solver's matrix fac I - J, from small to large steps
         a = fac * np.eye(n) - jy
@@ -108,24 +108,38 @@ def test_a_nonzero_outside_the_plan_plans_again(module):
     jy = _sparse_jacobian(rng, n)
     plan, pattern, made = _planned(module, jy)
     later = jy.copy()
-    i, j = next((i, j) for i in range(n) for j in range(n) if not pattern[0, i, j])
+    i, j = next((i, j) for i in range(n) for j in range(n) if not pattern[1, i, j])
     later[i, j] = 3.0
     lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
     assert module.plu_factor(later, 2.0, lu, piv, plan, pattern) == Status.SUCCESS
-    assert plan[0] == 1 and pattern[0, i, j] and pattern[0, j, i]
+    assert plan[0] == 1 and pattern[1, i, j] and pattern[1, j, i]
     _check_solves(module, 2.0 * np.eye(n) - later, lu, piv, plan, rng)
 
 
-def test_a_planned_pivot_that_is_too_small_falls_back_to_row_exchanges(module):
-    n = 30
-    rng = np.random.default_rng(2)
+@pytest.mark.parametrize("n_small", [1, 3, 7])
+def test_states_whose_pivots_are_too_small_are_delayed_to_a_dense_block(module, n_small):
+    """A planned pivot below a tenth of its column (a stiff step: fac I - J with J's diagonal about fac) delays
+    its state to the trailing block, which row exchanges factor; more than n / 4 such states: the dense LU."""
+    n = 40
+    rng = np.random.default_rng(n_small)
     jy = _sparse_jacobian(rng, n)
-    jy[5, 5] = 1.0  # fac I - J has a zero on the diagonal at fac = 1 ...
-    jy[9, 5] = 4.0  # ... and a large entry below it: the static pivot order cannot be used
+    small = rng.choice(n, n_small, replace=False)
+    for v in small:
+        jy[v, v] = 1.0  # fac I - J has a zero on the diagonal at fac = 1 ...
+        jy[(v + 7) % n, v] = 4.0  # ... and a large entry below it
     plan, pattern, made = _planned(module, jy)
     lu, piv = np.empty((n, n)), np.zeros(n, dtype=np.int64)
     assert module.plu_factor(jy, 1.0, lu, piv, plan, pattern) == Status.SUCCESS
-    assert plan[0] == 0  # the dense LU with row exchanges
+    # planned, with a trailing block (of the small pivots that the fill before them did not make large)
+    assert plan[0] == 1 and 1 <= plan[3] <= n_small
+    assert set(plan[4 + n - plan[3]:4 + n]) <= set(small)
+    _check_solves(module, np.eye(n) - jy, lu, piv, plan, rng)
+    for v in rng.choice(np.setdiff1d(np.arange(n), small), 10, replace=False):  # 10 + n_small > n / 4
+        jy[v, v] = 1.0
+        jy[(v + 3) % n, v] = 5.0
+    plan, pattern, made = _planned(module, jy)
+    assert module.plu_factor(jy, 1.0, lu, piv, plan, pattern) == Status.SUCCESS
+    assert plan[0] == 0 and plan[1] == 0  # the dense LU with row exchanges
     _check_solves(module, np.eye(n) - jy, lu, piv, plan, rng)
 
 

@@ -72,7 +72,7 @@ def test_the_network_is_planned_sparse():
     """The model's Jacobian pattern gets a plan (so the solves below run the sparse LU) with little fill."""
     module = zoo.get("lotka_volterra").model.compile().module  # the LU kernels are model-independent
     jac = network.lambdify("jac_y")
-    pattern = np.zeros((2, N, N), dtype=np.bool_)
+    pattern = np.zeros((3, N, N), dtype=np.bool_)
     pattern[0] = np.eye(N, dtype=bool)
     for t, x in ((0.0, X0), (1.0, np.abs(X0) + 1.0)):
         pattern[0] |= np.asarray(jac(t, x, P), dtype=float) != 0.0

@@ -158,68 +158,78 @@ def lu_solve_transposed(lu, piv, b):
 # (the elimination graph's node of fewest neighbours first; its neighbours become a clique, the fill) gives
 # the pivot order and, per pivot, the neighbours its column of L and row of U can hold. The factors stay in
 # the dense ``(n, n)`` array (only the planned entries are touched, so the Jacobian and its callers do not
-# change); the pivots are the diagonal in the planned order, each checked against its column (threshold
-# ``_LU_PIVOT_TOL``): a factorization that fails the check is done again by the dense LU with row exchanges.
-# A matrix entry outside the planned pattern (a Jacobian entry that was zero when the plan was made) makes
-# the caller plan again (:func:`lu_plan_grow`), so no entry is ever left out.
+# change). The pivots are the diagonal in the planned order, each checked against its column (threshold
+# ``_LU_PIVOT_TOL``). A state whose pivot fails the check is *delayed*: planned again after all the others, with
+# the other delayed states, in a trailing block that the dense LU with row exchanges factors (the Schur
+# complement left by the sparse pivots). A matrix entry outside the planned pattern (a Jacobian entry that was
+# zero when the plan was made) makes :func:`plu_factor` plan again, so no entry is ever left out; with more
+# than ``n / 4`` delayed states, or factors fuller than ``_LU_MAX_FILL``, the dense LU does it all.
 #
-# ``plan`` (int64, ``lu_plan_len(n)``): [mode (1: the last factorization is sparse, 0: dense), planned (1/0),
-# nnz, order (n), ptr (n + 1), idx (capacity), then two scratch vectors (n each)]; pivot ``c`` is state
-# ``order[c]`` and its neighbours are ``idx[ptr[c]:ptr[c + 1]]``. ``pattern`` (bool, ``(2, n, n)``): [0] the
-# factors' pattern (symmetric, the diagonal and the fill included), [1] scratch.
+# ``plan`` (int64, ``lu_plan_len(n)``): [mode (1: the last factorization is planned, 0: dense), planned (1/0),
+# nnz, k (delayed states), order (n), ptr (n + 1), idx (capacity), delayed flags (n), two scratch vectors (n
+# each)]; pivot ``c < n - k`` is state ``order[c]`` and its neighbours are ``idx[ptr[c]:ptr[c + 1]]``; the
+# trailing block is ``order[n - k:]``, its row exchanges in ``piv[:k]`` (local positions). ``pattern`` (bool,
+# ``(3, n, n)``): [0] the nonzeros seen, [1] the entries the plan handles, [2] scratch.
 
 LU_SPARSE_MIN = 24  # states from which the stiff solver plans a sparse LU
 _LU_MAX_FILL = 0.25  # a plan whose factors would hold more than this share of the n x n entries is dropped
-_LU_PIVOT_TOL = 0.1  # a planned pivot below this share of its column's largest entry: the dense LU instead
+_LU_PIVOT_TOL = 0.1  # a planned pivot below this share of its column's largest entry is delayed
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_plan_capacity(n):
     """Room for the planned neighbours (``idx``) of an ``n x n`` matrix."""
     return int(_LU_MAX_FILL * n * n)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_plan_len(n):
     """Length of the ``plan`` array for ``n`` states: 0 below ``LU_SPARSE_MIN`` (the dense LU only)."""
     if n < LU_SPARSE_MIN:
         return 0
-    return 4 + 4 * n + lu_plan_capacity(n)
+    return 5 + 5 * n + lu_plan_capacity(n)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, inline="always")
+def _lu_offsets(n):
+    """Offsets in ``plan`` of order, ptr, idx, the delayed flags and the two scratch vectors."""
+    o_idx = 5 + 2 * n
+    o_flag = o_idx + lu_plan_capacity(n)
+    return 4, 4 + n, o_idx, o_flag, o_flag + n, o_flag + 2 * n
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def lu_plan(pattern, plan):
-    """Plan the sparse LU of matrices whose nonzeros lie in ``pattern[0]``; see the section's comment.
-
-    ``pattern[0]`` is overwritten by the factors' pattern. Returns whether a plan was made (``plan[1]``):
-    not when the factors would fill more than ``_LU_MAX_FILL`` of the matrix (the dense LU is then used).
-    """
+    """Plan the sparse LU of matrices whose nonzeros lie in ``pattern[0]``, the delayed states (flags in
+    ``plan``) last; see the section's comment. Writes ``pattern[1]``. Returns whether a plan was made
+    (``plan[1]``)."""
     n = pattern.shape[1]
     cap = lu_plan_capacity(n)
-    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
-    o_deg = o_idx + cap
-    o_nb = o_deg + n
-    mask = pattern[0]
-    adj = pattern[1]
+    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    seen = pattern[0]
+    handled = pattern[1]
+    adj = pattern[2]
+    plan[1] = 0
+    k = 0
     for i in range(n):
-        for j in range(n):
-            adj[i, j] = i != j and (mask[i, j] or mask[j, i])
+        k += plan[o_flag + i]
+    if 4 * k > n:
+        return False
     for i in range(n):
         d = 0
         for j in range(n):
+            adj[i, j] = i != j and (seen[i, j] or seen[j, i])
+            handled[i, j] = False
             if adj[i, j]:
                 d += 1
         plan[o_deg + i] = d
-        for j in range(n):
-            mask[i, j] = False
-    plan[1] = 0
     plan[o_ptr] = 0
     nnz = 0
-    for c in range(n):
+    for c in range(n - k):
         v = -1
         best = n + 1
         for i in range(n):
-            if plan[o_deg + i] >= 0 and plan[o_deg + i] < best:
+            if plan[o_flag + i] == 0 and plan[o_deg + i] >= 0 and plan[o_deg + i] < best:
                 best = plan[o_deg + i]
                 v = i
         plan[o_order + c] = v
@@ -231,12 +241,12 @@ def lu_plan(pattern, plan):
                 d += 1
         if nnz + d > cap:
             return False
-        mask[v, v] = True
+        handled[v, v] = True
         for q in range(d):
             x = plan[o_nb + q]
             plan[o_idx + nnz + q] = x
-            mask[v, x] = True
-            mask[x, v] = True
+            handled[v, x] = True
+            handled[x, v] = True
             adj[x, v] = False
             plan[o_deg + x] -= 1
             for r in range(d):
@@ -246,19 +256,30 @@ def lu_plan(pattern, plan):
                     plan[o_deg + x] += 1
         nnz += d
         plan[o_ptr + c + 1] = nnz
+    c = n - k
+    for i in range(n):  # the trailing block: every entry among the delayed states
+        if plan[o_flag + i] != 0:
+            plan[o_order + c] = i
+            c += 1
+            for j in range(n):
+                if plan[o_flag + j] != 0:
+                    handled[i, j] = True
     plan[2] = nnz
+    plan[3] = k
     plan[1] = 1
     return True
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def lu_factor_planned(a, plan):
-    """Factor ``a`` in place along ``plan`` (no row exchanges; the diagonal holds U's reciprocals, as in
-    :func:`lu_factor`). Returns False when a pivot fails the threshold test or is not finite (``a`` is then
-    spoilt: the caller factors the matrix again with :func:`lu_factor`)."""
+def lu_factor_planned(a, piv, plan):
+    """Factor ``a`` in place along ``plan`` (the diagonal holds U's reciprocals, as in :func:`lu_factor`; the
+    trailing block's row exchanges go to ``piv``). Returns ``ST_SUCCESS``; ``ST_SINGULAR`` (the trailing block
+    is singular); or ``-1 - v`` when state ``v``'s planned pivot fails the threshold test (``a`` is then spoilt:
+    the caller delays ``v``, plans again and factors a new copy)."""
     n = a.shape[0]
-    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
-    for c in range(n):
+    k = plan[3]
+    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    for c in range(n - k):
         v = plan[o_order + c]
         s = o_idx + plan[o_ptr + c]
         e = o_idx + plan[o_ptr + c + 1]
@@ -267,10 +288,10 @@ def lu_factor_planned(a, plan):
         for q in range(s, e):
             cmax = max(cmax, abs(a[plan[q], v]))
         if not (abs(d) > 0.0 and math.isfinite(d) and math.isfinite(cmax)) or abs(d) < _LU_PIVOT_TOL * cmax:
-            return False
+            return -1 - v
         inv = 1.0 / d
         if not math.isfinite(inv):
-            return False
+            return -1 - v
         a[v, v] = inv
         for q in range(s, e):
             i = plan[q]
@@ -280,33 +301,52 @@ def lu_factor_planned(a, plan):
                 for r in range(s, e):
                     j = plan[r]
                     a[i, j] -= lic * a[v, j]
-    return True
+    t = o_order + n - k  # the trailing block, as lu_factor on the rows and columns order[n - k:]
+    for c in range(k):
+        vc = plan[t + c]
+        r = c
+        amax = abs(a[vc, vc])
+        for i in range(c + 1, k):
+            x = abs(a[plan[t + i], vc])
+            if x > amax:
+                amax = x
+                r = i
+        piv[c] = r
+        if not (amax > 0.0) or not math.isfinite(amax):
+            return ST_SINGULAR
+        if r != c:
+            vr = plan[t + r]
+            for j in range(k):
+                vj = plan[t + j]
+                tmp = a[vc, vj]
+                a[vc, vj] = a[vr, vj]
+                a[vr, vj] = tmp
+        inv = 1.0 / a[vc, vc]
+        if not math.isfinite(inv):
+            return ST_SINGULAR
+        a[vc, vc] = inv
+        for i in range(c + 1, k):
+            vi = plan[t + i]
+            lic = a[vi, vc] * inv
+            a[vi, vc] = lic
+            if lic != 0.0:
+                for j in range(c + 1, k):
+                    vj = plan[t + j]
+                    a[vi, vj] -= lic * a[vc, vj]
+    return ST_SUCCESS
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _splu_solve(lu, plan, b):
+def _splu_solve_rows(lu, piv, plan, b, off, k):
+    """``a X = B`` (``k`` columns, row-major from ``off``; ``k = 1`` for one vector) after
+    :func:`lu_factor_planned`: L of the sparse pivots, the trailing block's row exchanges, L and U, then U of
+    the sparse pivots."""
     n = lu.shape[0]
-    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
-    for c in range(n):
-        v = plan[o_order + c]
-        bv = b[v]
-        if bv != 0.0:
-            for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
-                i = plan[q]
-                b[i] -= lu[i, v] * bv
-    for c in range(n - 1, -1, -1):
-        v = plan[o_order + c]
-        acc = b[v]
-        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
-            acc -= lu[v, plan[q]] * b[plan[q]]
-        b[v] = acc * lu[v, v]
-
-
-@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _splu_solve_rows(lu, plan, b, off, k):
-    n = lu.shape[0]
-    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
-    for c in range(n):
+    nt = plan[3]
+    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    ns = n - nt
+    t = o_order + ns
+    for c in range(ns):
         v = plan[o_order + c]
         src = off + v * k
         for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
@@ -316,7 +356,37 @@ def _splu_solve_rows(lu, plan, b, off, k):
                 row = off + i * k
                 for j in range(k):
                     b[row + j] -= a * b[src + j]
-    for c in range(n - 1, -1, -1):
+    for c in range(nt):
+        r = piv[c]
+        if r != c:
+            rc = off + plan[t + c] * k
+            rr = off + plan[t + r] * k
+            for j in range(k):
+                tmp = b[rc + j]
+                b[rc + j] = b[rr + j]
+                b[rr + j] = tmp
+    for i in range(1, nt):
+        vi = plan[t + i]
+        row = off + vi * k
+        for l in range(i):
+            a = lu[vi, plan[t + l]]
+            if a != 0.0:
+                src = off + plan[t + l] * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+    for i in range(nt - 1, -1, -1):
+        vi = plan[t + i]
+        row = off + vi * k
+        for l in range(nt - 1, i, -1):
+            a = lu[vi, plan[t + l]]
+            if a != 0.0:
+                src = off + plan[t + l] * k
+                for j in range(k):
+                    b[row + j] -= a * b[src + j]
+        d = lu[vi, vi]
+        for j in range(k):
+            b[row + j] = b[row + j] * d
+    for c in range(ns - 1, -1, -1):
         v = plan[o_order + c]
         row = off + v * k
         for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
@@ -332,10 +402,16 @@ def _splu_solve_rows(lu, plan, b, off, k):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def _splu_solve_transposed(lu, plan, b):
+def _splu_solve_transposed(lu, piv, plan, b):
+    """``a^T x = b`` after :func:`lu_factor_planned`: ``a = [L11 0; L21 I] [U11 U12; 0 S]``, ``S = P^T L22
+    U22`` the trailing block, so U11^T forward (its columns update the trailing entries too), ``S^T``, then
+    L11^T backward."""
     n = lu.shape[0]
-    o_order, o_ptr, o_idx = 3, 3 + n, 4 + 2 * n
-    for c in range(n):
+    nt = plan[3]
+    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    ns = n - nt
+    t = o_order + ns
+    for c in range(ns):
         v = plan[o_order + c]
         w = b[v] * lu[v, v]
         b[v] = w
@@ -343,7 +419,27 @@ def _splu_solve_transposed(lu, plan, b):
             for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
                 j = plan[q]
                 b[j] -= lu[v, j] * w
-    for c in range(n - 1, -1, -1):
+    for i in range(nt):
+        vi = plan[t + i]
+        acc = b[vi]
+        for j in range(i):
+            acc -= lu[plan[t + j], vi] * b[plan[t + j]]
+        b[vi] = acc * lu[vi, vi]
+    for i in range(nt - 2, -1, -1):
+        vi = plan[t + i]
+        acc = b[vi]
+        for j in range(nt - 1, i, -1):
+            acc -= lu[plan[t + j], vi] * b[plan[t + j]]
+        b[vi] = acc
+    for c in range(nt - 1, -1, -1):
+        r = piv[c]
+        if r != c:
+            vc = plan[t + c]
+            vr = plan[t + r]
+            tmp = b[vc]
+            b[vc] = b[vr]
+            b[vr] = tmp
+    for c in range(ns - 1, -1, -1):
         v = plan[o_order + c]
         acc = b[v]
         for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
@@ -351,33 +447,49 @@ def _splu_solve_transposed(lu, plan, b):
         b[v] = acc
 
 
-@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
-def plu_factor(jy, fac, lu, piv, plan, pattern):
-    """``lu`` = the factors of the stiff solver's matrix ``fac I - jy``: along ``plan`` when one is made (planning
-    again first when ``jy`` has a nonzero outside the planned pattern) and its pivots pass, else
-    :func:`lu_factor`'s (``plan[0]`` says which). Returns :func:`lu_factor`'s status."""
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False, inline="always")
+def _shifted(jy, fac, lu):
+    """``lu = fac I - jy``."""
     n = jy.shape[0]
-    if plan.shape[0] > 0 and plan[1] != 0:
-        grown = False
-        mask = pattern[0]
-        for i in range(n):
-            for j in range(n):
-                v = jy[i, j]
-                lu[i, j] = -v
-                if v != 0.0 and not mask[i, j]:
-                    mask[i, j] = True
-                    grown = True
-            lu[i, i] += fac
-        if grown:
-            lu_plan(pattern, plan)
-        if plan[1] != 0 and lu_factor_planned(lu, plan):
-            plan[0] = 1
-            return ST_SUCCESS
-        plan[0] = 0
     for i in range(n):
         for j in range(n):
             lu[i, j] = -jy[i, j]
         lu[i, i] += fac
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def plu_factor(jy, fac, lu, piv, plan, pattern):
+    """``lu`` = the factors of the stiff solver's matrix ``fac I - jy``: along ``plan`` when one is made (planning
+    again first when ``jy`` has a nonzero the plan does not handle, and after delaying a state whose pivot fails),
+    else :func:`lu_factor`'s (``plan[0]`` says which). Returns :func:`lu_factor`'s status."""
+    n = jy.shape[0]
+    if plan.shape[0] > 0 and plan[1] != 0:
+        o_flag = _lu_offsets(n)[3]
+        grown = False
+        seen = pattern[0]
+        handled = pattern[1]
+        for i in range(n):
+            for j in range(n):
+                v = jy[i, j]
+                lu[i, j] = -v
+                if v != 0.0 and not handled[i, j]:
+                    seen[i, j] = True
+                    grown = True
+            lu[i, i] += fac
+        if grown:
+            lu_plan(pattern, plan)
+        while plan[1] != 0:
+            st = lu_factor_planned(lu, piv, plan)
+            if st == ST_SUCCESS:
+                plan[0] = 1
+                return ST_SUCCESS
+            if st > 0:
+                break
+            plan[o_flag - 1 - st] = 1  # delay that state
+            lu_plan(pattern, plan)
+            _shifted(jy, fac, lu)
+        plan[0] = 0
+    _shifted(jy, fac, lu)
     return lu_factor(lu, piv)
 
 
@@ -385,7 +497,7 @@ def plu_factor(jy, fac, lu, piv, plan, pattern):
 def plu_solve(lu, piv, plan, b):
     """:func:`lu_solve` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
-        _splu_solve(lu, plan, b)
+        _splu_solve_rows(lu, piv, plan, b, 0, 1)
     else:
         lu_solve(lu, piv, b)
 
@@ -394,7 +506,7 @@ def plu_solve(lu, piv, plan, b):
 def plu_solve_rows(lu, piv, plan, b, off, k):
     """:func:`lu_solve_rows` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
-        _splu_solve_rows(lu, plan, b, off, k)
+        _splu_solve_rows(lu, piv, plan, b, off, k)
     else:
         lu_solve_rows(lu, piv, b, off, k)
 
@@ -403,6 +515,6 @@ def plu_solve_rows(lu, piv, plan, b, off, k):
 def plu_solve_transposed(lu, piv, plan, b):
     """:func:`lu_solve_transposed` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
-        _splu_solve_transposed(lu, plan, b)
+        _splu_solve_transposed(lu, piv, plan, b)
     else:
         lu_solve_transposed(lu, piv, b)

@@ -697,7 +697,7 @@ def _rodas_solve_into(lu, piv, plan, r, u, i):
 def rodas_lu_buffers(n):
     """The sparse LU's ``plan`` and ``pattern`` (``linalg.py``) for ``n`` states; empty below ``LU_SPARSE_MIN``."""
     size = n if n >= LU_SPARSE_MIN else 0
-    return np.zeros(lu_plan_len(n), dtype=np.int64), np.zeros((2, size, size), dtype=np.bool_)
+    return np.zeros(lu_plan_len(n), dtype=np.int64), np.zeros((3, size, size), dtype=np.bool_)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
