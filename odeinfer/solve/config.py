@@ -142,7 +142,10 @@ class Dopri5(_Adaptive):
 @dataclass(frozen=True)
 class Rodas(_Adaptive):
     """Stiff Rosenbrock solver Rodas4 (exact Jacobian from the model); for stiff models
-    (chemical kinetics, signalling networks). Options as :class:`Dopri5`."""
+    (chemical kinetics, signalling networks). Options as :class:`Dopri5`. Models of 24 states or more
+    factor the step's matrix by a sparse LU planned from the Jacobian's pattern (a minimum-degree
+    order; see ``odeinfer/solve/kernels/linalg.py``), so large reaction networks cost what their
+    nonzeros cost, not n^3."""
 
     method = "rodas"
 

@@ -46,7 +46,8 @@ through which the shared kernels below call the model), ``common.py`` (status co
 ``rk.py`` (the Runge-Kutta core of the ODE and delay solvers: the Dormand-Prince tableau
 ``RK_*``, stages ``rk_stage``, error norm ``rk_err2``, controller ``rk_accept`` / ``rk_reject`` /
 ``rk_next_step``, continuous extension ``rk_dense``, stiffness test ``rk_stiffness``),
-``linalg.py`` (``lu_factor``, ``lu_solve``, ``lu_solve_rows``), ``dopri.py`` (``dopri5_solve``,
+``linalg.py`` (``lu_factor``, ``lu_solve``, ``lu_solve_rows``; the planned sparse LU ``plu_factor``,
+``plu_solve``, ...), ``dopri.py`` (``dopri5_solve``,
 ``dopri5_solve_sens``, ``dopri5_solve_dir``, ``dopri5_fixed``, ``dopri5_work_size``,
 ``dopri5_work_size_dir``), ``adjoint.py``
 (``dopri5_adjoint_vjp``, ``dopri5_adjoint_work_size``), ``rodas.py``

@@ -21,7 +21,8 @@ Predictive (Gustafsson) step-size control and the continuous extension
 
 Sensitivities: the same method is applied to ``z = [y, S]`` with the exact
 augmented Jacobian. It is block lower-triangular with ``J_y`` on every
-diagonal block, so one n x n LU per step suffices; the off-diagonal block of
+diagonal block, so one n x n LU per step suffices (from ``LU_SPARSE_MIN`` states on, the sparse LU that
+``rodas_lu_plan`` plans at the solve's start, see ``linalg.py``); the off-diagonal block of
 column ``j`` acts on ``v`` as ``B_j v = jac_y_dir(v) s_j + jac_p_dir(v)[:, j]``
 (no ``jac_p_dir`` term for initial-state columns), evaluated at the step start. Directional
 sensitivities (``S_W = S [pdir; s0]``, see ``common.py``): ``B_j v = jac_y_dir(v) s_j +
