@@ -458,6 +458,31 @@ def _shifted(jy, fac, lu):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+def _shifted_planned(jy, fac, lu, plan):
+    """``lu = fac I - jy`` on the entries ``plan`` handles (the only ones its factorization and solves read):
+    per sparse pivot its diagonal, row and column, then the trailing block."""
+    n = jy.shape[0]
+    if plan[1] == 0:
+        return
+    k = plan[3]
+    o_order, o_ptr, o_idx = _lu_offsets(n)[:3]
+    for c in range(n - k):
+        v = plan[o_order + c]
+        lu[v, v] = fac - jy[v, v]
+        for q in range(o_idx + plan[o_ptr + c], o_idx + plan[o_ptr + c + 1]):
+            j = plan[q]
+            lu[v, j] = -jy[v, j]
+            lu[j, v] = -jy[j, v]
+    t = o_order + n - k
+    for a in range(k):
+        i = plan[t + a]
+        for b in range(k):
+            j = plan[t + b]
+            lu[i, j] = -jy[i, j]
+        lu[i, i] += fac
+
+
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
 def plu_factor(jy, fac, lu, piv, plan, pattern):
     """``lu`` = the factors of the stiff solver's matrix ``fac I - jy``: along ``plan`` when one is made (planning
     again first when ``jy`` has a nonzero the plan does not handle, and after delaying a state whose pivot fails),
@@ -465,19 +490,19 @@ def plu_factor(jy, fac, lu, piv, plan, pattern):
     n = jy.shape[0]
     if plan.shape[0] > 0 and plan[1] != 0:
         o_flag = _lu_offsets(n)[3]
-        grown = False
-        seen = pattern[0]
         handled = pattern[1]
-        for i in range(n):
+        outside = False
+        for i in range(n):  # any nonzero the plan leaves out? (branch-free: nonzero and not handled, True > False)
             for j in range(n):
-                v = jy[i, j]
-                lu[i, j] = -v
-                if v != 0.0 and not handled[i, j]:
-                    seen[i, j] = True
-                    grown = True
-            lu[i, i] += fac
-        if grown:
+                outside |= (jy[i, j] != 0.0) > handled[i, j]
+        if outside:
+            seen = pattern[0]
+            for i in range(n):
+                for j in range(n):
+                    if jy[i, j] != 0.0 and not handled[i, j]:
+                        seen[i, j] = True
             lu_plan(pattern, plan)
+        _shifted_planned(jy, fac, lu, plan)
         while plan[1] != 0:
             st = lu_factor_planned(lu, piv, plan)
             if st == ST_SUCCESS:
@@ -487,7 +512,7 @@ def plu_factor(jy, fac, lu, piv, plan, pattern):
                 break
             plan[o_flag - 1 - st] = 1  # delay that state
             lu_plan(pattern, plan)
-            _shifted(jy, fac, lu)
+            _shifted_planned(jy, fac, lu, plan)
         plan[0] = 0
     _shifted(jy, fac, lu)
     return lu_factor(lu, piv)
