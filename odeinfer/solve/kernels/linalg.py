@@ -518,7 +518,7 @@ def plu_factor(jy, fac, lu, piv, plan, pattern):
     return lu_factor(lu, piv)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False, inline="always")
 def plu_solve(lu, piv, plan, b):
     """:func:`lu_solve` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
@@ -527,7 +527,7 @@ def plu_solve(lu, piv, plan, b):
         lu_solve(lu, piv, b)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False, inline="always")
 def plu_solve_rows(lu, piv, plan, b, off, k):
     """:func:`lu_solve_rows` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
@@ -536,7 +536,7 @@ def plu_solve_rows(lu, piv, plan, b, off, k):
         lu_solve_rows(lu, piv, b, off, k)
 
 
-@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False)
+@njit(cache=True, error_model="numpy", fastmath=False, _nrt=False, inline="always")
 def plu_solve_transposed(lu, piv, plan, b):
     """:func:`lu_solve_transposed` after :func:`plu_factor`."""
     if plan.shape[0] > 0 and plan[0] == 1:
