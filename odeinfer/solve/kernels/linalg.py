@@ -1,4 +1,5 @@
-"""Small dense linear algebra for the stiff solver: LU with partial pivoting.
+"""Linear algebra for the stiff solver: dense LU with partial pivoting, and (second part, from
+``LU_SPARSE_MIN`` states on) a sparse LU planned from the Jacobian's pattern.
 
 Appended to every generated model module; see ``kernels/__init__.py``.
 LAPACK convention (``getrf``/``getrs``): ``piv[c] = r`` means rows ``c`` and
