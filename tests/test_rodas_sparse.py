@@ -82,7 +82,8 @@ def test_the_network_is_planned_sparse():
 
 
 def test_states_and_sensitivities_match_radau():
-    sol = oi.solve(oi.Problem(network, T, x0=X0, t0=0.0), P, solver=oi.Rodas(rtol=1e-10, atol=1e-13), gradient=oi.Forward())
+    sol = oi.solve(oi.Problem(network, T, x0=X0, t0=0.0), P, solver=oi.Rodas(rtol=1e-10, atol=1e-13),
+                   gradient=oi.Forward())
     assert sol.status == Status.SUCCESS
     ref = radau(P)
     np.testing.assert_allclose(sol.y, ref, rtol=1e-7, atol=1e-11)
@@ -101,7 +102,8 @@ def test_states_and_sensitivities_match_radau():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_discrete_adjoint_matches_forward_sensitivities(seed):
     g = np.random.default_rng(seed).normal(size=(T.size, N))
-    s = oi.solve(oi.Problem(network, T, x0=X0, t0=0.0), P, solver=oi.Rodas(rtol=1e-12, atol=1e-14), gradient=oi.Forward())
+    s = oi.solve(oi.Problem(network, T, x0=X0, t0=0.0), P, solver=oi.Rodas(rtol=1e-12, atol=1e-14),
+                 gradient=oi.Forward())
     ref = np.einsum("ik,ikj->j", g, s.sens)
     vjp = oi.bind(oi.Problem(network, T, t0=0.0), solver=oi.Rodas(rtol=1e-10, atol=1e-13), gradient=oi.Adjoint())
     grad, status = vjp(P.copy(), X0.copy(), g)
