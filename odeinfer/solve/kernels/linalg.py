@@ -279,7 +279,7 @@ def lu_factor_planned(a, piv, plan):
     the caller delays ``v``, plans again and factors a new copy)."""
     n = a.shape[0]
     k = plan[3]
-    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    o_order, o_ptr, o_idx = _lu_offsets(n)[:3]
     for c in range(n - k):
         v = plan[o_order + c]
         s = o_idx + plan[o_ptr + c]
@@ -344,7 +344,7 @@ def _splu_solve_rows(lu, piv, plan, b, off, k):
     the sparse pivots."""
     n = lu.shape[0]
     nt = plan[3]
-    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    o_order, o_ptr, o_idx = _lu_offsets(n)[:3]
     ns = n - nt
     t = o_order + ns
     for c in range(ns):
@@ -409,7 +409,7 @@ def _splu_solve_transposed(lu, piv, plan, b):
     L11^T backward."""
     n = lu.shape[0]
     nt = plan[3]
-    o_order, o_ptr, o_idx, o_flag, o_deg, o_nb = _lu_offsets(n)
+    o_order, o_ptr, o_idx = _lu_offsets(n)[:3]
     ns = n - nt
     t = o_order + ns
     for c in range(ns):
