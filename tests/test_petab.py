@@ -77,7 +77,9 @@ def nominal_table(name):
         "measured NLL 190.963978 vs AMICI's 190.965219 (difference 1.24e-3): AMICI computed its reference "
         "with rtol = atol = 1e-8 (its test file); the model is ill-conditioned (the NLL moves by 1e-3 when "
         "rho_E moves by 1e-7 relative) and scipy's BDF at 1e-8 is itself off by 2.5e-4, while Radau, LSODA "
-        "and BDF at 1e-10 and odeinfer's Rodas at 1e-8..1e-12 agree on 190.963978 to 1e-7; "
+        "and BDF at 1e-10 and odeinfer's Rodas at 1e-8..1e-12 agree on 190.963978 to 1e-7, as do "
+        "libRoadRunner's CVODE at rtol 1e-10..1e-12 (190.96606 at 1e-8; benchmarks/roadrunner_reference.py) "
+        "and the collection's own simulatedData file; "
         "test_crauste_matches_a_hand_written_scipy_solution checks that value"))),
 ])
 def test_nll_at_nominal_matches_amici_reference(name):
