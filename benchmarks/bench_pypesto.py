@@ -6,8 +6,8 @@ For each problem in tests/data/petab (both tools read the same PEtab files):
    parameters' estimation scales), each fitted in this process by both tools, one after the other,
    alternating which goes first (so that both meet the same load on a shared machine):
    * odeinfer: one local fit of ``oi.Embedding(starts=n).fit(problem, start=starts)``'s multistart
-     (fides trust region on the exact gradient and the Fisher information, default tolerances,
-     ``oi.Auto(rtol=1e-8, atol=1e-10)``);
+     (fides trust region on the exact gradient and the Fisher information, default tolerances and
+     iteration budget, the likelihood's default solver ``oi.Auto(rtol=1e-6, atol=1e-8)``);
    * pyPESTO: ``pypesto.optimize.minimize(problem, FidesOptimizer(), n_starts=1)`` with the start
      as ``x_guesses`` (pyPESTO's default fides Hessian: hybrid Fisher information / BFGS) over
      ``pypesto.petab.PetabImporter(...).create_problem()`` (AMICI, forward sensitivities, AMICI's
@@ -88,18 +88,18 @@ def odeinfer_runner(pp):
     """``(one(u) -> (f, u_opt, status), setup seconds)``: one local fit of odeinfer's multistart
     (the worker ``Embedding(starts=n).fit`` runs per start: default solver, tolerances, max_iter)."""
     import odeinfer as oi
-    from odeinfer.estimators._likelihood_fit import _one, make_objective
+    from odeinfer.estimators._likelihood_fit import _one, likelihood_solver, make_objective
 
     est = oi.Embedding()
     t = time.perf_counter()
-    obj = make_objective(pp.problem, est.solver)
+    obj = make_objective(pp.problem, likelihood_solver(est))
     obj(pp.u_nominal)  # the model's kernels compiled (or loaded from the cache) before the clocks start
     setup = time.perf_counter() - t
 
     def one(u):
-        r = _one(obj, 0, u, est.max_iter)
+        r = _one(obj, 0, u, est.iterations("likelihood"))
         ok = r["status"] != "failed" and math.isfinite(r.get("nll", math.nan))
-        return (r["nll"] if ok else math.nan), r.get("u"), r["status"]
+        return (r["nll"] if ok else math.nan), r.get("u"), r["status"] + f": {r.get('error') or r.get('message')}"
 
     return one, setup
 
@@ -153,7 +153,8 @@ def run_both(one_o, one_p, U):
             r["f"][i], r["u"][i], r["status"][i] = f, x, status
         print(f"    start {i}: odeinfer {out['odeinfer']['f'][i]:.4f} in {out['odeinfer']['time'][i]:.1f} s "
               f"(CPU {out['odeinfer']['cpu'][i]:.1f} s); pyPESTO {out['pypesto']['f'][i]:.4f} in "
-              f"{out['pypesto']['time'][i]:.1f} s (CPU {out['pypesto']['cpu'][i]:.1f} s)", flush=True)
+              f"{out['pypesto']['time'][i]:.1f} s (CPU {out['pypesto']['cpu'][i]:.1f} s)"
+              + "".join(f"; {k}: {out[k]['status'][i]}" for k in out if not np.isfinite(out[k]["f"][i])), flush=True)
     for r in out.values():
         r["wall"] = float(np.sum(r["time"]))
         r["best_u"] = r["u"][int(np.nanargmin(r["f"]))] if np.any(np.isfinite(r["f"])) else None
