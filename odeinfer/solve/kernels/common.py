@@ -124,28 +124,27 @@ def add_sens_row(i, n, m, k, pdir, ap, ay, s, out):
     """Add row ``i`` of ``ap @ pdir + ay @ S`` to the row ``out[n + i*k : n + (i+1)*k]``, ``S`` the
     ``(n, k)`` matrix of ``s[n:]`` and ``[ap | 0]`` in place of ``ap @ pdir`` for the full layout
     (``pdir`` with no columns): the sensitivities' part of the augmented right-hand side (``ap =
-    J_p``, ``ay = J_y``) or of its derivatives (Rodas). The terms are added in the order of the
-    parameters, then of the states; zero entries of ``ap`` and ``ay`` are skipped (their products
-    are exact zeros: the Jacobians of reaction networks are sparse), and
-    each entry of the row sums in a register (the same operations, in the same order, as adding
-    term by term to ``out``: the bits do not depend on the loop order)."""
+    J_p``, ``ay = J_y``) or of its derivatives (Rodas). Each entry gets the terms in the order of the
+    parameters, then of the states. Zero entries of ``ap`` and ``ay`` are skipped (their products are
+    exact zeros: the Jacobians of reaction networks are sparse), each tested once per row, not once per
+    column of ``S``: a row costs ``m + n`` tests and ``k`` multiply-adds per nonzero (with 500 states and
+    155 columns, 1,900 operations instead of 77,500). ``out`` and ``s`` must not overlap."""
     row = n + i * k
-    full = pdir.shape[1] == 0
-    for j in range(k):
-        acc = out[row + j]
-        if full:
-            if j < m:
-                acc += ap[i, j]
-        else:
-            for q in range(m):
-                a = ap[i, q]
-                if a != 0.0:
-                    acc += a * pdir[q, j]
-        for l in range(n):
-            a = ay[i, l]
+    if pdir.shape[1] == 0:
+        for j in range(min(k, m)):
+            out[row + j] += ap[i, j]
+    else:
+        for q in range(m):
+            a = ap[i, q]
             if a != 0.0:
-                acc += a * s[n + l * k + j]
-        out[row + j] = acc
+                for j in range(k):
+                    out[row + j] += a * pdir[q, j]
+    for l in range(n):
+        a = ay[i, l]
+        if a != 0.0:
+            col = n + l * k
+            for j in range(k):
+                out[row + j] += a * s[col + j]
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
