@@ -64,10 +64,19 @@ def main(argv=None):
     yml = next(p for p in sorted(args.folder.glob("*.yaml")) if "visualization" not in p.name)
     spec = yaml.safe_load(yml.read_text())
     prob = spec["problems"][0]
-    if len(prob["sbml_files"]) != 1:
-        raise SystemExit("one SBML file only")
-    f = lambda key: args.folder / prob[key][0]  # noqa: E731
-    table = {r["parameterId"]: float(r["nominalValue"]) for r in rows(args.folder / spec["parameter_file"])}
+    keys = ("sbml_files", "measurement_files", "condition_files", "observable_files")
+    if len(spec["problems"]) != 1 or any(len(prob[k]) != 1 for k in keys):
+        raise SystemExit("one problem with one file of each kind only")
+    root = args.folder.resolve()
+
+    def inside(name):
+        path = (root / name).resolve()
+        if root not in path.parents:
+            raise SystemExit(f"{yml.name}: a file outside the problem's folder is refused")
+        return path
+
+    f = lambda key: inside(prob[key][0])  # noqa: E731
+    table = {r["parameterId"]: float(r["nominalValue"]) for r in rows(inside(spec["parameter_file"]))}
     measurements = rows(f("measurement_files"))
     conditions = {r["conditionId"]: r for r in rows(f("condition_files"))}
     observables = {r["observableId"]: r for r in rows(f("observable_files"))}
