@@ -130,26 +130,32 @@ def main(argv=None):
                 if t in times:
                     states.setdefault((cond, t), dict(zip(ids, row[1:])))
 
-    symbols = {}
-
-    def expr(text, names, where):
-        scope = {n: symbols.setdefault(n, sp.Symbol(n)) for n in names}
-        return parse_expression(text, scope, where)
-
-    nll, written = 0.0, []
+    columns = (("observableParameters", "observableParameter"), ("noiseParameters", "noiseParameter"))
+    n_placeholders = max((len((m.get(c) or "").split(";")) for m in measurements for c, _ in columns), default=0)
     base = set(ids) | set(table)
+
+    def formulas(oid):
+        """The observable's and its noise's sympy expressions, parsed once per observable."""
+        names = base | {oid} | {f"{p}{n + 1}_{oid}" for _, p in columns for n in range(n_placeholders)}
+        scope = {n: sp.Symbol(n) for n in names}
+        o = observables[oid]
+        return (parse_expression(o["observableFormula"], scope, f"observableFormula of {oid}"),
+                parse_expression(o["noiseFormula"], scope, f"noiseFormula of {oid}"))
+
+    parsed = {oid: formulas(oid) for oid in {m["observableId"] for m in measurements}}
+    nll, written = 0.0, []
     for k, m in enumerate(measurements):
         o = observables[m["observableId"]]
         oid = o["observableId"]
         values = dict(table)
         values.update(states[m["simulationConditionId"], float(m["time"])])
-        for column, prefix in (("observableParameters", "observableParameter"), ("noiseParameters", "noiseParameter")):
+        for column, prefix in columns:
             for n, text in enumerate(t for t in (m.get(column) or "").split(";") if t.strip()):
                 values[f"{prefix}{n + 1}_{oid}"] = number_or(text, table, f"row {k + 2}, {column}")
-        names = base | {n for n in values}
-        h = float(expr(o["observableFormula"], names, f"observableFormula of {oid}").evalf(subs=values))
+        h_expr, sigma_expr = parsed[oid]
+        h = float(h_expr.evalf(subs=values))
         values[oid] = h
-        sigma = float(expr(o["noiseFormula"], names | {oid}, f"noiseFormula of {oid}").evalf(subs=values))
+        sigma = float(sigma_expr.evalf(subs=values))
         y = float(m["measurement"])
         scale = (o.get("observableTransformation") or "lin").strip() or "lin"
         dist = (o.get("noiseDistribution") or "normal").strip() or "normal"
