@@ -317,6 +317,15 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.79, 0.96, 1.0, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.88, 0.98, 0.84, 100, 200, 0, "not met"),
     },
+    # code version 0.1.0-ef78be41f9dc (commit 03546d3)
+    ("StochasticGradient", "percentile"): {
+        "alpha-pinene n = 50, sigma = 3": (0.25, 0.85, 0.7, 100, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.05, 0.88, 0.61, 100, 200, 0, "not met"),
+    },
+    ("StochasticGradient", "studentized"): {
+        "alpha-pinene n = 50, sigma = 3": (0.8, 0.96, 0.98, 100, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.86, 0.94, 0.98, 100, 200, 0, "not met"),
+    },
     # code version 0.1.0-e4d8d0c6514b (commit 71ea616)
     ("AdjointDDE", "percentile"): {DELAY_SETTING: (0.94, 0.97, 0.98, 100, 200, 0, "met")},
     ("AdjointDDE", "studentized"): {DELAY_SETTING: (0.87, 0.92, 0.96, 100, 200, 0, "not met")},
