@@ -366,6 +366,35 @@ def test_stochastic_stream_covariance_equals_in_memory(lorenz, lorenz_noisy):
     assert "delta method" in s.extras["cov_type"]
 
 
+def test_full_data_steps_reuse_the_epoch_check_without_changing_the_path(lorenz, lorenz_noisy, monkeypatch):
+    """With batch_size=None and every equation per step, each epoch's full-data check at the new point is the
+    next step's normal equations: reused, the fit is bitwise the one that sums them twice, with one kernel pass
+    per epoch fewer. The reference is the same fit with the reuse switched off."""
+    from odeinfer.estimators import _newton_core as core
+
+    calls = []
+    evaluate = core.Accumulator.evaluate
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(core.Accumulator, "evaluate", counted)
+    stochastic = core.stochastic
+    fits = {}
+    for reuse in (True, False):
+        monkeypatch.setattr(core, "stochastic", lambda *a, **k: stochastic(*a, **{**k, "full_batches": reuse and
+                                                                                  k["full_batches"]}))
+        calls.clear()
+        est = StochasticGradient(derivative="second_order", max_epochs=40)
+        fits[reuse] = (est.fit(lorenz.model, lorenz_noisy, start=[1, 1, 1], rng=0), len(calls))
+    (a, n_reuse), (b, n_plain) = fits[True], fits[False]
+    np.testing.assert_array_equal(a.values, b.values)
+    np.testing.assert_array_equal(a.cov, b.cov)
+    assert a.extras["epochs"] == b.extras["epochs"] > 1
+    assert n_plain - n_reuse == a.extras["epochs"] - 1   # every epoch after the first starts from its check
+
+
 def test_rank_deficient_gives_identifiability_warning_and_nan_bse():
     m = oi.Model.from_equations({"x": "-k1*k2*x"}, params=["k1", "k2"])
     d = oi.simulate(m, [1.0, 0.5], [2.0], np.linspace(0, 3, 40)).data

@@ -10,7 +10,7 @@ pass over chunks all share one code path, in O(rows of one block) memory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from odeinfer.solve import abi
 __all__ = []
 
 _RCOND = 1e-10
+_NORMAL_EQ_ARGS = ("t", "X", "D", "p", "w", "want_meat", "jtj", "jte", "meat", "acc")
 
 
 @dataclass
@@ -31,20 +32,26 @@ class Eval:
     nrows: int
     nbad: int
     M: np.ndarray | None = None
+    _cosine: float | None = field(default=None, repr=False, compare=False)
 
     @property
     def finite(self) -> bool:
-        return self.nbad == 0 and math.isfinite(self.cost) and bool(np.all(np.isfinite(self.g)))
+        return self.nbad == 0 and math.isfinite(self.cost) and bool(np.isfinite(self.g).all())
 
     def grad_cosine(self) -> float:
-        """``max_j |g_j| / (||J_j|| ||E||)`` (MINPACK's scale-free gradient test)."""
+        """``max_j |g_j| / (||J_j|| ||E||)`` (MINPACK's scale-free gradient test), computed once."""
+        if self._cosine is None:
+            self._cosine = self._grad_cosine()
+        return self._cosine
+
+    def _grad_cosine(self) -> float:
         if self.cost <= 0.0:
             return 0.0
         d = np.sqrt(np.diag(self.B))
         ok = d > 0
         if not ok.any():
             return 0.0
-        return float(np.max(np.abs(self.g[ok]) / d[ok]) / math.sqrt(2.0 * self.cost))
+        return float((np.abs(self.g[ok]) / d[ok]).max() / math.sqrt(2.0 * self.cost))
 
 
 class Accumulator:
@@ -60,6 +67,11 @@ class Accumulator:
         self.m = n_params
         self.free = np.asarray(free_index, dtype=np.int64)
         self.base = np.asarray(fixed_full, dtype=float)
+        self._all_free = np.array_equal(self.free, np.arange(n_params))
+        self._lower = np.tril_indices(n_params, -1)
+        self._ones = np.ones(n_states)
+        if abi.SIGNATURES["gm_normal_eq"] != _NORMAL_EQ_ARGS:  # add() passes them by position
+            raise RuntimeError(f"gm_normal_eq's arguments changed: {abi.SIGNATURES['gm_normal_eq']}")
 
     def full_params(self, theta):
         p = self.base.copy()
@@ -73,20 +85,25 @@ class Accumulator:
     def add(self, state, p, block, w, meat):
         t, X, D = block
         if t.shape[0]:
-            abi.call(self.kernel, "gm_normal_eq", t=t, X=X, D=D, p=p, w=w, want_meat=bool(meat), jtj=state[0],
-                     jte=state[1], meat=state[2], acc=state[3])
+            self.kernel(t, X, D, p, w, bool(meat), state[0], state[1], state[2], state[3])
+
+    def _symmetric_free(self, upper):
+        """The symmetric matrix of the kernel's ``upper`` triangle, free rows and columns (-0.0 as +0.0)."""
+        full = upper.copy()
+        full[self._lower] = upper.T[self._lower]
+        full += 0.0
+        return full if self._all_free else full[np.ix_(self.free, self.free)]
 
     def finish(self, state, meat):
         jtj, jte, mm, acc = state
-        f = self.free
-        B = np.triu(jtj) + np.triu(jtj, 1).T
-        M = (np.triu(mm) + np.triu(mm, 1).T)[np.ix_(f, f)] if meat else None
-        return Eval(0.5 * acc[0], B[np.ix_(f, f)], jte[f].copy(), int(acc[1]), int(acc[2]), M)
+        M = self._symmetric_free(mm) if meat else None
+        g = jte.copy() if self._all_free else jte[self.free]
+        return Eval(0.5 * acc[0], self._symmetric_free(jtj), g, int(acc[1]), int(acc[2]), M)
 
     def evaluate(self, blocks, theta, w=None, meat=False):
         """Normal equations over an iterable of row blocks."""
         p = self.full_params(theta)
-        w = np.ones(self.n) if w is None else w
+        w = self._ones if w is None else w
         st = self.new()
         for block in blocks:
             self.add(st, p, block, w, meat)
@@ -142,7 +159,7 @@ def sandwich(ev: Eval, rcond=_RCOND):
 
 
 def rel_step(delta, theta, xtol):
-    return float(np.max(np.abs(delta))) <= xtol * (float(np.max(np.abs(theta))) + xtol) if delta.size else True
+    return float(np.abs(delta).max()) <= xtol * (float(np.abs(theta).max()) + xtol) if delta.size else True
 
 
 # --- algorithms --------------------------------------------------------------------------------
@@ -208,7 +225,7 @@ def newton(evaluate, theta, *, damping, max_iter, xtol, gtol, rcond=_RCOND, lam0
         theta = theta + delta
         ev = trial
         h["cost"].append(ev.cost)
-        h["step"].append(float(np.max(np.abs(delta))))
+        h["step"].append(float(np.abs(delta).max()))
         h["grad"].append(ev.grad_cosine())
         if rel_step(delta, theta, xtol):
             return Outcome(theta, ev, "converged", f"relative step <= xtol = {xtol:g}", it, h)
@@ -248,7 +265,7 @@ def gradient_descent(evaluate, theta, *, max_iter, xtol, gtol, max_backtrack=50)
         theta = theta + delta
         ev = trial
         h["cost"].append(ev.cost)
-        h["step"].append(float(np.max(np.abs(delta))))
+        h["step"].append(float(np.abs(delta).max()))
         h["grad"].append(ev.grad_cosine())
         if rel_step(delta, theta, xtol):
             return Outcome(theta, ev, "converged", f"relative step <= xtol = {xtol:g}", it, h)
@@ -256,7 +273,7 @@ def gradient_descent(evaluate, theta, *, max_iter, xtol, gtol, max_backtrack=50)
 
 
 def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_equations, max_epochs,
-               max_iter, xtol, gtol, decay, rng, rcond=_RCOND):
+               max_iter, xtol, gtol, decay, rng, rcond=_RCOND, full_batches=False):
     """Stochastic Newton (SNR, eq. 17) / gradient (SGD, eq. 33) over minibatches and equation subsets.
 
     ``batches_per_epoch()`` yields, per epoch, minibatches (lists of row blocks).
@@ -264,6 +281,8 @@ def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_
     Each step draws a uniformly random ``n_equations``-subset of the state equations
     (paper, §2.2) and uses the pseudo-inverse (SNR) or the Cauchy step (SGD) on the selected
     rows, scaled by ``alpha_k = 1 / (1 + k / decay)`` (1 when ``decay`` is None).
+    ``full_batches``: every batch is all the data, in ``full_eval``'s blocks; with every equation
+    selected, a step from the point ``full_eval`` just evaluated reuses that evaluation (the same sums).
     """
     h = {"cost": [], "step": [], "grad": [], "batch_cost": []}
     k = 0
@@ -271,6 +290,7 @@ def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_
     status, message = "max_iter", f"max_epochs = {max_epochs} reached"
     ev = None
     rows_seen = 0
+    reuse = full_batches and n_equations >= n_states
     for epoch in range(max_epochs):
         start_epoch = theta.copy()
         touched = np.zeros(theta.size, bool)
@@ -280,7 +300,10 @@ def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_
                 w[rng.choice(n_states, n_equations, replace=False)] = 1.0
             else:
                 w[:] = 1.0
-            bev = acc.evaluate(batch, theta, w)
+            if reuse and ev is not None and np.array_equal(theta, ev_at):
+                bev = ev
+            else:
+                bev = acc.evaluate(batch, theta, w)
             rows_seen += bev.nrows
             if bev.nrows == 0 or not bev.finite:
                 k += 1
@@ -301,7 +324,7 @@ def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_
                 break
         if rows_seen == 0:
             return Outcome(theta, None, "failed", "no usable rows in the data", n_iter, h)
-        ev = full_eval(theta)
+        ev, ev_at = full_eval(theta), theta.copy()
         if ev is None:
             status, message = "max_iter", "one pass over a one-shot iterator: convergence not checked"
             break

@@ -304,7 +304,7 @@ def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t
         out = core.stochastic(acc, batches, (lambda th: None) if one_shot else full, theta0,
                               method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r, max_epochs=epochs,
                               max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol, decay=decay, rng=gen,
-                              rcond=est.rcond)
+                              rcond=est.rcond, full_batches=b is None)
         extras = {"n_equations": r, "batch_size": b, "step_decay": decay,
                   "epochs": len(out.history["cost"]) or 1}
     return _finish(est, problem, source, scheme, acc, out, extras, in_memory=in_memory, t_start=t_start,
