@@ -1,8 +1,8 @@
-"""Warm wall time of one fit of the matching estimators (OrthogonalConditions, GradientMatching,
-NewtonRaphson with their defaults), median over 5 simulated data sets after one warm-up fit.
+"""Warm wall time of one fit of the matching estimators (OrthogonalConditions, GradientMatching and the Newton
+family with their defaults), median over 5 simulated data sets after one warm-up fit.
 
 Each fit includes its trajectory check (one ODE solve from the smoothed first observation) and, for
-NewtonRaphson, the smoothing-spline derivatives (``derivative="auto"``). Compare two versions of the
+the Newton family, the smoothing-spline derivatives (``derivative="auto"``). Compare two versions of the
 package with ``PYTHONPATH`` (run from outside the repository, so the checkout is not imported instead):
 
     python benchmarks/bench_matching_fits.py
@@ -20,6 +20,8 @@ warnings.simplefilter("ignore")  # the estimators' coverage and bias warnings
 
 import odeinfer as oi  # noqa: E402
 
+NEWTON = ("NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient")
+
 
 def main():
     print(f"odeinfer from {os.path.dirname(oi.__file__)}")
@@ -28,9 +30,9 @@ def main():
     for label, (z, t, sd) in cases.items():
         t = z.t if t is None else t
         datas = [oi.simulate(z.model, z.params, z.x0, t, t0=0.0, noise=sd, rng=s).data for s in range(6)]
-        for name in ("OrthogonalConditions", "GradientMatching", "NewtonRaphson"):
+        for name in ("OrthogonalConditions", "GradientMatching", *NEWTON):
             est = getattr(oi, name)()
-            kw = {"start": z.params} if name == "NewtonRaphson" else {}
+            kw = {"start": z.params} if name in NEWTON else {}
             est.fit(z.model, datas[0], **kw)
             times = []
             for d in datas[1:]:
