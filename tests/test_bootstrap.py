@@ -417,5 +417,6 @@ def test_the_bootstrap_note_says_when_the_configuration_was_not_run():
     assert "this configuration was not run" in note and "0.41-0.66 per parameter, joint 0.74" in note
     assert "kind='studentized' under-covered in its turn at alpha-pinene n = 50, sigma = 3" in note
     assert bootstrap_coverage_note("Embedding", "percentile") is None  # covered in all ten settings
-    assert bootstrap_coverage_note("StochasticNewton", "studentized") is None  # not run: no claim
+    assert bootstrap_coverage_note("GradientDescent", "studentized") is None  # not run: no claim
+    assert "in 6 of 7 settings" in bootstrap_coverage_note("StochasticNewton", "studentized")
     assert "in 7 of 7 settings" in bootstrap_coverage_note("NewtonRaphson", "percentile")
