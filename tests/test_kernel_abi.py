@@ -76,6 +76,8 @@ def test_the_python_adapters_pass_each_value_at_its_place():
     assert _recorded(abi.dde_adjoint_gradient_call,
                      ("p", "phi", "buf", "nbuf", "nsub", "grad", "anodes", "adnodes", "work"),
                      t0=1, t_end=1, hkind=1, hb=1, hc=1, tb=1, tc=1, wl=1, paper=1) == sig["dde_adjoint_gradient"]
+    assert _recorded(abi.normal_eq_call, (("t", "X", "D"), "p", "w", "want_meat",
+                                          ("jtj", "jte", "meat", "acc"))) == sig["gm_normal_eq"]
 
 
 def test_work_sizes_are_the_kernels_own():

@@ -19,7 +19,6 @@ from odeinfer.solve import abi
 __all__ = []
 
 _RCOND = 1e-10
-_NORMAL_EQ_ARGS = ("t", "X", "D", "p", "w", "want_meat", "jtj", "jte", "meat", "acc")
 
 
 @dataclass
@@ -62,6 +61,7 @@ class Accumulator:
 
         # the model's kernels, or the shared tier's while they compile (odeinfer.solve.shared)
         self.kernel = TieredKernel(compiled, compiled.module.gm_normal_eq)
+        self._normal_eq = abi.normal_eq_call(self.kernel)
         self.residual_kernel = TieredKernel(compiled, compiled.module.gm_residuals)
         self.n = n_states
         self.m = n_params
@@ -70,8 +70,6 @@ class Accumulator:
         self._all_free = np.array_equal(self.free, np.arange(n_params))
         self._lower = np.tril_indices(n_params, -1)
         self._ones = np.ones(n_states)
-        if abi.SIGNATURES["gm_normal_eq"] != _NORMAL_EQ_ARGS:  # add() passes them by position
-            raise RuntimeError(f"gm_normal_eq's arguments changed: {abi.SIGNATURES['gm_normal_eq']}")
 
     def full_params(self, theta):
         p = self.base.copy()
@@ -83,9 +81,8 @@ class Accumulator:
         return [np.zeros((m, m)), np.zeros(m), np.zeros((m, m)), np.zeros(3)]
 
     def add(self, state, p, block, w, meat):
-        t, X, D = block
-        if t.shape[0]:
-            self.kernel(t, X, D, p, w, bool(meat), state[0], state[1], state[2], state[3])
+        if block[0].shape[0]:
+            self._normal_eq(block, p, w, bool(meat), state)
 
     def _symmetric_free(self, upper):
         """The symmetric matrix of the kernel's ``upper`` triangle, free rows and columns (-0.0 as +0.0)."""

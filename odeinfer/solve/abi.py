@@ -216,9 +216,9 @@ def dde_adjoint_work_size(model, q: int) -> int:
 
 def call(kernel, name: str, **values):
     """``kernel(...)`` with the arguments of kernel ``name`` given by name (:data:`SIGNATURES`): the
-    adapter of the estimators' kernels (``coll_constraints``, ``gm_residuals``, ``gm_normal_eq``,
-    ``nc_obs_accumulate``), whose arguments change from call to call. ``kernel``: the model's
-    dispatcher or its :class:`~odeinfer.solve.shared.TieredKernel`."""
+    adapter of the estimators' kernels (``coll_constraints``, ``gm_residuals``, ``nc_obs_accumulate``),
+    whose arguments change from call to call. ``kernel``: the model's dispatcher or its
+    :class:`~odeinfer.solve.shared.TieredKernel`."""
     names = SIGNATURES[name]
     if values.keys() != set(names):
         raise TypeError(f"{name}: expected the arguments {list(names)}, got {sorted(values)}")
@@ -263,6 +263,16 @@ def fixed_step_call(kernel, t0, t_eval, sens, h, z_out, work, info):
     """``run(p, y0) -> status`` calling ``dopri5_fixed`` with the constant step ``h``."""
     def run(p, y0):
         return kernel(t0, t_eval, y0, p, sens, h, z_out, work, info)
+    return run
+
+
+def normal_eq_call(kernel):
+    """``run(block, p, w, want_meat, state)`` calling ``gm_normal_eq`` on the rows ``block = (t, X, D)``,
+    accumulating into ``state = (jtj, jte, meat, acc)`` (the Newton family's inner loop: no keyword
+    mapping per call)."""
+    def run(block, p, w, want_meat, state):
+        t, X, D = block
+        return kernel(t, X, D, p, w, want_meat, state[0], state[1], state[2], state[3])
     return run
 
 
