@@ -27,9 +27,11 @@ HERE = Path(__file__).resolve().parent
 PETAB = HERE.parent / "tests" / "data" / "petab"
 
 
-def fits(obj, U, max_iter, timed_obj=None):
-    """Per start: (CPU s, evaluations, end point, NLL, CPU s inside the objective)."""
-    from odeinfer.estimators._likelihood_fit import _local
+def fits(obj, U, max_iter, timed_obj=None, polished=True):
+    """Per start: (CPU s, evaluations, end point, NLL, CPU s inside the objective); each start's local fit
+    is continued as a single-start fit's is (:func:`~odeinfer.estimators._likelihood_fit.polish`) unless
+    ``polished`` is false."""
+    from odeinfer.estimators._likelihood_fit import _local, polish
 
     out = []
     for u0 in U:
@@ -45,8 +47,13 @@ def fits(obj, U, max_iter, timed_obj=None):
         counted.lower, counted.upper, counted.adjoint = obj.lower, obj.upper, obj.adjoint
         n0 = obj.n_eval
         c = time.process_time()
-        r = _local(counted if timed_obj else obj, np.asarray(u0, float), max_iter)
-        out.append((time.process_time() - c, obj.n_eval - n0, r.x, r.f, spent[0]))
+        fobj = counted if timed_obj else obj
+        r = _local(fobj, np.asarray(u0, float), max_iter)
+        x, f = r.x, r.f
+        if polished and np.isfinite(f):
+            run = polish(fobj, {"u": x, "nll": f, "stop": r.stop, "message": r.message, "n_iter": r.n_iter}, max_iter)
+            x, f = run["u"], run["nll"]
+        out.append((time.process_time() - c, obj.n_eval - n0, x, f, spent[0]))
     return out
 
 
@@ -63,6 +70,8 @@ def main(argv=None):
     ap.add_argument("--adjoint", action="store_true",
                     help="gradient by the adjoint, curvature by BFGS (Embedding(gradient=oi.Adjoint()))")
     ap.add_argument("--rtol", type=float, help="the solver oi.Auto(rtol, atol=rtol/100) instead of the default")
+    ap.add_argument("--no-polish", action="store_true",
+                    help="the local fit alone, without the continuation a single-start fit adds after a small-step stop")
     ap.add_argument("--show", action="store_true", help="print each start's NLL, evaluations and CPU seconds")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--compare", type=Path)
@@ -90,7 +99,7 @@ def main(argv=None):
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return
-    res = fits(obj, U, budget, timed_obj=args.split)
+    res = fits(obj, U, budget, timed_obj=args.split, polished=not args.no_polish)
     cpu = np.array([r[0] for r in res])
     ne = np.array([r[1] for r in res])
     inside = np.array([r[4] for r in res])

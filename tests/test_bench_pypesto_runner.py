@@ -1,8 +1,8 @@
 """benchmarks/bench_pypesto.py times odeinfer's side by the local fits ``oi.Embedding``'s multistart runs.
 Its runner once fell out of step with the estimator (an iteration budget of None, refused by every start)
 and the comparison recorded odeinfer as failing every start in 0.0 s. Here the runner's results from 4
-Perelson starts (cheap) must be the estimator's own, start by start: the same status and final NLL. Needs
-neither pyPESTO nor AMICI."""
+Perelson starts (cheap) must be the estimator's own, start by start: the same status and final NLL, and the
+best start as the multistart reports it (continued by its polish). Needs neither pyPESTO nor AMICI."""
 
 import importlib.util
 from pathlib import Path
@@ -21,15 +21,19 @@ def test_runner_fits_what_the_estimator_fits():
     spec.loader.exec_module(bench)
     pp = oi.petab.load(bench.yaml_of("Perelson_Science1996"))
     U, _ = bench.draw_starts(pp, 4, 0)
-    one, _ = bench.odeinfer_runner(pp)
+    one, finish, _ = bench.odeinfer_runner(pp)
     ours = [one(u) for u in U]
     obj = pp.objective()
     natural = np.array([obj.natural(u)[obj.est_index] for u in U])
-    starts = oi.Embedding(starts=len(U)).fit(pp, start=natural).extras["starts"]
+    fit = oi.Embedding(starts=len(U)).fit(pp, start=natural)
+    starts = fit.extras["starts"]
     assert [s.split(":")[0] for _, _, s in ours] == starts["status"]
     assert sum(np.isfinite(f) for f, _, _ in ours) >= 2  # the runner fits, it does not refuse every start
     for (f, _, _), nll in zip(ours, starts["nll"]):
         assert (np.isnan(f) and not np.isfinite(nll)) or abs(f - nll) <= 1e-8 * abs(nll), (f, nll)
+    _, f_best, u_best, _, _, polished = finish()
+    assert abs(f_best - fit.nll) <= 1e-8 * abs(fit.nll) and polished == fit.extras["polish"]
+    np.testing.assert_allclose(u_best, fit.extras["u"], rtol=1e-12)
 
 
 def test_speed_up_interval_over_the_starts():

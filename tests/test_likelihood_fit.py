@@ -306,6 +306,39 @@ def test_a_start_matrix_gives_one_local_fit_per_row(monkeypatch):
         oi.Embedding(starts=2).fit(prob, start=[rows[0], [math.nan, 3.0, 0.2, 0.2, 0.7]])
 
 
+class _Valley:
+    """A likelihood-fit objective stand-in: f = (u0 - 1)^2 + 1e4 (u1 - u0^2)^2, a curved valley whose
+    curvature spans four decades; Gauss-Newton curvature J^T J of its two residuals."""
+
+    lower, upper, adjoint = np.array([-3.0, -3.0]), np.array([3.0, 3.0]), None
+
+    def __call__(self, u, grad=True):
+        from types import SimpleNamespace
+
+        r = np.array([u[0] - 1.0, 100.0 * (u[1] - u[0] ** 2)])
+        J = np.array([[1.0, 0.0], [-200.0 * u[0], 100.0]])
+        return SimpleNamespace(ok=True, nll=float(r @ r), grad=2 * J.T @ r, fim=2 * J.T @ J, failure=None)
+
+
+def test_polish_continues_only_a_small_step_or_change_stop_and_keeps_a_lower_nll():
+    """Reference: the valley's minimum (1, 1), f = 0, analytically."""
+    from odeinfer.estimators._likelihood_fit import polish
+
+    obj = _Valley()
+    u = np.array([-1.0, 1.0])
+    run = {"u": u, "nll": obj(u).nll, "status": "converged", "message": "stopped", "stop": "FTOL", "n_iter": 7}
+    out = polish(obj, run, 1000)
+    assert out["nll"] < 1e-12 and np.allclose(out["u"], [1.0, 1.0], atol=1e-6)
+    assert out["polish"]["nll_before"] == run["nll"] and out["n_iter"] == 7 + out["polish"]["n_iter"]
+    assert out["status"] == "converged" and out["message"].startswith("stopped; continued with fatol 1e-12")
+    for stop in ("GTOL", "MAXITER", "DELTA_TOO_SMALL", ""):  # converged by the gradient, or nothing to continue
+        assert polish(obj, {**run, "stop": stop}, 1000)["u"] is u
+    at_min = {**run, "u": np.array([1.0, 1.0]), "nll": 0.0, "stop": "XTOL"}
+    assert polish(obj, at_min, 1000) is at_min  # no lower NLL: the record is returned unchanged
+    obj.local = lambda u0, max_iter: None  # multiple shooting ends with its own local fit
+    assert polish(obj, run, 1000) is run
+
+
 def test_profile_of_a_likelihood_fit_on_an_executor_equals_the_local_one():
     """The objective is rebuilt in the worker from the problem and solver: the same bits."""
     from concurrent.futures import ThreadPoolExecutor

@@ -71,6 +71,9 @@ class TrustResult:
         (``n_iter + 1``, plus one per BFGS restart from a point moved off a bound) and calls that failed.
     history : ndarray (n_iter + 1,)
         ``f`` at the start and after each iteration.
+    stop : str
+        The test that ended the iteration, as fides names it (``"FTOL"``, ``"XTOL"``, ``"GTOL"``,
+        ``"MAXITER"``, ``"DELTA_TOO_SMALL"``, ...); ``""`` when the start could not be evaluated.
     """
 
     x: np.ndarray
@@ -83,6 +86,7 @@ class TrustResult:
     n_eval: int
     n_fail: int
     history: np.ndarray = field(default_factory=lambda: np.empty(0))
+    stop: str = ""
 
 
 class _Objective:
@@ -560,7 +564,8 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
             if opt.exitflag not in (fides.ExitFlag.NOT_FINITE, fides.ExitFlag.EXCEEDED_BOUNDARY):
                 raise
             opt.f_trace.append(float(opt.fval))
-            return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}", n_iter + opt.iteration)
+            return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}", n_iter + opt.iteration,
+                           opt.exitflag.name)
         finally:
             if opt.logger is not None:  # fides makes a logger (with a handler) per run: drop the handler
                 opt.logger.handlers.clear()
@@ -584,7 +589,7 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
                        f"(<= stall_decrease={stall_decrease:g}): a stationary point, flat to the objective's accuracy")
         else:
             message += f"; the model still predicts a decrease of {dec:.3g}"
-    return _result(opt, obj, status, message, n_iter)
+    return _result(opt, obj, status, message, n_iter, flag)
 
 
 def predicted_decrease(x, g, H, lo, hi):
@@ -603,10 +608,10 @@ def predicted_decrease(x, g, H, lo, hi):
     return float(0.5 * gf @ np.linalg.pinv(H[np.ix_(free, free)], rcond=1e-12, hermitian=True) @ gf)
 
 
-def _result(opt, obj, status, message, n_iter):
+def _result(opt, obj, status, message, n_iter, stop):
     if obj.n_fail:
         message += (f"; the objective could not be computed at {obj.n_fail} of {obj.n_eval} points, "
                     f"the last time: {obj.last_failure}")
     return TrustResult(np.array(opt.x, dtype=float), float(opt.fval), np.array(opt.grad, dtype=float),
                        np.array(opt.hess, dtype=float), status, message, int(n_iter), obj.n_eval, obj.n_fail,
-                       np.array(opt.f_trace, dtype=float))
+                       np.array(opt.f_trace, dtype=float), stop)
