@@ -183,6 +183,43 @@ def test_first_solve_answers_from_the_shared_kernel_then_switches_to_the_model_k
     assert np.array_equal(sol.y, first_y) and np.array_equal(sol.sens, first_sens)
 
 
+def test_a_runnable_decision_is_remembered_per_argument_layout(monkeypatch):
+    """A solver made per call decides its tier without numba.typeof once the same kernel ran arguments of the
+    same layout; another layout (Fortran order, a strided view, read-only, another dtype, an object numba
+    types otherwise) is typed again."""
+    import numba
+
+    a = np.zeros((3, 2))
+    base = shared._layout((1.0, 2, True, a, np.zeros(4)))
+    for other in (np.asfortranarray(a), a[:, ::2], np.zeros((3, 2), np.float32), np.zeros(6)):
+        assert shared._layout((1.0, 2, True, other, np.zeros(4))) != base
+    ro = np.zeros((3, 2))
+    ro.flags.writeable = False
+    assert shared._layout((1.0, 2, True, ro, np.zeros(4))) != base
+    assert shared._layout((1.0, 2.0, True, a, np.zeros(4))) != base  # int64 and float64 differ
+    assert shared._layout(((1.0, 2.0),)) is None and shared._layout((object(),)) is None
+
+    import types
+
+    @numba.njit
+    def kernel(x, y, n):
+        return x[0] + y[0] + n
+
+    kernel(np.ones(2), np.ones(2), 1)  # compiled in this process: the model kernel "runs these arguments"
+    module = types.SimpleNamespace(__name__="m_layout_test", kernel=kernel)
+    monkeypatch.setattr(shared, "_RUNNABLE", set())
+    assert shared.specialisation(module, "kernel", (np.ones(2), np.ones(2), 1)) is None
+    assert shared._RUNNABLE == {("m_layout_test", "kernel", shared._layout((np.ones(2), np.ones(2), 1)))}
+
+    def typeof(*_):
+        raise AssertionError("numba.typeof called")
+
+    monkeypatch.setattr(numba, "typeof", typeof)
+    assert shared.specialisation(module, "kernel", (np.zeros(2), np.ones(2), 5)) is None  # remembered
+    with pytest.raises(AssertionError, match="typeof called"):  # another layout is typed again
+        shared.specialisation(module, "kernel", (np.ones((2, 2))[:, 0], np.ones(2), 1))
+
+
 def _runtime_warnings(calls):
     """The messages of the RuntimeWarnings that ``calls()`` emits, repeats included."""
     with warnings.catch_warnings(record=True) as seen:

@@ -52,6 +52,8 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["Specialisation", "TieredKernel", "compile_lock", "compile_once", "jit_kernel", "linked_handle",
            "model_handle", "recorded_tiers", "shared_kernel", "shared_module", "specialisation", "tiered_mode"]
 
@@ -77,6 +79,9 @@ _LOCK = threading.Lock()
 _SHARED = []
 _HANDLES: dict[str, tuple] = {}
 _PENDING: dict[str, Specialisation] = {}
+#: (module, kernel, argument layout) that the model kernel runs without compiling (see :func:`specialisation`)
+_RUNNABLE: set = set()
+_SCALARS = (float, int, bool, np.float64, np.int64, np.bool_)  # Python ints: int64, as numba types them below 2**63
 
 
 def tiered_mode() -> str:
@@ -495,10 +500,36 @@ class _NotStarted:
 def specialisation(module, kernel: str, args: tuple, background: bool = True):
     """``None`` when ``module.<kernel>`` can run ``args`` without compiling (compiled in this
     process, or its machine code is on disk); else the :class:`Specialisation` compiling it
-    (with ``background=False``: an object whose ``done`` is never set)."""
+    (with ``background=False``: an object whose ``done`` is never set). A ``None`` is remembered
+    for the arguments' :func:`_layout`: a solver made per call (a trajectory check, each step of an
+    estimator's scan) then decides without ``numba.typeof`` (about 15 us an argument)."""
     import numba
 
-    return _specialise(module, kernel, tuple(numba.typeof(a) for a in args), background)
+    layout = _layout(args)
+    key = None if layout is None else (module.__name__, kernel, layout)
+    if key is not None and key in _RUNNABLE:
+        return None
+    out = _specialise(module, kernel, tuple(numba.typeof(a) for a in args), background)
+    if out is None and key is not None:
+        _RUNNABLE.add(key)
+    return out
+
+
+def _layout(args):
+    """What numba's types of ``args`` depend on, cheaply: per array its dtype, dimensions, contiguity,
+    writability and alignment; per Python or numpy scalar its type. ``None`` when an argument is of
+    another kind (its numba type is then worked out each time)."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            f = a.flags
+            key.append((a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned))
+        elif t in _SCALARS:
+            key.append(t)
+        else:
+            return None
+    return tuple(key)
 
 
 def _specialise(module, kernel: str, sig: tuple, background: bool):
