@@ -16,7 +16,6 @@ import numpy as np
 
 from odeinfer.errors import DataError, InputError
 from odeinfer.estimators.base import _values_by_name
-from odeinfer.smooth._blas import single_threaded_blas
 from odeinfer.smooth.splines import SplineSmoother
 
 __all__ = ["build", "SimProblem", "make_grid", "collocation_pattern"]
@@ -309,8 +308,7 @@ def build(est, problem, x0, start_states):
         est0_names = tuple(est.estimate_x0)
     x0s = _x0_per_experiment(x0, data_list, states)
     smoother = est.smoother or SplineSmoother()
-    with single_threaded_blas():
-        return _build(est, problem, model, states, n, noise, est0_names, x0s, smoother, start_states)
+    return _build(est, problem, model, states, n, noise, est0_names, x0s, smoother, start_states)
 
 
 def _build(est, problem, model, states, n, noise, est0_names, x0s, smoother, start_states):

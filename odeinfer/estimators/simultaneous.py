@@ -248,13 +248,16 @@ class Simultaneous(Estimator):
             experiments stacked, (sum n_times, n_states), NaN where not observed, on the noise
             scale); ``sigma``; ``history``; ``extras`` (grid, states, multipliers, rank).
         """
+        with single_threaded_blas():  # small factorisations and a 10-column SVD: threads cost more than they give
+            return self._fit(model, data, start, fixed, x0, start_states)
+
+    def _fit(self, model, data, start, fixed, x0, start_states):
         t_start = time.perf_counter()
         problem = self._likelihood_problem(model, data, fixed, x0)
         if problem is not None:
             from odeinfer.estimators._simultaneous_likelihood import fit_simultaneous_likelihood
 
-            with single_threaded_blas():
-                return fit_simultaneous_likelihood(self, problem, start, start_states, t_start)
+            return fit_simultaneous_likelihood(self, problem, start, start_states, t_start)
         if isinstance(start, Estimate) and x0 is None:
             x0 = {n[3:-1]: v for n, v in zip(start.names, start.values) if n.startswith("x0[") and n.endswith("]")}
             x0 = x0 or None
