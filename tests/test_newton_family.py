@@ -380,6 +380,7 @@ def test_full_data_steps_reuse_the_epoch_check_without_changing_the_path(lorenz,
         return evaluate(self, *args, **kwargs)
 
     monkeypatch.setattr(core.Accumulator, "evaluate", counted)
+    monkeypatch.setattr(core, "stochastic_gradient_rows", lambda *a, python, **k: python())  # the Python loop
     stochastic = core.stochastic
     fits = {}
     for reuse in (True, False):
@@ -393,6 +394,59 @@ def test_full_data_steps_reuse_the_epoch_check_without_changing_the_path(lorenz,
     np.testing.assert_array_equal(a.cov, b.cov)
     assert a.extras["epochs"] == b.extras["epochs"] > 1
     assert n_plain - n_reuse == a.extras["epochs"] - 1   # every epoch after the first starts from its check
+
+
+def _python_and_kernel(monkeypatch, est, *args, **kwargs):
+    """The fit with gradient descent's loop in Python (``gradient_descent``, ``stochastic``: the reference)
+    and in the kernel ``gm_descent``."""
+    from odeinfer.estimators import _newton_core as core
+
+    fits = []
+    for python in (True, False):
+        with monkeypatch.context() as m:
+            if python:
+                m.setattr(core, "gradient_descent_rows", lambda acc, blocks, theta, **k: core.gradient_descent(
+                    lambda th, meat=False: acc.evaluate(blocks, th, meat=meat), theta, **k))
+                m.setattr(core, "stochastic_gradient_rows", lambda *a, python, **k: python())
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fits.append(est.fit(*args, **kwargs))
+    return fits
+
+
+@pytest.mark.parametrize("est, start", [
+    (GradientDescent(derivative="forward"), [15, 1, -10]),
+    (GradientDescent(derivative="second_order", max_iter=7), [1, 1, 1]),  # ends at max_iter
+    (GradientDescent(derivative="forward", xtol=1e-6), [1, 1, 1]),  # ends on the step test
+    (StochasticGradient(derivative="second_order"), [1, 1, 1]),
+    (StochasticGradient(derivative="forward", max_epochs=9), [1, 1, 1]),  # ends at max_epochs
+    (StochasticGradient(derivative="forward", xtol=1e-6), [1, 1, 1]),
+], ids=["gd", "gd-max-iter", "gd-xtol", "sgd", "sgd-max-epochs", "sgd-xtol"])
+def test_the_descent_kernel_takes_the_python_loops_steps(est, start, lorenz, lorenz_noisy, monkeypatch):
+    """Gradient descent and the full-data stochastic gradient run their loop in one kernel call: the same
+    status, message, iterations and estimates as the Python loop, the same history to rounding (the kernel
+    sums g^T g and g^T B g in its own order)."""
+    py, kern = _python_and_kernel(monkeypatch, est, lorenz.model, lorenz_noisy, start=start)
+    _same_fit(py, kern)
+
+
+def _same_fit(py, kern):
+    assert (py.status, py.message, py.n_iter) == (kern.status, kern.message, kern.n_iter)
+    np.testing.assert_allclose(kern.values, py.values, rtol=1e-12, atol=0)
+    assert py.history.keys() == kern.history.keys()
+    for key in py.history:
+        np.testing.assert_allclose(kern.history[key], py.history[key], rtol=1e-10, atol=0, err_msg=key)
+
+
+@pytest.mark.parametrize("cls", [GradientDescent, StochasticGradient])
+def test_a_start_where_the_residual_is_not_finite_fails_on_both_paths(cls, monkeypatch):
+    """f = -sqrt(k) x at k = -1 is NaN everywhere: a failure, said so (the stochastic gradient once read the
+    NaN point's gradient cosine as 0 and reported "converged"); the kernel hands such a fit to the Python loop."""
+    model = oi.Model.from_equations({"x": "-sqrt(k)*x"}, params=["k"], name="sqrt_decay")
+    data = oi.simulate(model, {"k": 1.0}, {"x": 5.0}, np.linspace(0.0, 3.0, 40), noise=0.05, rng=1).data
+    py, kern = _python_and_kernel(monkeypatch, cls(derivative="forward"), model, data, start=[-1.0])
+    _same_fit(py, kern)
+    assert kern.status == "failed" and kern.message == "residual not finite at the start values"
 
 
 def test_rank_deficient_gives_identifiability_warning_and_nan_bse():

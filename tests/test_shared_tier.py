@@ -133,6 +133,14 @@ def test_shared_newton_kernels_are_bitwise_equal_to_the_model_kernels():
     for i in (6, 7, 8, 9):
         assert np.array_equal(a1[i], a2[i])
     free = np.arange(m, dtype=np.int64)
+    X = 20.0 + 5.0 * rng.standard_normal((t.size, n))
+    hist, info = np.empty((41, 3)), np.zeros(3, dtype=np.int64)
+    for backtrack in (50, 0):  # gradient descent; the stochastic gradient's full-data steps
+        args = (t, X, D, np.zeros(m), free, np.ones(n), p * 0.8, 40, 1e-12, 1e-12, backtrack, hist, info)
+        (c1, a1), (c2, a2) = _both(cm, "gm_descent", *args)
+        assert c1 == c2 and a1[12][0] > 0
+        for i in (6, 11, 12):  # theta, the history, the counts
+            assert np.array_equal(a1[i], a2[i])
     w = 3
     a = rng.standard_normal((t.size - w + 1, w))
     c = rng.standard_normal((t.size - w + 1, w))

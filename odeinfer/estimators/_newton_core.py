@@ -62,6 +62,7 @@ class Accumulator:
         # the model's kernels, or the shared tier's while they compile (odeinfer.solve.shared)
         self.kernel = TieredKernel(compiled, compiled.module.gm_normal_eq)
         self._normal_eq = abi.normal_eq_call(self.kernel)
+        self._descent = None  # gm_descent's kernel, made on first use (gradient descent only)
         self.residual_kernel = TieredKernel(compiled, compiled.module.gm_residuals)
         self.n = n_states
         self.m = n_params
@@ -105,6 +106,16 @@ class Accumulator:
         for block in blocks:
             self.add(st, p, block, w, meat)
         return self.finish(st, meat)
+
+    def descent(self, rows, theta, hist, info, *, max_iter, xtol, gtol, max_backtrack):
+        """Run ``gm_descent`` on the rows ``(t, X, D)`` from the free parameters ``theta`` (overwritten)."""
+        if self._descent is None:
+            from odeinfer.solve.shared import TieredKernel
+
+            self._descent = TieredKernel(self.kernel.compiled, self.kernel.compiled.module.gm_descent)
+        t, X, D = rows
+        return int(self._descent(t, X, D, self.base, self.free, self._ones, theta, int(max_iter), float(xtol),
+                                 float(gtol), int(max_backtrack), hist, info))
 
     def residuals(self, block, theta):
         t, X, D = block
@@ -269,6 +280,65 @@ def gradient_descent(evaluate, theta, *, max_iter, xtol, gtol, max_backtrack=50)
     return Outcome(theta, ev, "max_iter", f"max_iter = {max_iter} reached", max_iter, h)
 
 
+#: gm_descent's return codes (odeinfer/solve/kernels/residuals.py, DESCENT_*) for gradient descent: status, message
+_DESCENT_END = (
+    ("converged", "gradient test: cosine <= gtol = {gtol:g}"),
+    ("converged", "zero gradient"),
+    ("converged", "relative step <= xtol = {xtol:g}"),
+    ("converged", "no decrease along the gradient (backtracking exhausted)"),
+    ("failed", "no decrease along the gradient (backtracking exhausted)"),
+    ("max_iter", "max_iter = {max_iter} reached"),
+    ("failed", "residual not finite at the start values"),
+)
+_EVERY_END = {0: ("converged", "full-data gradient cosine <= gtol = {gtol:g} after epoch {n}"),
+              2: ("converged", "relative change over epoch {n} <= xtol = {xtol:g}")}
+_DESCENT_PYTHON = (6, 7, 8)  # start not finite, diverged, not finite at the point reached: the Python loop's paths
+
+
+def _descent(acc, blocks, theta, max_iter, xtol, gtol, max_backtrack):
+    """``gm_descent`` over the concatenated row ``blocks`` (the sums in the blocks' order): (code, theta, history
+    (k, 3), info)."""
+    rows = tuple(np.ascontiguousarray(np.concatenate([b[i] for b in blocks]), dtype=float) for i in range(3))
+    theta = np.array(theta, dtype=float)
+    hist = np.empty((max_iter + 1, 3))
+    info = np.zeros(3, dtype=np.int64)
+    code = acc.descent(rows, theta, hist, info, max_iter=max_iter, xtol=xtol, gtol=gtol, max_backtrack=max_backtrack)
+    return code, theta, hist[:int(info[1])], info
+
+
+def gradient_descent_rows(acc, blocks, theta, *, max_iter, xtol, gtol, max_backtrack=50):
+    """:func:`gradient_descent` on in-memory row ``blocks``, its loop in one call of the kernel ``gm_descent``:
+    the same steps, tests, statuses and history, with its sums in the kernel's order (equal to rounding)."""
+    code, theta, hist, info = _descent(acc, blocks, theta, max_iter, xtol, gtol, max_backtrack)
+    status, words = _DESCENT_END[code]
+    h = {"cost": hist[:, 0].tolist(), "step": hist[:, 1].tolist(), "grad": hist[:, 2].tolist()}
+    return Outcome(theta, acc.evaluate(blocks, theta), status, words.format(gtol=gtol, xtol=xtol, max_iter=max_iter),
+                   int(info[0]), h)
+
+
+def stochastic_gradient_rows(acc, blocks, theta, *, max_iter, max_epochs, xtol, gtol, python):
+    """:func:`stochastic` for the stochastic gradient with every equation in every step and all the in-memory
+    rows in one batch (one Cauchy step per epoch, no step decay), its loop in ``gm_descent`` (``max_backtrack =
+    0``): the same steps, tests, statuses and history. Where the Python loop takes a path of its own (normal
+    equations not finite at a point, a step leaving the finite numbers, no usable rows) it runs instead:
+    ``python()``."""
+    if not sum(b[0].shape[0] for b in blocks):
+        return python()
+    code, theta, hist, info = _descent(acc, blocks, theta, min(max_iter, max_epochs), xtol, gtol, 0)
+    if code in _DESCENT_PYTHON or info[2] == 0:
+        return python()
+    n = int(info[0])
+    if code in _EVERY_END:
+        status, words = _EVERY_END[code]
+        message = words.format(gtol=gtol, xtol=xtol, n=n)
+    else:
+        status, message = "max_iter", (f"max_iter = {max_iter} reached" if max_iter <= max_epochs else
+                                       f"max_epochs = {max_epochs} reached")
+    h = {"cost": hist[1:, 0].tolist(), "step": hist[1:, 1].tolist(), "grad": hist[1:, 2].tolist(),
+         "batch_cost": (hist[:-1, 0] / int(info[2])).tolist()}
+    return Outcome(theta, acc.evaluate(blocks, theta), status, message, n, h)
+
+
 def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_equations, max_epochs,
                max_iter, xtol, gtol, decay, rng, rcond=_RCOND, full_batches=False):
     """Stochastic Newton (SNR, eq. 17) / gradient (SGD, eq. 33) over minibatches and equation subsets.
@@ -328,6 +398,11 @@ def stochastic(acc, batches_per_epoch, full_eval, theta, *, method, n_states, n_
         h["cost"].append(ev.cost)
         h["grad"].append(ev.grad_cosine())
         h["step"].append(float(np.max(np.abs(theta - start_epoch))))
+        if not ev.finite:  # its gradient cosine would read 0: "converged" at a point where nothing is computable
+            status = "failed"
+            message = ("residual not finite at the start values" if n_iter == 0 else
+                       f"residual not finite at the point reached after epoch {epoch + 1}")
+            break
         if ev.grad_cosine() <= gtol:
             status, message = "converged", f"full-data gradient cosine <= gtol = {gtol:g} after epoch {epoch + 1}"
             break

@@ -255,6 +255,9 @@ def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t
         if algorithm == "newton":
             out = core.newton(full, theta0, damping=est.damping, max_iter=est.max_iter, xtol=est.xtol,
                               gtol=est.gtol, rcond=est.rcond, lam0=est.lambda0)
+        elif in_memory:
+            out = core.gradient_descent_rows(acc, list(source.blocks()), theta0, max_iter=est.max_iter, xtol=est.xtol,
+                                             gtol=est.gtol)
         else:
             out = core.gradient_descent(full, theta0, max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol)
         extras = {}
@@ -301,10 +304,17 @@ def _run(est, problem, source, scheme, algorithm, *, rng=None, in_memory=True, t
         if one_shot and epochs > 1:
             raise InputError(f"max_epochs: a one-shot iterator allows one pass, got max_epochs={epochs}; "
                              "use max_epochs=1 (or None) or pass a callable that returns a new iterator per pass")
-        out = core.stochastic(acc, batches, (lambda th: None) if one_shot else full, theta0,
-                              method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r, max_epochs=epochs,
-                              max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol, decay=decay, rng=gen,
-                              rcond=est.rcond, full_batches=b is None)
+        def python():
+            return core.stochastic(acc, batches, (lambda th: None) if one_shot else full, theta0,
+                                   method="newton" if algorithm == "snr" else "gradient", n_states=n, n_equations=r,
+                                   max_epochs=epochs, max_iter=est.max_iter, xtol=est.xtol, gtol=est.gtol, decay=decay,
+                                   rng=gen, rcond=est.rcond, full_batches=b is None)
+
+        if algorithm == "sgd" and in_memory and b is None and r >= n and decay is None:
+            out = core.stochastic_gradient_rows(acc, list(source.blocks()), theta0, max_iter=est.max_iter,
+                                                max_epochs=epochs, xtol=est.xtol, gtol=est.gtol, python=python)
+        else:
+            out = python()
         extras = {"n_equations": r, "batch_size": b, "step_decay": decay,
                   "epochs": len(out.history["cost"]) or 1}
     return _finish(est, problem, source, scheme, acc, out, extras, in_memory=in_memory, t_start=t_start,

@@ -147,6 +147,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "coll_constraints": ("scheme", "t", "X", "p", "pidx", "F", "JY", "JP", "c", "jdata", "want_jac"),
     "gm_residuals": ("t", "X", "D", "p", "E"),
     "gm_normal_eq": ("t", "X", "D", "p", "w", "want_meat", "jtj", "jte", "meat", "acc"),
+    "gm_descent": ("t", "X", "D", "base", "free", "w", "theta", "max_iter", "xtol", "gtol", "max_backtrack", "hist",
+                   "info"),
     "nc_obs_accumulate": ("t", "X", "D", "p", "free", "a", "c", "Y", "carry", "Q"),
 }
 

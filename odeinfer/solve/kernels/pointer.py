@@ -26,7 +26,7 @@ Public kernels: ``ptr_dopri5_solve(mh, <the arguments of dopri5_solve>)``,
 ``ptr_rodas_adjoint_vjp``, ``ptr_rodas_solve_record`` and ``ptr_rodas_adjoint_sweep`` (``work``:
 ``_rodas_work_len(n, m, 0)``), ``ptr_coll_constraints``
 (Simultaneous's collocation constraints), ``ptr_gm_residuals``, ``ptr_gm_normal_eq`` (the Newton
-family's normal equations), ``ptr_nc_obs_accumulate`` (its covariance) and
+family's normal equations), ``ptr_gm_descent`` (its gradient descent), ``ptr_nc_obs_accumulate`` (its covariance) and
 ``ptr_dde_solve(mh, <the arguments of dde_solve>)`` (``work``: ``_dde_work_size(mh, k, q)``),
 ``ptr_dde_adjoint_vjp`` and ``ptr_dde_adjoint_gradient`` (``work``: ``_ddeadj_work_size(mh, q)``).
 """
@@ -202,6 +202,12 @@ def ptr_gm_residuals(mh, t, X, D, p, E):
 def ptr_gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc):
     """``gm_normal_eq`` (``residuals.py``) for the model behind ``mh``."""
     _gm_normal_eq(mh, t, X, D, p, w, want_meat, jtj, jte, meat, acc)
+
+
+@njit(cache=True, error_model="numpy", fastmath=False)
+def ptr_gm_descent(mh, t, X, D, base, free, w, theta, max_iter, xtol, gtol, max_backtrack, hist, info):
+    """``gm_descent`` (``residuals.py``) for the model behind ``mh``."""
+    return _gm_descent(mh, t, X, D, base, free, w, theta, max_iter, xtol, gtol, max_backtrack, hist, info)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
