@@ -71,7 +71,8 @@ def main(argv=None):
                     help="gradient by the adjoint, curvature by BFGS (Embedding(gradient=oi.Adjoint()))")
     ap.add_argument("--rtol", type=float, help="the solver oi.Auto(rtol, atol=rtol/100) instead of the default")
     ap.add_argument("--no-polish", action="store_true",
-                    help="the local fit alone, without the continuation a single-start fit adds after a small-step stop")
+                    help="the local fit alone, without the continuation a single-start fit adds after a "
+                         "small-step stop")
     ap.add_argument("--show", action="store_true", help="print each start's NLL, evaluations and CPU seconds")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--compare", type=Path)

@@ -115,7 +115,8 @@ def odeinfer_runner(pp):
             return None
         t, c = time.perf_counter(), time.process_time()
         best = polish(obj, min(ok, key=lambda r: r["nll"]), est.iterations("likelihood"))
-        return best["index"], best["nll"], best["u"], time.perf_counter() - t, time.process_time() - c, best.get("polish")
+        return (best["index"], best["nll"], best["u"], time.perf_counter() - t, time.process_time() - c,
+                best.get("polish"))
 
     return one, finish, setup
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from odeinfer.solve import abi
+from odeinfer.solve.kernels import residuals as kernel_codes
 
 __all__ = []
 
@@ -280,19 +281,21 @@ def gradient_descent(evaluate, theta, *, max_iter, xtol, gtol, max_backtrack=50)
     return Outcome(theta, ev, "max_iter", f"max_iter = {max_iter} reached", max_iter, h)
 
 
-#: gm_descent's return codes (odeinfer/solve/kernels/residuals.py, DESCENT_*) for gradient descent: status, message
-_DESCENT_END = (
-    ("converged", "gradient test: cosine <= gtol = {gtol:g}"),
-    ("converged", "zero gradient"),
-    ("converged", "relative step <= xtol = {xtol:g}"),
-    ("converged", "no decrease along the gradient (backtracking exhausted)"),
-    ("failed", "no decrease along the gradient (backtracking exhausted)"),
-    ("max_iter", "max_iter = {max_iter} reached"),
-    ("failed", "residual not finite at the start values"),
-)
-_EVERY_END = {0: ("converged", "full-data gradient cosine <= gtol = {gtol:g} after epoch {n}"),
-              2: ("converged", "relative change over epoch {n} <= xtol = {xtol:g}")}
-_DESCENT_PYTHON = (6, 7, 8)  # start not finite, diverged, not finite at the point reached: the Python loop's paths
+#: gm_descent's return codes (kernel_codes.DESCENT_*) for gradient descent: status, message
+_DESCENT_END = {
+    kernel_codes.DESCENT_GTOL: ("converged", "gradient test: cosine <= gtol = {gtol:g}"),
+    kernel_codes.DESCENT_ZERO: ("converged", "zero gradient"),
+    kernel_codes.DESCENT_XTOL: ("converged", "relative step <= xtol = {xtol:g}"),
+    kernel_codes.DESCENT_STALLED: ("converged", "no decrease along the gradient (backtracking exhausted)"),
+    kernel_codes.DESCENT_NO_DECREASE: ("failed", "no decrease along the gradient (backtracking exhausted)"),
+    kernel_codes.DESCENT_MAX_ITER: ("max_iter", "max_iter = {max_iter} reached"),
+    kernel_codes.DESCENT_START: ("failed", "residual not finite at the start values"),
+}
+#: ... and for the stochastic gradient's full-data epochs (max_iter / max_epochs: said by the caller)
+_EVERY_END = {kernel_codes.DESCENT_GTOL: ("converged", "full-data gradient cosine <= gtol = {gtol:g} after epoch {n}"),
+              kernel_codes.DESCENT_XTOL: ("converged", "relative change over epoch {n} <= xtol = {xtol:g}")}
+#: where the Python loop takes a path of its own: it runs instead
+_DESCENT_PYTHON = (kernel_codes.DESCENT_START, kernel_codes.DESCENT_DIVERGED, kernel_codes.DESCENT_NOT_FINITE)
 
 
 def _descent(acc, blocks, theta, max_iter, xtol, gtol, max_backtrack):

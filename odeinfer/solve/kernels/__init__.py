@@ -55,8 +55,9 @@ through which the shared kernels below call the model), ``common.py`` (status co
 ``rodas_work_size_dir``; the discrete adjoint ``rodas_adjoint_vjp``, or in two passes ``rodas_solve_record``
 then ``rodas_adjoint_sweep``), ``residuals.py`` (``eval_f_batch``, ``eval_jac_p_batch``,
 ``gm_residuals``, ``gm_normal_eq``: batched evaluations for the equation-error
-estimators of :mod:`odeinfer.estimators.newton`; ``gm_descent``: their gradient-descent loop), ``collocation.py`` (``coll_constraints``:
-the collocation constraints of :class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``
+estimators of :mod:`odeinfer.estimators.newton`; ``gm_descent``: their gradient-descent loop),
+``collocation.py`` (``coll_constraints``: the collocation constraints of
+:class:`odeinfer.estimators.Simultaneous`), ``noise_cov.py``
 (``nc_obs_accumulate``: the Newton family's delta-method covariance terms). Names are shared with
 the model kernels in one module, so private names carry a file prefix (``_RK_``/``_dopri5_``/``_dde_``,
 ``_RO_``/``_rodas_``).
