@@ -269,8 +269,10 @@ class Embedding(Estimator):
             maximum likelihood: the objective is the negative log-likelihood of its noise models
             (with all constants, as PEtab defines it), minimised by a bound-constrained trust
             region (fides) on the parameters' scales with the exact gradient and the Fisher
-            information; conditions (overrides, doses, inputs, pre-equilibration) come from
-            ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
+            information; the best start's fit, when it stopped on a small step or NLL change, is
+            continued with those tests at the NLL's rounding (``extras["polish"]``: the NLL before
+            and after, iterations; None when not continued); conditions (overrides, doses, inputs,
+            pre-equilibration) come from ``Experiments(..., conditions=...)``. ``bounds`` and ``log_params`` then set the
             :class:`~odeinfer.Param` s of a model (a FitProblem carries its own), ``x0`` gives the
             initial states (numbers or expressions of parameters; required), ``segments > 1``
             fits each start by multiple shooting (then single shooting with ``polish``), and
