@@ -413,10 +413,12 @@ def test_the_bootstrap_note_says_when_the_configuration_was_not_run():
     assert not _has_defaults(oi.OrthogonalConditions(test_functions="bspline"))
     assert not _has_defaults(oi.Embedding(max_iter=5))
     note = bootstrap_coverage_note("OrthogonalConditions", "percentile", default=False)
-    # the figures of tests/reference/coverage.md's rows (alpha-pinene (200, 3), R = 100, B = 200)
-    assert "this configuration was not run" in note and "0.41-0.66 per parameter, joint 0.74" in note
-    assert "kind='studentized' under-covered in its turn at alpha-pinene n = 50, sigma = 3" in note
+    # the figures of tests/reference/coverage.md's rows (alpha-pinene (200, 3), R = 500, B = 200)
+    assert "this configuration was not run" in note and "0.45-0.69 per parameter, joint 0.73 (R = 500" in note
+    assert "kind='studentized' under-covered in its turn at Lotka-Volterra n = 21, log sd 0.25; alpha-pinene n = 50, " \
+           "sigma = 3" in note
     assert bootstrap_coverage_note("Embedding", "percentile") is None  # covered in all ten settings
-    assert bootstrap_coverage_note("GradientDescent", "studentized") is None  # not run: no claim
+    assert bootstrap_coverage_note("Simultaneous", "profile") is None  # not run: no claim
+    assert "in 3 of 3 settings" in bootstrap_coverage_note("GradientDescent", "studentized")  # the 3 run so far
     assert "in 6 of 7 settings" in bootstrap_coverage_note("StochasticNewton", "studentized")
     assert "in 7 of 7 settings" in bootstrap_coverage_note("NewtonRaphson", "percentile")

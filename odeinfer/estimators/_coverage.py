@@ -258,25 +258,25 @@ BOOTSTRAP_RECORDED = {
         "SIR (I observed) n = 14, log sd 0.2": (0.93, 0.96, 0.93, 100, 200, 0, "met"),
     },
     ("OrthogonalConditions", "percentile"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.93, 1.0, 0.94, 100, 200, 0, "met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.92, 0.97, 0.93, 100, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 3": (0.13, 0.47, 0.39, 100, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.41, 0.66, 0.74, 100, 200, 0, "not met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.912, 0.986, 0.92, 500, 200, 0, "met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.922, 0.948, 0.942, 500, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 3": (0.144, 0.504, 0.394, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.452, 0.688, 0.728, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.67, 0.85, 0.88, 100, 200, 0, "not met"),
-        "alpha-pinene n = 50, sigma = 8": (0.05, 0.65, 0.15, 100, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 8": (0.16, 0.49, 0.32, 100, 200, 0, "not met"),
-        "alpha-pinene n = 400, sigma = 8": (0.24, 0.5, 0.44, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.05, 0.728, 0.142, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.098, 0.516, 0.282, 500, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.168, 0.526, 0.452, 500, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.23, 0.86, 0.77, 100, 200, 0, "not met"),
     },
     ("OrthogonalConditions", "studentized"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.88, 0.92, 0.97, 100, 200, 0, "met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.92, 0.99, 0.94, 100, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 3": (0.68, 0.86, 0.78, 100, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.92, 0.95, 0.93, 100, 200, 0, "met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.878, 0.902, 0.972, 500, 200, 0, "not met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.936, 0.956, 0.954, 500, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 3": (0.732, 0.87, 0.766, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.9, 0.94, 0.916, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.93, 0.99, 0.99, 100, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 8": (0.32, 0.72, 0.37, 100, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 8": (0.64, 0.84, 0.7, 100, 200, 0, "not met"),
-        "alpha-pinene n = 400, sigma = 8": (0.72, 0.89, 0.75, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.354, 0.786, 0.394, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.64, 0.808, 0.664, 500, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.808, 0.884, 0.802, 500, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.91, 0.96, 0.91, 100, 200, 0, "met"),
     },
     ("GradientMatching", "percentile"): {
@@ -339,14 +339,27 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.79, 0.96, 1.0, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.88, 0.98, 0.84, 100, 200, 0, "not met"),
     },
-    # code version 0.1.0-ef78be41f9dc (commit 03546d3)
+    # StochasticGradient: alpha-pinene n = 50 and 200, sigma = 3 R = 100 at code version 0.1.0-ef78be41f9dc (commit
+    # 03546d3); FitzHugh-Nagumo and (GradientDescent) every cell R = 500 at 0.1.0-3166efb42eed (commit 564bf2f)
     ("StochasticGradient", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.25, 0.85, 0.7, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.05, 0.88, 0.61, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("StochasticGradient", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.8, 0.96, 0.98, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.86, 0.94, 0.98, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
+    },
+    ("GradientDescent", "percentile"): {
+        "alpha-pinene n = 50, sigma = 3": (0.232, 0.836, 0.618, 500, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.258, 0.75, 0.304, 500, 200, 12, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
+    },
+    ("GradientDescent", "studentized"): {
+        "alpha-pinene n = 50, sigma = 3": (0.81, 0.936, 0.96, 500, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.59, 0.87, 0.762, 500, 200, 12, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     # code version 0.1.0-e4d8d0c6514b (commit 71ea616)
     ("AdjointDDE", "percentile"): {DELAY_SETTING: (0.94, 0.97, 0.98, 100, 200, 0, "met")},
