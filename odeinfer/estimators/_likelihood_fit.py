@@ -247,7 +247,7 @@ def polish(obj, run, max_iter):
     eigenvalues span many decades, the trust region's steps shrink until one changes the NLL by less
     than ``fatol`` while the gradient is still large (Crauste_CellSystems2017: 1.1e-3 above the optimum
     with a gradient norm of 433). Only one start is continued, so a multistart pays at most one more
-    local fit. ``run`` is :func:`_one`'s record; returns it updated (point, NLL, status, message,
+    local fit. ``run`` is :func:`_one`'s record; returns it updated (point, NLL, message, stop,
     iterations, ``result``) with ``polish = {"nll_before", "nll_after", "n_iter", "stop"}``, or
     unchanged when there is nothing to continue (another stop, multiple shooting's own local fit)
     or the continuation does not lower the NLL."""
