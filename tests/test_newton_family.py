@@ -398,20 +398,29 @@ def test_full_data_steps_reuse_the_epoch_check_without_changing_the_path(lorenz,
 
 def _python_and_kernel(monkeypatch, est, *args, **kwargs):
     """The fit with gradient descent's loop in Python (``gradient_descent``, ``stochastic``: the reference)
-    and in the kernel ``gm_descent``."""
+    and in the kernel ``gm_descent``, and the kernel's return codes in the second fit (so a test sees that the
+    kernel ran, not the Python loop twice)."""
     from odeinfer.estimators import _newton_core as core
 
-    fits = []
+    fits, codes, descent = [], [], core._descent
+
+    def recorded(*args):
+        out = descent(*args)
+        codes.append(out[0])
+        return out
+
     for python in (True, False):
         with monkeypatch.context() as m:
             if python:
                 m.setattr(core, "gradient_descent_rows", lambda acc, blocks, theta, **k: core.gradient_descent(
                     lambda th, meat=False: acc.evaluate(blocks, th, meat=meat), theta, **k))
                 m.setattr(core, "stochastic_gradient_rows", lambda *a, python, **k: python())
+            else:
+                m.setattr(core, "_descent", recorded)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fits.append(est.fit(*args, **kwargs))
-    return fits
+    return fits[0], fits[1], codes
 
 
 @pytest.mark.parametrize("est, start", [
@@ -426,7 +435,8 @@ def test_the_descent_kernel_takes_the_python_loops_steps(est, start, lorenz, lor
     """Gradient descent and the full-data stochastic gradient run their loop in one kernel call: the same
     status, message, iterations and estimates as the Python loop, the same history to rounding (the kernel
     sums g^T g and g^T B g in its own order)."""
-    py, kern = _python_and_kernel(monkeypatch, est, lorenz.model, lorenz_noisy, start=start)
+    py, kern, codes = _python_and_kernel(monkeypatch, est, lorenz.model, lorenz_noisy, start=start)
+    assert len(codes) == 1  # one kernel call ran the whole loop
     _same_fit(py, kern)
 
 
@@ -444,7 +454,10 @@ def test_a_start_where_the_residual_is_not_finite_fails_on_both_paths(cls, monke
     NaN point's gradient cosine as 0 and reported "converged"); the kernel hands such a fit to the Python loop."""
     model = oi.Model.from_equations({"x": "-sqrt(k)*x"}, params=["k"], name="sqrt_decay")
     data = oi.simulate(model, {"k": 1.0}, {"x": 5.0}, np.linspace(0.0, 3.0, 40), noise=0.05, rng=1).data
-    py, kern = _python_and_kernel(monkeypatch, cls(derivative="forward"), model, data, start=[-1.0])
+    py, kern, codes = _python_and_kernel(monkeypatch, cls(derivative="forward"), model, data, start=[-1.0])
+    from odeinfer.solve.kernels import residuals
+
+    assert codes == [residuals.DESCENT_START]  # the kernel ran and stopped at the start
     _same_fit(py, kern)
     assert kern.status == "failed" and kern.message == "residual not finite at the start values"
 
