@@ -98,3 +98,62 @@ def test_a_failing_noise_sd_names_the_first_bad_observable_and_value():
     assert "the noise sd of 'sig' is not positive" in ev.failure
     quoted = float(re.search(r"\((?:np\.float64\()?(-?[0-9.e+-]+)", ev.failure).group(1))
     assert quoted == pytest.approx(-0.2, rel=1e-6)
+
+
+def _sd_only(dist):
+    """A problem whose second observable's sd is a plain parameter (log10 scale): ln sd is linear in it and
+    the prediction does not depend on it, so the NLL's exact second derivative in it is a sum over the
+    measurements of d^2 nll / d(ln sd)^2 times ln(10)^2."""
+    law = oi.Normal if dist == "normal" else oi.Laplace
+    m = ramp.observe({"kx": "k*x"}, noise={"kx": law(sigma="sd2")}, params=["sd2"])
+    params = {"k": oi.Param(0.5, 1e-3, 10.0, "log10"), "sd2": oi.Param(0.3, 1e-3, 10.0, "log10")}
+    prob = oi.FitProblem(m, oi.Data(T, Y[:, 1], ["kx"]), params, x0={"x": 1.0})
+    return oi.Objective(prob, solver=oi.Dopri5(rtol=1e-12, atol=1e-14))
+
+
+@pytest.mark.parametrize("dist", ["normal", "laplace"])
+@pytest.mark.parametrize("sd", [0.03, 0.3, 30.0])
+def test_the_fits_curvature_of_a_noise_parameter_is_the_nlls_second_derivative(dist, sd):
+    # the fits' curvature takes the observed information of the noise sd (the NLL's second derivative in ln sd,
+    # at the current residuals) in place of its expected value: reference, central second differences of the NLL
+    obj = _sd_only(dist)
+    u = np.array([math.log10(0.5), math.log10(sd)])
+    ev = obj(u)
+    eps = 1e-3
+    e = np.array([0.0, eps])
+    d2 = (obj(u + e, grad=False).nll - 2 * ev.nll + obj(u - e, grad=False).nll) / eps ** 2
+    # second differences: truncation O(eps^2) relative (1e-5 here); rounding at most 4 ulp(nll) / eps^2 (x4)
+    assert ev.curvature[1, 1] == pytest.approx(d2, rel=1e-5, abs=16 * np.finfo(float).eps * abs(ev.nll) / eps ** 2)
+    # the Fisher information keeps the expected value: 2 (normal) or 1 (Laplace) per measurement, times ln(10)^2
+    per = 2.0 if dist == "normal" else 1.0
+    assert ev.fim[1, 1] == pytest.approx(per * T.size * math.log(10) ** 2, rel=1e-12)
+    # the prediction's block and the cross terms are the Fisher information's
+    np.testing.assert_array_equal(ev.curvature[0], ev.fim[0])
+    np.testing.assert_array_equal(ev.curvature[:, 0], ev.fim[:, 0])
+
+
+@pytest.mark.parametrize("dist", ["normal", "laplace"])
+def test_the_fits_curvature_reweights_the_sd_terms_by_the_residuals(dist):
+    # sd = a + b * sig depends on a, b and (through sig) on k, s, off: the curvature is the Fisher information
+    # with each measurement's sd term weighted by e^2 (normal) or |d| / sd (Laplace), d the residual on the
+    # noise scale and e = d / sd; Dh, Ds by central differences as in the Fisher information's test above
+    obj = _problem(dist, "log")
+    u = _u(obj)
+    ev = obj(u)
+    h, sd, dcode, scode = _model_at(obj, u)
+    plan = obj.problem.plans[0]
+    z = np.where(scode == 0, 1.0, 0.0) * plan.y_rows + np.where(scode == 1, 1.0, 0.0) * np.log(np.abs(plan.y_rows))
+    zh = np.where(scode == 0, h, np.log(np.abs(h)))
+    assert set(np.unique(scode)) <= {0, 1}
+    d = z - zh
+    eps = 1e-6
+    Ds = np.empty((h.size, u.size))
+    for i in range(u.size):
+        step = np.zeros(u.size)
+        step[i] = eps
+        Ds[:, i] = (_model_at(obj, u + step)[1] - _model_at(obj, u - step)[1]) / (2 * eps)
+    info_sd = np.where(dcode == 0, 2.0, 1.0) / sd ** 2
+    weight = np.where(dcode == 0, (d / sd) ** 2, np.abs(d) / sd)
+    ref = ev.fim + (Ds * (info_sd * (weight - 1.0))[:, None]).T @ Ds
+    np.testing.assert_allclose(ev.curvature, ref, rtol=1e-6, atol=1e-7 * np.abs(ref).max())
+    assert np.abs(ev.curvature - ev.fim).max() > 1e-3 * np.abs(ev.fim).max()  # the reweighting is not negligible here

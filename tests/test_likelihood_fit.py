@@ -317,7 +317,8 @@ class _Valley:
 
         r = np.array([u[0] - 1.0, 100.0 * (u[1] - u[0] ** 2)])
         J = np.array([[1.0, 0.0], [-200.0 * u[0], 100.0]])
-        return SimpleNamespace(ok=True, nll=float(r @ r), grad=2 * J.T @ r, fim=2 * J.T @ J, failure=None)
+        fim = 2 * J.T @ J
+        return SimpleNamespace(ok=True, nll=float(r @ r), grad=2 * J.T @ r, fim=fim, curvature=fim, failure=None)
 
 
 def test_polish_continues_only_a_small_step_or_change_stop_and_keeps_a_lower_nll():
@@ -350,3 +351,27 @@ def test_profile_of_a_likelihood_fit_on_an_executor_equals_the_local_one():
         ci = remote.conf_int(names=["k1"], executor=pool)
     np.testing.assert_array_equal(ci.to_numpy(), local.conf_int(names=["k1"]).to_numpy())
     assert remote.traces == local.traces
+
+
+def test_the_trust_region_takes_the_curvature_with_the_observed_noise_information(monkeypatch):
+    """The fit's Hessian is ``Evaluation.curvature`` (the noise sd's observed information, see
+    test_likelihood_assembly.py for its reference), not the Fisher information, which stays the covariance's."""
+    from odeinfer.estimators import _likelihood_fit as lf
+
+    exps = two_conditions(np.random.default_rng(3))
+    prob = problem(exps)
+    obj = lf.make_objective(prob, lf.likelihood_solver(oi.Embedding()))
+    u0 = obj.lower + 0.5 * (obj.upper - obj.lower)  # sd 0.03: the residuals are far from it
+    seen = {}
+
+    def capture(fun, x0, lo, hi, **kw):
+        seen["out"] = fun(np.asarray(x0, float))
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(lf, "trust_region", capture)
+    with pytest.raises(RuntimeError, match="captured"):
+        lf._minimise(obj, u0, obj.lower, obj.upper, 10)
+    ev = obj(u0)
+    f, g, H = seen["out"]
+    np.testing.assert_array_equal(H, ev.curvature)
+    assert np.abs(ev.curvature - ev.fim).max() > 0.1 * np.abs(ev.fim).max()

@@ -224,8 +224,9 @@ def _by_adjoint(obj):
 
 def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None, tolerances=TOLERANCES):
     """The trust region on ``obj`` from ``x0``: over every coordinate, or over the ``free`` ones of
-    ``full`` (the others held). Its curvature is the Fisher information, or BFGS updates for an
-    objective whose gradient comes from the adjoint (which gives no Fisher information)."""
+    ``full`` (the others held). Its curvature is the evaluation's ``curvature`` (the Fisher information
+    with the noise sds' observed information, see :class:`~odeinfer.likelihood.objective.Evaluation`), or
+    BFGS updates for an objective whose gradient comes from the adjoint (which gives no Fisher information)."""
     bfgs = _by_adjoint(obj)
 
     def fun(x):
@@ -235,8 +236,8 @@ def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None, tolerances=TOLERA
         if not ev.ok:
             return ev.failure
         if free is None:
-            return (ev.nll, ev.grad) if bfgs else (ev.nll, ev.grad, ev.fim)
-        return (ev.nll, ev.grad[free]) if bfgs else (ev.nll, ev.grad[free], ev.fim[np.ix_(free, free)])
+            return (ev.nll, ev.grad) if bfgs else (ev.nll, ev.grad, ev.curvature)
+        return (ev.nll, ev.grad[free]) if bfgs else (ev.nll, ev.grad[free], ev.curvature[np.ix_(free, free)])
 
     return trust_region(fun, x0, lo, hi, max_iter=max_iter, curvature="bfgs" if bfgs else "given", **tolerances)
 

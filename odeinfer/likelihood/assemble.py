@@ -7,6 +7,17 @@ Per measurement ``r`` (state rows ``idx[r]`` of the trajectory), with ``e`` the 
 parameters: ``Dh = dh/dx dX/de + dh/dp dp/de + dh/dq dq/de``, ``Ds = ds/dx dX/de + ds/dp dp/de +
 ds/dq dq/de + ds/dh Dh``; the gradient adds ``dnll/dh Dh + dnll/ds Ds`` and the Fisher information
 ``fisher_h Dh Dh^T + fisher_sigma Ds Ds^T``.
+
+The fits' curvature (:attr:`odeinfer.likelihood.objective.Evaluation.curvature`) differs from the Fisher
+information in the sd's term only: there ``fisher_sigma`` is the expected value of ``d^2 nll / d sigma^2``
+along ``d ln sigma`` (2 / sigma^2 for the normal, 1 / sigma^2 for the Laplace), the curvature takes its
+observed value at the current residual, ``(1 - sigma dnll/dsigma) fisher_sigma`` (normal: ``e^2`` times
+it, ``e`` the standardised residual; Laplace: ``|d| / sigma`` times it): the NLL's exact second derivative
+in ``ln sigma``. The two agree on average at a fitted sd, but where the sd is far from the residuals (a
+start with the sd 100 times too large, say), the expected value makes the NLL look as curved in ``ln
+sigma`` as at the optimum and the steps in it stay small while the model's parameters move on a surface
+flattened by the large sd (Elowitz_Nature2000: starts that end on the flat region where the model's
+output is constant). The kernel adds the difference, ``C += -sigma dnll/dsigma fisher_sigma Ds Ds^T``.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ OK, BAD_SIGMA = 0, 1
 
 
 @njit(cache=True, error_model="numpy", fastmath=False)
-def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac, dist, scale, grad, g, F, out):
-    """Add one experiment's measurements to ``g`` (n_est,) and ``F`` (n_est, n_est) (with ``grad``).
+def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac, dist, scale, grad, g, F, C, out):
+    """Add one experiment's measurements to ``g`` (n_est,), ``F`` (n_est, n_est) and the curvature's
+    difference from the Fisher information ``C`` (n_est, n_est; see the module docstring) (with ``grad``).
 
     ``starts`` (n_groups + 1,): the rows of each group of measurements (one observable, one noise
     model: codes ``dist[j]``, ``scale[j]``); ``H``, ``S`` (n,): predictions and noise sds; ``HX``
@@ -72,6 +84,13 @@ def assemble(starts, idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, zy, jac,
                 ws = Ds[a] * fs
                 for b in range(ne):
                     F[a, b] += wh * Dh[b] + ws * Ds[b]
+            cw = -S[r] * ds * fs
+            if cw != 0.0:
+                for a in range(ne):
+                    if Ds[a] != 0.0:
+                        wa = cw * Ds[a]
+                        for b in range(ne):
+                            C[a, b] += wa * Ds[b]
     out[0] = nll
     return OK
 

@@ -48,12 +48,18 @@ __all__ = ["Objective", "Evaluation"]
 
 
 class Evaluation:
-    """One evaluation: ``nll``, ``grad`` and ``fim`` (estimation scale) or ``failure`` (a message)."""
+    """One evaluation: ``nll``, ``grad`` and ``fim`` (estimation scale) or ``failure`` (a message).
 
-    __slots__ = ("nll", "grad", "fim", "failure")
+    ``curvature`` is what the fits' trust region takes as the NLL's Hessian: the Fisher information with
+    the noise sds' expected information replaced by its observed value at the current residuals (see
+    :mod:`odeinfer.likelihood.assemble`); the two agree where no sd depends on an estimated parameter.
+    Covariances take ``fim``. Default: ``fim``."""
 
-    def __init__(self, nll=np.inf, grad=None, fim=None, failure=None):
+    __slots__ = ("nll", "grad", "fim", "curvature", "failure")
+
+    def __init__(self, nll=np.inf, grad=None, fim=None, failure=None, curvature=None):
         self.nll, self.grad, self.fim, self.failure = nll, grad, fim, failure
+        self.curvature = fim if curvature is None else curvature
 
     @property
     def ok(self):
@@ -785,7 +791,7 @@ class Objective:
         if grad and self.adjoint is not None:
             return self._evaluate_adjoint(theta)
         ne = self.n
-        nll, g, F = 0.0, np.zeros(ne), np.zeros((ne, ne))
+        nll, g, F, C = 0.0, np.zeros(ne), np.zeros((ne, ne)), np.zeros((ne, ne))
         out = np.empty(1)
         solved = {}
         for run in self.runs:
@@ -804,7 +810,7 @@ class Objective:
             if bad is not None:
                 return bad
             if assemble(run.starts, run.idx, dX, H, HX, HP, dp, HQ, dq, S, SX, SP, SQ, SH, run.zy, run.jac_terms,
-                        run.dist, run.scale, grad, g, F, out) != OK:
+                        run.dist, run.scale, grad, g, F, C, out) != OK:
                 return self._bad_sigma(run, S, len(run.groups))
             nll += float(out[0])
         if not np.isfinite(nll):
@@ -812,7 +818,8 @@ class Objective:
         if not grad:
             return Evaluation(nll)
         d = dnatural_dscaled(theta[self.est_index], self.scales)
-        return Evaluation(nll, g * d, F * np.outer(d, d))
+        dd = np.outer(d, d)
+        return Evaluation(nll, g * d, F * dd, curvature=(F + C) * dd)
 
     def _observe_into(self, run, X, p, q):
         """The observables, noise sds and their partial derivatives of ``run``'s measurements into its buffers;

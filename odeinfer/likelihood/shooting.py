@@ -232,7 +232,7 @@ class MultipleShooting(Objective):
 
         def fun(x, obj=inner):
             ev = obj(x)
-            return (ev.nll, ev.grad, ev.fim) if ev.ok else ev.failure
+            return (ev.nll, ev.grad, ev.curvature) if ev.ok else ev.failure
 
         w, scale = self._start(np.asarray(u0, float))
         n_iter, gap, r = 0, math.inf, None

@@ -224,6 +224,7 @@ class PriorObjective(Objective):
         nll = ev.nll
         g = None if ev.grad is None else ev.grad.copy()
         F = None if ev.fim is None else ev.fim.copy()
+        C = None if ev.curvature is None else ev.curvature.copy()
         for i, p in self.priors:
             v, d, f = p.terms(u[i])
             nll += v
@@ -231,6 +232,7 @@ class PriorObjective(Objective):
                 g[i] += d
             if F is not None:
                 F[i, i] += f
+                C[i, i] += f
         if not math.isfinite(nll):
             return Evaluation(failure="the parameters lie outside the support of a prior of the parameter table")
-        return Evaluation(nll, g, F)
+        return Evaluation(nll, g, F, curvature=C)
