@@ -112,7 +112,8 @@ class Embedding(Estimator):
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).
     gradient : Adjoint, optional
         How a likelihood fit gets its gradient. Default (None, or ``oi.Forward()``): forward
-        sensitivities, which also give the Fisher information, the trust region's curvature.
+        sensitivities, which also give the Fisher information, the trust region's curvature (with the
+        noise sds' observed information in place of the expected one; see ``Evaluation.curvature``).
         ``oi.Adjoint()``: the discrete adjoint of Rodas (:class:`~odeinfer.Objective`'s
         ``gradient``), one backward pass whatever the number of parameters, with the trust region's
         curvature from BFGS updates: for models with many parameters, where forward sensitivities
