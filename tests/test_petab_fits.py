@@ -73,6 +73,26 @@ def test_crauste_best_start_is_continued_past_its_small_change_stop_to_the_nomin
     assert "continued with fatol 1e-12" in fit.message and fit.status == "converged"
 
 
+def test_elowitz_best_start_passes_the_nominal_nll():
+    """Start 30 of the issue's 100 starts (Sobol, seed 0) is Elowitz's best in benchmarks/RESULTS.md, session 32:
+    with the noise sd's observed curvature its fit ends at -65.493, below the NLL at the collection's nominal
+    parameters (-63.203); with the expected one (before commit cb3012a) it ended at -24.99. The fit's path is
+    sensitive to rounding (the other starts' results moved too), so this is the reduced check of the 100-start
+    table's "nominal reached", not a property of start 30 alone."""
+    from odeinfer.likelihood.parameters import from_scale
+
+    pp = oi.petab.load(PETAB / "Elowitz_Nature2000" / "Elowitz_Nature2000.yaml")
+    est = oi.Embedding()
+    obj = pp.objective()
+    u0 = sample_starts(obj.lower, obj.upper, 100, rng=0)[30]
+    fit = est.fit(pp.problem, start=dict(zip(pp.problem.estimated, from_scale(u0, obj.scales))))
+    from odeinfer.estimators._likelihood_fit import likelihood_solver, make_objective
+
+    nominal = make_objective(pp.problem, likelihood_solver(est))(pp.u_nominal).nll
+    assert nominal == pytest.approx(-63.20275, abs=1e-3)
+    assert fit.nll <= nominal - 1.0, (fit.nll, nominal)
+
+
 @pytest.mark.slow
 def test_fifty_starts_reach_the_published_optima_and_rewrite_the_reference():
     lines = ["# Benchmark-Models-PEtab: 50-start Embedding fits", "",
