@@ -325,7 +325,9 @@ def test_laplace_noise_converges_at_its_kinks(ratio_fits):
     """Laplace noise on a linear scale and normal noise on the log scale: the NLL has kinks where a
     residual is zero, so the Bock iteration stops when the NLL stalls (change < 1e-7, the trust
     region's fatol) after restoring the constraints, which may raise the NLL by up to 1e-3: the
-    exact-ODE NLL at its estimate is within 1e-3 of Embedding's optimum."""
+    exact-ODE NLL at its estimate is at most 1e-3 above Embedding's. Only above: Embedding's trust region
+    can stall at a kink too (since commit cb3012a this single-start fit ends 2.5e-3 above Simultaneous's
+    point, -64.4614 against -64.4639; before it, 3e-5 below), and a lower exact NLL is a better point."""
     prob, *_ = ratio_fits
     m = chain.observe({"frac": "b/(a + b)", "sig": "s*b + off"},
                       noise={"frac": oi.Laplace(sigma=0.02), "sig": oi.Normal(sigma="sd", scale="log")},
@@ -334,7 +336,7 @@ def test_laplace_noise_converges_at_its_kinks(ratio_fits):
     emb = oi.Embedding().fit(lap)
     fit = oi.Simultaneous(scheme="hermite-simpson", n_grid=201).fit(lap)
     assert emb.converged and fit.converged, (emb.message, fit.message)
-    assert fit.extras["nll_ode"] == pytest.approx(emb.nll, abs=1e-3)
+    assert fit.extras["nll_ode"] <= emb.nll + 1e-3
 
 
 def test_profile_intervals_are_the_exact_likelihoods(ratio_fits):
