@@ -103,3 +103,9 @@ class BiasWarning(OdeinferWarning):
     """The data make the estimate's bias large relative to its signal, as measured from the data
     (e.g. difference quotients that are mostly noise, or an integrated trajectory far from the
     data); the message gives the measured numbers and the fix."""
+
+
+class ResolutionWarning(OdeinferWarning):
+    """The solver's tolerances do not resolve the data: propagated to the observables, its absolute
+    tolerance is a sizeable fraction of the noise sd, so the likelihood there is partly solver noise;
+    the message gives the measured numbers and the tolerance that would resolve them."""

@@ -6,6 +6,7 @@ solution of a -> b -> (degradation); scipy's least_squares on the same closed-fo
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -375,3 +376,40 @@ def test_the_trust_region_takes_the_curvature_with_the_observed_noise_informatio
     f, g, H = seen["out"]
     np.testing.assert_array_equal(H, ev.curvature)
     assert np.abs(ev.curvature - ev.fim).max() > 0.1 * np.abs(ev.fim).max()
+
+
+@oi.model(states=["x", "y"], params=["k"])
+def decay(t, y, p):
+    return {"x": -p.k * y.x, "y": p.k * y.x}
+
+
+def _decay_problem(k):
+    """x' = -k x, x(0) = 1, observed on the log scale (sd 0.5) at its exact values exp(-k t): the MLE is k."""
+    m = decay.observe({"xo": "x"}, noise={"xo": oi.Normal(sigma=0.5, scale="log")})
+    T = np.array([0.05, 0.1, 0.2, 0.3])
+    return oi.FitProblem(m, oi.Data(T, np.exp(-k * T), ["xo"]), {"k": oi.Param(k, 1.0, 1e3, "log10")},
+                         x0={"x": 1.0, "y": 0.0})
+
+
+def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_tolerance_that_would():
+    """At k = 100 the data reach x = 9e-14 (t = 0.3), far below the likelihood solver's default atol 1e-8:
+    the NLL there is solver noise (reference: the analytic solution, exact data), and nothing fails."""
+    import warnings
+
+    from odeinfer.errors import ResolutionWarning
+
+    prob = _decay_problem(100.0)
+    obj = oi.Objective(prob)
+    exact = 4 * (0.5 * math.log(2 * math.pi) + math.log(0.5)) + float(np.sum(np.log(prob.plans[0].y_rows)))
+    assert abs(obj(np.array([2.0])).nll - exact) > 10.0  # the default solve is off by far more than the noise
+    with pytest.warns(ResolutionWarning, match=r"absolute tolerance 1e-08 does not resolve [1-4] of 4 measurements"):
+        loose = oi.Embedding().fit(prob)
+    assert any("does not resolve" in w for w in loose.warnings)
+    assert re.search(r"fit again with atol <= 1e-\d+", loose.warnings[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResolutionWarning)
+        tight = oi.Embedding(solver=oi.Auto(rtol=1e-8, atol=1e-22)).fit(prob)
+        resolved = oi.Embedding().fit(_decay_problem(10.0))  # x >= 0.05 at the data: resolved at the default
+    assert tight.nll == pytest.approx(exact, abs=1e-5) and tight.params["k"] == pytest.approx(100.0, rel=1e-5)
+    assert resolved.params["k"] == pytest.approx(10.0, rel=1e-5)
+    assert not any("does not resolve" in w for w in tight.warnings + resolved.warnings)

@@ -347,9 +347,10 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     final = make_objective(problem, solver, priors) if _by_adjoint(obj) else obj
     with auto_scope():
         ev = final(best["u"])
+        unresolved = final.unresolved(best["u"]) if ev.ok and hasattr(final, "unresolved") else None
     status, message = (best["status"] if ev.ok else "failed"), best["message"]
     return _estimate(est, problem, obj, (best["u"], ev, best["n_iter"]), status, message, table, t_start,
-                     len(runs), priors, best.get("polish"))
+                     len(runs), priors, best.get("polish"), unresolved)
 
 
 def _table(problem, obj, U, runs):
@@ -381,7 +382,11 @@ def _table(problem, obj, U, runs):
     return tab
 
 
-def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts, priors=None, polished=None):
+def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts, priors=None, polished=None,
+              unresolved=None):
+    """The Estimate of a likelihood fit; ``unresolved`` (:meth:`~odeinfer.Objective.unresolved` at the optimum) is
+    warned (ResolutionWarning) and kept in its warnings."""
+    from odeinfer.errors import ResolutionWarning
     from odeinfer.results import Estimate
 
     names = problem.estimated
@@ -403,6 +408,9 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         small = _small_sample_note(problem, obj.n_data)
         if small:
             warns.append(small)
+        if unresolved:
+            warnings.warn(unresolved, ResolutionWarning, stacklevel=4)
+            warns.append(unresolved)
     nll = f - prior_nll
     ranked = table["objective" if priors else "nll"]
     f_ok = [v for v in ranked if math.isfinite(v)]
