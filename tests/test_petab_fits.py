@@ -51,22 +51,28 @@ def test_boehm_returns_to_the_published_optimum_from_a_shifted_start():
     assert fit.nll <= PUBLISHED_NLL["Boehm_JProteomeRes2014"] + 0.01
 
 
+def _fit_from_start(name, index):
+    """``(fit, nominal NLL)``: the single-start default Embedding fit of PEtab problem ``name`` from start ``index``
+    of the issue's 100 starts (Sobol, seed 0, on the estimation scales), and the NLL at the collection's nominal
+    parameters under the same objective."""
+    from odeinfer.estimators._likelihood_fit import likelihood_solver, make_objective
+    from odeinfer.likelihood.parameters import from_scale
+
+    pp = oi.petab.load(PETAB / name / f"{name}.yaml")
+    est = oi.Embedding()
+    obj = pp.objective()
+    u0 = sample_starts(obj.lower, obj.upper, 100, rng=0)[index]
+    fit = est.fit(pp.problem, start=dict(zip(pp.problem.estimated, from_scale(u0, obj.scales))))
+    return fit, make_objective(pp.problem, likelihood_solver(est))(pp.u_nominal).nll
+
+
 def test_crauste_best_start_is_continued_past_its_small_change_stop_to_the_nominal_nll():
     """Start 74 of the issue's 100 starts (Sobol, seed 0) is Crauste's best, and its local fit stops on
     the NLL-change test 1.0e-3 above the NLL at the collection's nominal parameters (the same objective),
     in a valley where the Fisher information spans 23 decades (tests/reference/petab_benchmarks.md).
     The single-start fit continues it with a change test at the NLL's rounding and reaches the nominal
     NLL: within 1e-4 of it, ten times closer than the benchmark table's criterion."""
-    from odeinfer.likelihood.parameters import from_scale
-
-    pp = oi.petab.load(PETAB / "Crauste_CellSystems2017" / "Crauste_CellSystems2017.yaml")
-    est = oi.Embedding()
-    obj = pp.objective()
-    u0 = sample_starts(obj.lower, obj.upper, 100, rng=0)[74]
-    fit = est.fit(pp.problem, start=dict(zip(pp.problem.estimated, from_scale(u0, obj.scales))))
-    from odeinfer.estimators._likelihood_fit import likelihood_solver, make_objective
-
-    nominal = make_objective(pp.problem, likelihood_solver(est))(pp.u_nominal).nll
+    fit, nominal = _fit_from_start("Crauste_CellSystems2017", 74)
     polished = fit.extras["polish"]
     assert polished is not None and polished["nll_before"] > nominal + 5e-4, polished
     assert polished["nll_after"] == fit.nll <= nominal + 1e-4, (fit.nll, nominal)
@@ -79,16 +85,7 @@ def test_elowitz_best_start_passes_the_nominal_nll():
     parameters (-63.203); with the expected one (before commit cb3012a) it ended at -24.99. The fit's path is
     sensitive to rounding (the other starts' results moved too), so this is the reduced check of the 100-start
     table's "nominal reached", not a property of start 30 alone."""
-    from odeinfer.likelihood.parameters import from_scale
-
-    pp = oi.petab.load(PETAB / "Elowitz_Nature2000" / "Elowitz_Nature2000.yaml")
-    est = oi.Embedding()
-    obj = pp.objective()
-    u0 = sample_starts(obj.lower, obj.upper, 100, rng=0)[30]
-    fit = est.fit(pp.problem, start=dict(zip(pp.problem.estimated, from_scale(u0, obj.scales))))
-    from odeinfer.estimators._likelihood_fit import likelihood_solver, make_objective
-
-    nominal = make_objective(pp.problem, likelihood_solver(est))(pp.u_nominal).nll
+    fit, nominal = _fit_from_start("Elowitz_Nature2000", 30)
     assert nominal == pytest.approx(-63.20275, abs=1e-3)
     assert fit.nll <= nominal - 1.0, (fit.nll, nominal)
 
