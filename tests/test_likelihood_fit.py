@@ -404,10 +404,12 @@ def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_toleranc
     assert abs(obj(np.array([2.0])).nll - exact) > 10.0  # the default solve is off by far more than the noise
     with pytest.warns(ResolutionWarning, match=r"absolute tolerance 1e-08 does not resolve [1-4] of 4 measurements"):
         loose = oi.Embedding().fit(prob)
-    assert any("does not resolve" in w for w in loose.warnings)
-    assert re.search(r"fit again with atol <= 1e-\d+", loose.warnings[-1])
+    note = next(w for w in loose.warnings if "does not resolve" in w)
+    proposed = re.search(r"fit again with atol <= (1e-\d+) \(at \1 they are\)", note)
+    assert proposed, note
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResolutionWarning)
+        oi.Embedding(solver=oi.Auto(atol=float(proposed.group(1)))).fit(prob)  # the tolerance proposed resolves them
         tight = oi.Embedding(solver=oi.Auto(rtol=1e-8, atol=1e-22)).fit(prob)
         resolved = oi.Embedding().fit(_decay_problem(10.0))  # x >= 0.05 at the data: resolved at the default
     assert tight.nll == pytest.approx(exact, abs=1e-5) and tight.params["k"] == pytest.approx(100.0, rel=1e-5)

@@ -830,7 +830,25 @@ class Objective:
         units), is compared with the noise sd; above ``fraction`` of it, the NLL there is partly solver noise: a
         state observed on a log scale that decays far below ``atol``, or data in units where the noise sd is
         near ``atol`` (e.g. x' = -100 x observed on the log scale at t = 0.3, x = 9e-14: at ``atol`` 1e-8 the NLL
-        of four such measurements is off by 200 and no solver failure says so)."""
+        of four such measurements is off by 200 and no solver failure says so). The tolerance the note proposes
+        is checked the same way with a solver at it (up to three times tighter still, as the unresolved values
+        themselves are solver noise); the note says if even the last one does not resolve them."""
+        found = self._unresolved_at(u, fraction)
+        if found is None:
+            return None
+        text, need = found
+        verified = " (not verified: still unresolved there)"
+        for _ in range(3):
+            again = Objective(self.problem, self.solver.replace(atol=need))._unresolved_at(u, fraction)
+            if again is None:
+                verified = f" (at {need:.0e} they are)"
+                break
+            need = again[1]
+        return (f"{text}; fit again with atol <= {need:.0e}{verified} (e.g. oi.Embedding(solver=oi.Auto("
+                f"atol={need:.0e}))) or express the data in larger units")
+
+    def _unresolved_at(self, u, fraction):
+        """``(what is unresolved, the atol proposed)`` or None: :meth:`unresolved`'s test at this solver."""
         ev = self._evaluate(self._vector(u), True, True)  # the compiled path of the fits (no states-alone twin)
         if not ev.ok:
             return None
@@ -857,8 +875,7 @@ class Objective:
         return (f"the solver's absolute tolerance {atol:g} does not resolve {n_bad} of {n_all} measurements: "
                 f"propagated to the observable it exceeds {fraction:g} of the noise sd (worst: {obs!r} in experiment "
                 f"{exp!r} at t={t:g}, about {err:.2g} on the noise scale against an sd of {sd:.2g}), so the NLL there "
-                f"is partly solver noise; fit again with atol <= {need:.0e} (e.g. oi.Embedding(solver=oi.Auto("
-                f"atol={need:.0e}))) or express the data in larger units")
+                "is partly solver noise"), need
 
     def _observe_into(self, run, X, p, q):
         """The observables, noise sds and their partial derivatives of ``run``'s measurements into its buffers;
