@@ -234,8 +234,8 @@ BOOTSTRAP_RECORDED = {
     },
     # the rows below: the code versions the file's rows name
     ("Simultaneous", "percentile"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.91, 0.98, 0.95, 100, 200, 0, "met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.92, 0.96, 0.93, 100, 200, 0, "met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.896, 0.94, 0.908, 500, 200, 0, "not met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.918, 0.938, 0.92, 500, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 3": (0.87, 0.95, 0.9, 100, 200, 2, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.86, 0.98, 0.91, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.93, 0.98, 0.96, 100, 200, 0, "met"),
@@ -246,8 +246,8 @@ BOOTSTRAP_RECORDED = {
         "SIR (I observed) n = 14, log sd 0.2": (0.93, 0.97, 0.84, 100, 200, 0, "not met"),
     },
     ("Simultaneous", "studentized"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.92, 0.98, 0.98, 100, 200, 0, "met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.89, 0.95, 0.94, 100, 200, 0, "met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.92, 0.958, 0.956, 500, 200, 0, "met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.918, 0.94, 0.938, 500, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 3": (0.84, 0.93, 0.93, 100, 200, 2, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.87, 0.98, 0.94, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.95, 0.99, 0.97, 100, 200, 0, "met"),
@@ -262,27 +262,27 @@ BOOTSTRAP_RECORDED = {
         "Lotka-Volterra n = 201, log sd 0.25": (0.922, 0.948, 0.942, 500, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 3": (0.144, 0.504, 0.394, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.452, 0.688, 0.728, 500, 200, 0, "not met"),
-        "alpha-pinene n = 400, sigma = 3": (0.67, 0.85, 0.88, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 3": (0.61, 0.778, 0.83, 500, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.05, 0.728, 0.142, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.098, 0.516, 0.282, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.168, 0.526, 0.452, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.23, 0.86, 0.77, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.248, 0.878, 0.76, 500, 200, 0, "not met"),
     },
     ("OrthogonalConditions", "studentized"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.878, 0.902, 0.972, 500, 200, 0, "not met"),
         "Lotka-Volterra n = 201, log sd 0.25": (0.936, 0.956, 0.954, 500, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 3": (0.732, 0.87, 0.766, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.9, 0.94, 0.916, 500, 200, 0, "not met"),
-        "alpha-pinene n = 400, sigma = 3": (0.93, 0.99, 0.99, 100, 200, 0, "met"),
+        "alpha-pinene n = 400, sigma = 3": (0.918, 0.944, 0.932, 500, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.354, 0.786, 0.394, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.64, 0.808, 0.664, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.808, 0.884, 0.802, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.91, 0.96, 0.91, 100, 200, 0, "met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.896, 0.952, 0.924, 500, 200, 0, "not met"),
     },
     ("GradientMatching", "percentile"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.28, 1.0, 0.82, 100, 200, 0, "not met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.88, 0.95, 0.87, 100, 200, 0, "not met"),
-        "alpha-pinene n = 50, sigma = 3": (0.0, 0.25, 0.22, 100, 200, 0, "not met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.272, 0.972, 0.788, 500, 200, 0, "not met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.912, 0.946, 0.912, 500, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 3": (0.01, 0.294, 0.222, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.0, 0.36, 0.61, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 3": (0.09, 0.38, 0.78, 100, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.06, 0.77, 0.11, 100, 200, 0, "not met"),
@@ -291,9 +291,9 @@ BOOTSTRAP_RECORDED = {
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.82, 0.08, 100, 200, 0, "not met"),
     },
     ("GradientMatching", "studentized"): {
-        "Lotka-Volterra n = 21, log sd 0.25": (0.89, 0.98, 0.92, 100, 200, 0, "met"),
-        "Lotka-Volterra n = 201, log sd 0.25": (0.93, 0.97, 0.95, 100, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 3": (0.67, 0.81, 0.74, 100, 200, 0, "not met"),
+        "Lotka-Volterra n = 21, log sd 0.25": (0.878, 0.958, 0.928, 500, 200, 0, "not met"),
+        "Lotka-Volterra n = 201, log sd 0.25": (0.956, 0.964, 0.972, 500, 200, 0, "met"),
+        "alpha-pinene n = 50, sigma = 3": (0.74, 0.848, 0.808, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.94, 0.97, 0.93, 100, 200, 0, "met"),
         "alpha-pinene n = 400, sigma = 3": (0.9, 0.95, 0.95, 100, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.27, 0.68, 0.29, 100, 200, 0, "not met"),
@@ -301,8 +301,9 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.72, 0.87, 0.84, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.86, 0.9, 0.79, 100, 200, 0, "not met"),
     },
-    # NewtonRaphson: R = 500 at code version 0.1.0-75f493558a0d (commit 2cb8d2e), FitzHugh-Nagumo R = 100 (the file
-    # names its version); StochasticNewton: R = 100 at 2cb8d2e, equal to NewtonRaphson's former R = 100 cells
+    # NewtonRaphson: R = 500 at code version 0.1.0-75f493558a0d (commit 2cb8d2e), FitzHugh-Nagumo R = 500 at
+    # 0.1.0-3166efb42eed (commit 564bf2f); StochasticNewton: R = 100 at 2cb8d2e, equal to NewtonRaphson's former R = 100
+    # cells, FitzHugh-Nagumo R = 500 at 564bf2f
     ("NewtonRaphson", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.232, 0.834, 0.632, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.032, 0.88, 0.59, 500, 200, 0, "not met"),
@@ -310,7 +311,7 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.296, 0.774, 0.342, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.174, 0.852, 0.544, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.114, 0.854, 0.598, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.87, 0.09, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("NewtonRaphson", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.818, 0.936, 0.96, 500, 200, 0, "not met"),
@@ -319,7 +320,7 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.634, 0.906, 0.794, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.748, 0.952, 0.956, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.838, 0.966, 0.974, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.88, 0.98, 0.84, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     ("StochasticNewton", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.25, 0.85, 0.71, 100, 200, 0, "not met"),
@@ -328,7 +329,7 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.28, 0.77, 0.35, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.14, 0.85, 0.52, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.2, 0.82, 0.61, 100, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.87, 0.09, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("StochasticNewton", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.8, 0.96, 0.98, 100, 200, 0, "not met"),
@@ -337,18 +338,21 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.63, 0.92, 0.82, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.72, 0.97, 0.95, 100, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.79, 0.96, 1.0, 100, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.88, 0.98, 0.84, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     # StochasticGradient: alpha-pinene n = 50 and 200, sigma = 3 R = 100 at code version 0.1.0-ef78be41f9dc (commit
-    # 03546d3); FitzHugh-Nagumo and (GradientDescent) every cell R = 500 at 0.1.0-3166efb42eed (commit 564bf2f)
+    # 03546d3); FitzHugh-Nagumo, alpha-pinene (50, 8) and (GradientDescent) every cell R = 500 at 0.1.0-3166efb42eed
+    # (commit 564bf2f)
     ("StochasticGradient", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.25, 0.85, 0.7, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.05, 0.88, 0.61, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.264, 0.77, 0.322, 500, 200, 3, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("StochasticGradient", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.8, 0.96, 0.98, 100, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.86, 0.94, 0.98, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 8": (0.606, 0.892, 0.782, 500, 200, 3, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     ("GradientDescent", "percentile"): {
