@@ -834,12 +834,15 @@ class Objective:
         is checked the same way with a solver at it (up to three times tighter still, as the unresolved values
         themselves are solver noise); the note says if even the last one does not resolve them."""
         found = self._unresolved_at(u, fraction)
-        if found is None:
+        if not found:
             return None
         text, need = found
         verified = " (not verified: still unresolved there)"
         for _ in range(3):
             again = Objective(self.problem, self.solver.replace(atol=need))._unresolved_at(u, fraction)
+            if again is False:
+                verified = " (not verified: the evaluation failed there)"
+                break
             if again is None:
                 verified = f" (at {need:.0e} they are)"
                 break
@@ -848,10 +851,11 @@ class Objective:
                 f"atol={need:.0e}))) or express the data in larger units")
 
     def _unresolved_at(self, u, fraction):
-        """``(what is unresolved, the atol proposed)`` or None: :meth:`unresolved`'s test at this solver."""
+        """``(what is unresolved, the atol proposed)``, None (resolved) or False (the evaluation failed):
+        :meth:`unresolved`'s test at this solver."""
         ev = self._evaluate(self._vector(u), True, True)  # the compiled path of the fits (no states-alone twin)
         if not ev.ok:
-            return None
+            return False
         atol = float(np.max(self.solver.atol))
         worst, n_bad, n_all = None, 0, 0
         for run in self.runs:
