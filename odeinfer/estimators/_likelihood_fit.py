@@ -347,7 +347,7 @@ def fit_likelihood(est, problem, start, t_start, priors=None):
     final = make_objective(problem, solver, priors) if _by_adjoint(obj) else obj
     with auto_scope():
         ev = final(best["u"])
-        unresolved = final.unresolved(best["u"]) if ev.ok and hasattr(final, "unresolved") else None
+        unresolved = final.unresolved(best["u"]) if ev.ok else None
     status, message = (best["status"] if ev.ok else "failed"), best["message"]
     return _estimate(est, problem, obj, (best["u"], ev, best["n_iter"]), status, message, table, t_start,
                      len(runs), priors, best.get("polish"), unresolved)

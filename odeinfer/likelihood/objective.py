@@ -868,8 +868,8 @@ class Objective:
                 ratio = err / S[sl]
                 n_all += ratio.size
                 n_bad += int(np.count_nonzero(ratio > fraction))
-                i = int(np.argmax(ratio)) if ratio.size else 0
-                if ratio.size and ratio[i] > fraction and (worst is None or ratio[i] > worst[0]):
+                i = int(np.argmax(ratio))  # a group holds at least one measurement
+                if ratio[i] > fraction and (worst is None or ratio[i] > worst[0]):
                     worst = (float(ratio[i]), run.name, self.problem.model.observables[k].name, float(t[i]),
                              float(err[i]), float(S[sl][i]))
         if worst is None:
