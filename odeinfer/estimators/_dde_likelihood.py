@@ -7,7 +7,7 @@ delays included, then the free history parameters), then the free observable par
 offsets, noise sds), all on the linear scale within their bounds. The DDE solver's forward
 sensitivities (parameters, delays, history parameters) carry the exact derivatives of the
 observables and their sds (sympy) to the gradient and the Fisher information of the NLL
-(:mod:`odeinfer.likelihood.noise`), which a bound-constrained trust region (fides) minimises.
+(:mod:`odeinfer.likelihood.noise`), which a bound-constrained trust region (fides' algorithm) minimises.
 With one free delay, the delay scan of the least-squares path (``tau_grid``) runs on the NLL:
 at each grid value the other unknowns are fitted with the delay held (``grid_iter`` iterations),
 and the ``n_refine`` best local minima of that profile are refined by full fits, next to the fit
@@ -236,7 +236,7 @@ def fit_dde_likelihood(est, model, data, history, start, fixed, t0, t_start):
     extras.update({"nll": nll, "loglik": -nll, "scales": dict.fromkeys(names, "lin"), "cov_scaled": cov_u,
                    "u": np.array(values, float), "chosen_start": best[0], "n_evaluations": L.n_eval})
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
-            "method": "maximum likelihood of the observables' noise models, trust region (fides) with the Fisher "
+            "method": "maximum likelihood of the observables' noise models, trust region (as fides) with the Fisher "
                       "information from the DDE solver's forward sensitivities",
             "solver": repr(est.solver), "elapsed_s": time.perf_counter() - t_start}
     if status != "converged":

@@ -1,5 +1,5 @@
 """Maximum-likelihood fit of a :class:`~odeinfer.likelihood.FitProblem` (models with
-observables, noise models, conditions): a bound-constrained trust-region method (fides) on the
+observables, noise models, conditions): a bound-constrained trust-region reflective method (fides' algorithm) on the
 parameters' estimation scales with the exact gradient and the Fisher information, from one or
 many starts.
 
@@ -429,7 +429,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     how = ("BFGS updates of the adjoint's gradient (the NLL and the covariance's Fisher information at the optimum "
            "by forward sensitivities)" if _by_adjoint(obj) else "the Fisher information")
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
-            "method": f"{method}, trust region (fides) with {how}",
+            "method": f"{method}, trust region (Coleman-Li reflective, as fides) with {how}",
             "solver": repr(obj.solver), "elapsed_s": time.perf_counter() - t_start,
             "data": list(problem.experiments.names)}
     out = Estimate(type(est).__name__, problem.model, names, values, cov, status, message, int(n_iter), f,

@@ -1,9 +1,10 @@
-"""A bound-constrained trust-region minimiser for smooth objectives (negative log-likelihoods),
-built on ``fides`` (the interior trust-region reflective method of Coleman and Li, 1994/1996).
+"""A bound-constrained trust-region minimiser for smooth objectives (negative log-likelihoods): the
+interior trust-region reflective method of Coleman and Li (1994/1996) as fides implements it, with its
+steps compiled (:mod:`odeinfer.estimators._trust_step`).
 
 The caller supplies the curvature: ``fun(x) -> (f, g, H)`` with ``H`` a Gauss-Newton / Fisher
 information matrix or the exact Hessian. Or, with ``curvature="bfgs"``, ``fun(x) -> (f, g)`` and the
-curvature is fides' BFGS approximation, updated from the accepted steps' gradient changes (for
+curvature is a BFGS approximation (fides' update), updated from the accepted steps' gradient changes (for
 gradients from an adjoint, which gives no Fisher information).
 
 Failure protocol: where the objective cannot be computed (a solver failure, a non-positive
@@ -31,11 +32,7 @@ estimation of ordinary differential equation models. PLoS Comput. Biol. 18(7), e
 
 from __future__ import annotations
 
-import functools
-import logging
 import math
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,9 +40,6 @@ import numpy as np
 from odeinfer.errors import InputError
 
 __all__ = ["TrustResult", "trust_region"]
-
-#: fides' logger level: above CRITICAL, so it never prints (the exit flag is reported instead)
-_SILENT = logging.CRITICAL + 10
 
 
 @dataclass
@@ -90,11 +84,13 @@ class TrustResult:
 
 
 class _Objective:
-    """``fun`` behind fides' interface: a failure becomes ``(inf, NaN gradient, NaN H)``, which
-    fides rejects (radius shrinks) and which cannot fire its gradient test."""
+    """``fun`` for the iteration: a failure becomes ``(inf, NaN gradient, NaN H)``, which is a rejected
+    step (radius shrinks) and cannot fire the gradient test. With BFGS curvature (``with_h=False``) the
+    returned ``H`` is ``None``."""
 
     def __init__(self, fun, n, with_h=True):
         self.fun, self.n, self.with_h = fun, n, with_h
+        self.bfgs = not with_h
         self.n_eval = self.n_fail = 0
         self.last_failure = None
         self.last_usable = (None, None)  # (x, output): a BFGS restart starts where the last run stopped
@@ -106,7 +102,8 @@ class _Objective:
         out = self.fun(x)
         reason = _failure(out, self.n, self.with_h)
         if reason is None:
-            out = (float(out[0]),) + tuple(np.asarray(a, dtype=float) for a in out[1:])
+            out = (float(out[0]), np.asarray(out[1], dtype=float),
+                   np.asarray(out[2], dtype=float) if self.with_h else None)
             if not self.with_h:
                 self.last_usable = (np.array(x, dtype=float), out)
             return out
@@ -115,7 +112,106 @@ class _Objective:
         if self.n_eval == 1:
             raise _StartFailed(reason)
         nan = math.nan
-        return (math.inf, np.full(self.n, nan)) + ((np.full((self.n, self.n), nan),) if self.with_h else ())
+        return math.inf, np.full(self.n, nan), (np.full((self.n, self.n), nan) if self.with_h else None)
+
+
+class _Run:
+    """One run of fides' ``Optimizer.minimize`` (fides 0.8, default options: 2-D subspace, reflections,
+    ``mu = 0.25``, ``eta = 0.75``, ``gamma1 = 1/4``, ``gamma2 = 2``, ``theta_max = 0.95``), with its steps
+    from :func:`odeinfer.estimators._trust_step.propose_step`: the same radius updates, acceptance and
+    stopping tests, in the same order. ``f_trace`` is ``f`` at the start and after each iteration."""
+
+    def __init__(self, obj, x0, lo, hi, opts, f_trace):
+        self.obj, self.lo, self.hi, self.opts = obj, lo, hi, opts
+        self.x = np.array(x0, dtype=float)
+        self._non_degenerate()
+        self.f, self.g, H = obj(self.x)
+        self.H = np.eye(self.x.size) if obj.bfgs else H.copy()
+        self.f_trace = list(f_trace)
+        self.iteration = 0
+        self.delta = opts["delta_init"]
+        self.tr_ratio = 0.0
+
+    def _non_degenerate(self, eps=1e2 * np.spacing(1)):
+        x, lo, hi = self.x, self.lo, self.hi
+        if np.min(np.abs(hi - x)) < eps or np.min(np.abs(x - lo)) < eps:
+            up, low = (hi - x) < eps, (x - lo) < eps
+            x[up] = x[up] - eps
+            x[low] = x[low] + eps
+
+    def minimise(self):
+        """Iterate until a test fires; returns fides' exit flag name."""
+        from odeinfer.estimators._trust_step import propose_step
+
+        n, opts, converged = self.x.size, self.opts, False
+        s, s0, ss, dv = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+        while True:
+            self.f_trace.append(float(self.f))
+            if converged:
+                return converged
+            if self.iteration >= opts["max_iter"]:
+                return "MAXITER"
+            if self.delta < np.spacing(1):
+                return "DELTA_TOO_SMALL"
+            self.iteration += 1
+            delta_iter = self.delta
+            qpval = propose_step(self.x, self.g, self.H, self.lo, self.hi, delta_iter, _THETA_MAX, s, s0, ss, dv)
+            x_new = self.x + s + s0
+            f_new, g_new, H_new = self.obj(x_new)
+            accepted = self._update_radius(f_new, g_new, ss, qpval, dv, delta_iter)
+            converged = self._converged(f_new, g_new, ss)
+            if accepted:
+                if self.obj.bfgs:
+                    _bfgs_update(self.H, s + s0, g_new - self.g)
+                else:
+                    self.H = H_new.copy()
+                if np.any(x_new < self.lo) or np.any(x_new > self.hi):
+                    return "EXCEEDED_BOUNDARY"
+                self.f, self.x, self.g = f_new, x_new, g_new
+                self._non_degenerate()
+
+    def _update_radius(self, f_new, g_new, ss, qpval, dv, delta_iter):
+        """fides' ``update_tr_radius``: whether the step is accepted."""
+        nsx = float(np.linalg.norm(ss))
+        if not math.isfinite(f_new):
+            self.tr_ratio = 0.0
+            self.delta = float(np.nanmin([self.delta * _GAMMA1, nsx / 4]))
+            return False
+        aug = 0.5 * ss.dot(dv * np.abs(g_new) * ss)
+        actual = self.f - f_new - aug
+        predicted = -qpval
+        self.tr_ratio = 0.0 if predicted <= 0.0 else actual / predicted
+        interior = nsx < delta_iter * 0.9
+        if self.tr_ratio >= _ETA and not interior:
+            self.delta = _GAMMA2 * self.delta
+        elif self.tr_ratio <= _MU:
+            self.delta = float(np.nanmin([self.delta * _GAMMA1, nsx / 4]))
+        return self.tr_ratio > 0.0
+
+    def _converged(self, f_new, g_new, ss):
+        """fides' ``check_convergence``: the name of the test that fired, or False."""
+        o = self.opts
+        gnorm = np.linalg.norm(g_new)
+        if self.tr_ratio > _MU and abs(f_new - self.f) < o["fatol"] + o["frtol"] * abs(self.f):
+            return "FTOL"
+        if self.iteration > 1 and np.linalg.norm(ss) < o["xtol"]:
+            return "XTOL"
+        if gnorm <= o["gatol"] or gnorm <= o["grtol"] * abs(self.f):
+            return "GTOL"
+        return False
+
+
+#: fides' default trust-region constants (Nocedal and Wright, 2006)
+_MU, _ETA, _GAMMA1, _GAMMA2, _THETA_MAX = 0.25, 0.75, 0.25, 2.0, 0.95
+
+
+def _bfgs_update(H, s, y):
+    """fides' BFGS update of ``H`` in place, skipped where the curvature condition ``s'y > 0`` fails."""
+    u = H.dot(s)
+    c, b = u.dot(s), y.dot(s)
+    if b <= 0:
+        return
+    H += np.outer(y, y) / b - np.outer(u, u) / c
 
 
 def _failure(out, n, with_h=True):
@@ -142,272 +238,6 @@ def _failure(out, n, with_h=True):
 
 class _StartFailed(Exception):
     pass
-
-
-class _Diagonal:
-    """The diagonal scaling matrices of fides' iterations (``scipy.sparse.csc_matrix(np.diag(v))``),
-    with the operations fides applies to them, bit for bit as scipy.sparse computes them and without
-    its construction cost (about a third of fides' own time per iteration on a 9-parameter problem):
-    ``S.dot(x)`` and ``S * A`` add each product to a zero (``0.0 + d_i x_i``: a negative zero becomes
-    a positive one), ``A * S`` likewise, ``A + S`` adds the non-zero diagonal entries to a
-    Fortran-ordered copy of ``A`` (the order scipy returns, which the BLAS calls after it see)."""
-
-    __slots__ = ("d",)
-    __array_ufunc__ = None  # ndarray * _Diagonal and ndarray + _Diagonal come here, as with scipy.sparse
-
-    def __init__(self, dense):
-        self.d = np.diagonal(dense).copy()
-
-    def copy(self):
-        return self
-
-    def diagonal(self):
-        return self.d.copy()
-
-    def dot(self, x):
-        x = np.asarray(x)
-        return (self.d * x if x.ndim == 1 else self.d[:, None] * x) + 0.0
-
-    __mul__ = dot
-
-    def __rmul__(self, a):
-        return np.asarray(a) * self.d + 0.0
-
-    def __radd__(self, a):
-        out = np.array(a, dtype=float, order="F", copy=True)
-        i = np.flatnonzero(self.d)
-        out[i, i] += self.d[i]
-        return out
-
-
-_PATCH_LOCK = threading.Lock()
-_OPEN = {}  # open blocks per patched attribute, (module name, attribute): count
-
-
-@contextmanager
-def _patching(mods, attr, new, original):
-    """``mod.<attr> = new`` on each of ``mods`` while any block patching it runs (blocks nest and may run
-    in several threads at once); ``original`` back when the last one ends."""
-    keys = [(m.__name__, attr) for m in mods]
-    with _PATCH_LOCK:
-        for m, k in zip(mods, keys):
-            _OPEN[k] = _OPEN.get(k, 0) + 1
-            setattr(m, attr, new)
-    try:
-        yield
-    finally:
-        with _PATCH_LOCK:
-            for m, k in zip(mods, keys):
-                _OPEN[k] -= 1
-                if not _OPEN[k]:
-                    setattr(m, attr, original)
-
-
-@contextmanager
-def _diagonal_scaling():
-    """fides with :class:`_Diagonal` for its scaling matrices while the block runs (a fides whose
-    modules do not build them with ``csc_matrix`` runs unchanged)."""
-    import fides.minimize
-    import fides.trust_region
-    from scipy.sparse import csc_matrix
-
-    mods = [m for m in (fides.minimize, fides.trust_region) if getattr(m, "csc_matrix", None) in (csc_matrix, _Diagonal)]
-    with _patching(mods, "csc_matrix", _Diagonal, csc_matrix):
-        yield
-
-
-def _subproblem_2d(b, g, delta, logger=None):
-    """fides' ``solve_nd_trust_region_subproblem`` for the two-dimensional subspace of its default step
-    (``TRStep2D``), in Python floats: the same method and stopping rules (eigendecomposition; the
-    interior Newton step when ``b`` is positive definite and the step fits; else Newton's method on
-    the secular equation ``1/||s(lam)|| - 1/delta`` from ``max(0, -lambda_min)`` with scipy's
-    ``newton`` test ``|lam_k+1 - lam_k| <= 1e-12``, at most 100 iterations, then fides' Brent fallback;
-    then the hard case), without the per-call cost of ``scipy.linalg.eig`` and ``scipy.optimize.newton``
-    on a 2 x 2 problem (about 1 ms of fides' 2.3 ms per iteration on a 9-parameter problem). The
-    eigenvectors come from a Jacobi rotation of the symmetrised ``b``, so the step agrees with fides'
-    to rounding. One deviation: where ``b`` is indefinite, fides' Newton iteration starts on a pole of
-    the secular equation, where it evaluates ``s`` with ``w_i`` in place of ``w_i / 0``, and stops there
-    at once (with a step that need not solve the subproblem), fails, or takes the hard-case step although
-    ``g`` is not orthogonal to the eigenvector; here the secular equation takes its limit ``-1/delta`` at
-    the pole and the Brent search that fides falls back to runs directly. Every step solves the
-    subproblem (tests/test_trust_scaling.py: the optimality conditions and fides' own steps). Other sizes
-    and non-finite input go to fides' own solver."""
-    if b.shape != (2, 2) or not (np.all(np.isfinite(b)) and np.all(np.isfinite(g)) and math.isfinite(delta)):
-        from fides.subproblem import solve_nd_trust_region_subproblem
-
-        return solve_nd_trust_region_subproblem(b, g, delta, logger)
-    if delta == 0:
-        return np.zeros(g.shape), "zero"
-    a, c, d = float(b[0, 0]), 0.5 * (float(b[0, 1]) + float(b[1, 0])), float(b[1, 1])
-    if c == 0.0:
-        cs, sn = 1.0, 0.0
-    else:
-        theta = 0.5 * math.atan2(2.0 * c, a - d)
-        cs, sn = math.cos(theta), math.sin(theta)
-    e = [a * cs * cs + 2.0 * c * cs * sn + d * sn * sn, a * sn * sn - 2.0 * c * cs * sn + d * cs * cs]
-    vec = [(cs, sn), (-sn, cs)]  # orthonormal eigenvectors (columns of V)
-    g0, g1 = float(g[0]), float(g[1])
-    w = [-(cs * g0 + sn * g1), -(-sn * g0 + cs * g1)]  # -V^T g
-    jmin = 0 if e[0] <= e[1] else 1
-    mineig = e[jmin]
-
-    def coef(lam, w):  # fides' slam in the eigenbasis: w_i / (e_i + lam), w_i where e_i + lam == 0
-        return [wi / (ei + lam) if ei + lam != 0 else wi for wi, ei in zip(w, e)]
-
-    def step(k):
-        return np.array([vec[0][0] * k[0] + vec[1][0] * k[1], vec[0][1] * k[0] + vec[1][1] * k[1]])
-
-    def secular(lam):
-        if lam < -mineig:
-            return math.inf
-        if any(ei + lam == 0 and wi != 0 for wi, ei in zip(w, e)):
-            return -1.0 / delta  # the limit at a pole (||s|| -> inf); fides evaluates its w_i there instead
-        sn_ = math.hypot(*coef(lam, w))
-        return 1.0 / sn_ - 1.0 / delta if sn_ > 0 else math.inf
-
-    def dsecular(lam):
-        k = coef(lam, w)
-        sn_ = math.hypot(*k)
-        if sn_ == 0:
-            return math.inf
-        return sum(ki * ki / (ei + lam) for ki, ei in zip(k, e) if ei + lam != 0) / sn_ ** 3
-
-    if mineig > 0:
-        k = coef(0.0, w)
-        if math.hypot(*k) <= delta + math.sqrt(np.spacing(1)):
-            return step(k), "posdef"
-        laminit = 0.0
-    else:
-        laminit = -mineig
-    # fides' Newton iteration from a pole of the secular equation (an indefinite b: e_i + laminit == 0
-    # with w_i != 0) stops at once on an infinite or NaN derivative; it is skipped for the Brent search
-    pole = any(ei + laminit == 0 and wi != 0 for wi, ei in zip(w, e))
-    if secular(laminit) < 0:
-        lam = math.nan
-        if not pole:
-            lam = laminit
-            for _ in range(100):  # scipy.optimize.newton(secular, laminit, dsecular, tol=1e-12, maxiter=100)
-                f = secular(lam)
-                if f == 0:
-                    break
-                df = dsecular(lam)
-                if df == 0 or not math.isfinite(f / df):
-                    lam = math.nan
-                    break
-                nxt = lam - f / df
-                if abs(nxt - lam) <= 1e-12:
-                    lam = nxt
-                    break
-                lam = nxt
-            else:
-                lam = math.nan
-        if math.isfinite(lam):
-            k = coef(lam, w)
-            if math.hypot(*k) <= delta + 1e-12:
-                return step(k), "indef"
-        lo_, hi_, left = laminit, (laminit + math.sqrt(np.spacing(1))) * 10, 100
-        while secular(hi_) < 0 and left > 0:  # fides' fallback: a sign change to the right, then Brent
-            lo_, hi_, left = hi_, hi_ * 10, left - 1
-        if left > 0:
-            from scipy.optimize import brentq
-
-            try:
-                lam = brentq(secular, lo_, hi_, xtol=1e-12, maxiter=left)
-                k = coef(lam, w)
-                if math.hypot(*k) <= delta + math.sqrt(np.spacing(1)):
-                    return step(k), "indef"
-            except (RuntimeError, ValueError):
-                pass
-    # the hard case: g orthogonal to the eigenvector of the smallest eigenvalue
-    wh = [0.0 if ei - mineig == 0 else wi for wi, ei in zip(w, e)]
-    k = coef(-mineig, wh)
-    sigma = math.sqrt(max(delta ** 2 - (k[0] ** 2 + k[1] ** 2), 0.0))
-    return step(k) + sigma * np.array(vec[jmin]), "hard"
-
-
-@functools.cache
-def _step_2d_class():
-    """fides' ``TRStep2D`` with one symmetric eigendecomposition (``numpy.linalg.eigh``) where fides takes a general
-    one (``numpy.linalg.eig``) and two least-squares solves (``scipy.linalg.lstsq``) of the scaled Hessian: the same
-    subspace (the Newton step, minimum-norm, with singular values below machine epsilon times the largest dropped as
-    ``lstsq`` drops them; or the eigenvector of the most negative eigenvalue) to rounding. On 113 parameters
-    (Bachmann_MSB2011) fides' three factorisations took 230 ms per iteration, the objective 80 ms; an eigh of that
-    size takes 3 ms. Non-finite matrices go to fides' own."""
-    import fides.steps
-    from fides.steps import Step, TRStep2D, normalize
-
-    class _TRStep2D(TRStep2D):
-        def __init__(self, x, sg, hess, scaling, g_dscaling, delta, theta, ub, lb, logger):
-            if len(sg) == 1 or not (np.all(np.isfinite(hess)) and np.all(np.isfinite(sg))):
-                super().__init__(x, sg, hess, scaling, g_dscaling, delta, theta, ub, lb, logger)
-                return
-            Step.__init__(self, x, sg, hess, scaling, g_dscaling, delta, theta, ub, lb, logger)
-            shess = self.shess
-            e, v = np.linalg.eigh(0.5 * (shess + shess.T))
-            emax = np.max(np.abs(e))
-            self.posdef = e[0] > -np.spacing(1) * emax
-            self.newton = False
-            if self.posdef:
-                keep = np.abs(e) > np.spacing(1) * emax
-                s_newt = -(v[:, keep] @ ((v[:, keep].T @ sg) / e[keep]))
-                if np.linalg.norm(s_newt) < delta:
-                    normalize(s_newt)
-                    self.newton = True
-                    self.subspace = np.expand_dims(s_newt, 1)
-                    return
-                s_grad = sg.copy()
-            else:
-                s_newt = v[:, 0].copy()
-                s_grad = scaling.dot(np.sign(sg) + (sg == 0))
-            normalize(s_newt)
-            s_grad = s_grad - s_newt * s_newt.dot(s_grad)
-            if np.linalg.norm(s_grad) > np.spacing(1):
-                normalize(s_grad)
-                self.subspace = np.vstack([s_newt, s_grad]).T
-            else:
-                self.subspace = np.expand_dims(s_newt, 1)
-
-    _TRStep2D.__name__ = _TRStep2D.__qualname__ = "TRStep2D"
-    _TRStep2D.__module__ = fides.steps.__name__
-    return _TRStep2D
-
-
-@contextmanager
-def _fast_subproblem():
-    """fides' steps with :func:`_subproblem_2d` for their two-dimensional trust-region subproblems and
-    :func:`_step_2d_class`'s subspace while the block runs."""
-    import fides.steps
-    import fides.trust_region
-    from fides.subproblem import solve_nd_trust_region_subproblem
-
-    with _patching([fides.steps], "solve_nd_trust_region_subproblem", _subproblem_2d,
-                   solve_nd_trust_region_subproblem), \
-            _patching([fides.trust_region], "TRStep2D", _step_2d_class(), fides.steps.TRStep2D):
-        yield
-
-
-def _optimizer_class():
-    import fides
-
-    class _Optimizer(fides.Optimizer):
-        """fides' optimiser, recording ``f`` after each iteration; its progress table, which it
-        formats every iteration whatever the logger's level, is never printed here (see
-        ``_SILENT``), so it is not formatted either."""
-
-        def check_continue(self):
-            self.f_trace.append(float(self.fval))
-            return super().check_continue()
-
-        def log_step(self, accepted, step, funout):
-            pass
-
-        def log_step_initial(self):
-            pass
-
-        def log_header(self):
-            pass
-
-    return _Optimizer
 
 
 def _as_vector(name, value, n=None):
@@ -540,56 +370,42 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
     if curvature not in ("given", "bfgs"):
         raise InputError(f"curvature: expected 'given' (fun returns H) or 'bfgs' (fun returns (f, g)), got "
                          f"{curvature!r}")
-    import fides
-
     n = x.size
-    bfgs = curvature == "bfgs"
-    obj = _Objective(fun, n, with_h=not bfgs)
-    options = {fides.Options.MAXITER: int(max_iter), **{fides.Options(k): v for k, v in tols.items()},
-               fides.Options.DELTA_INIT: float(delta_init)}
+    obj = _Objective(fun, n, with_h=curvature == "given")
+    opts = dict(tols, max_iter=int(max_iter), delta_init=float(delta_init))
     x_start = _nudge_inward(x, lo, hi)
     trace, n_iter = [], 0
     while True:
-        opt = _optimizer_class()(obj, ub=hi, lb=lo, verbose=_SILENT, options=options,
-                                 hessian_update=fides.BFGS() if bfgs else None)
-        opt.f_trace = trace[:-1]  # a restart's first value is the last run's end
         try:
-            with _diagonal_scaling(), _fast_subproblem():
-                opt.minimize(x_start)
+            run = _Run(obj, x_start, lo, hi, opts, trace[:-1])  # a restart's first value is the last run's end
         except _StartFailed as e:
             return TrustResult(x_start, math.inf, None, None, "failed",
                                f"the objective could not be computed at the start: {e}", 0, obj.n_eval, obj.n_fail,
                                np.empty(0))
-        except RuntimeError as e:  # fides' own checks (non-finite values, bounds); anything else is a bug upstream
-            if opt.exitflag not in (fides.ExitFlag.NOT_FINITE, fides.ExitFlag.EXCEEDED_BOUNDARY):
-                raise
-            opt.f_trace.append(float(opt.fval))
-            return _result(opt, obj, "failed", f"{_WORDS[opt.exitflag.name]}: {e}", n_iter + opt.iteration,
-                           opt.exitflag.name)
-        finally:
-            if opt.logger is not None:  # fides makes a logger (with a handler) per run: drop the handler
-                opt.logger.handlers.clear()
-        n_iter += opt.iteration
-        flag = opt.exitflag.name
-        f_run, trace = (trace[-1] if trace else opt.f_trace[0]), opt.f_trace
+        flag = run.minimise()
+        n_iter += run.iteration
+        if flag == "EXCEEDED_BOUNDARY":
+            run.f_trace.append(run.f)
+            return _result(run, obj, "failed", _WORDS[flag], n_iter, flag)
+        f_run, trace = (trace[-1] if trace else run.f_trace[0]), run.f_trace
         # BFGS: a stop on a small step or change may come from a curvature estimate grown stale (too large along
         # directions where f has since flattened); run again from the identity while that still decreases f
-        if not (bfgs and flag in ("FTOL", "XTOL", "DELTA_TOO_SMALL") and n_iter < max_iter
-                and f_run - opt.fval > tols["fatol"] + tols["frtol"] * abs(opt.fval)):
+        if not (obj.bfgs and flag in ("FTOL", "XTOL", "DELTA_TOO_SMALL") and n_iter < max_iter
+                and f_run - run.f > tols["fatol"] + tols["frtol"] * abs(run.f)):
             break
-        x_start = _nudge_inward(np.asarray(opt.x, float), lo, hi)
-        options[fides.Options.MAXITER] = int(max_iter) - n_iter
+        x_start = _nudge_inward(run.x, lo, hi)
+        opts["max_iter"] = int(max_iter) - n_iter
     status = {"FTOL": "converged", "XTOL": "converged", "GTOL": "converged", "MAXITER": "max_iter"}.get(flag, "failed")
     message = _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter)
     if flag == "DELTA_TOO_SMALL":
-        dec = predicted_decrease(opt.x, opt.grad, opt.hess, lo, hi)
+        dec = predicted_decrease(run.x, run.g, run.H, lo, hi)
         if dec <= stall_decrease:
             status = "converged"
             message = (f"no step decreases f any more and the model predicts at most {dec:.2g} further decrease "
                        f"(<= stall_decrease={stall_decrease:g}): a stationary point, flat to the objective's accuracy")
         else:
             message += f"; the model still predicts a decrease of {dec:.3g}"
-    return _result(opt, obj, status, message, n_iter, flag)
+    return _result(run, obj, status, message, n_iter, flag)
 
 
 def predicted_decrease(x, g, H, lo, hi):
@@ -608,10 +424,9 @@ def predicted_decrease(x, g, H, lo, hi):
     return float(0.5 * gf @ np.linalg.pinv(H[np.ix_(free, free)], rcond=1e-12, hermitian=True) @ gf)
 
 
-def _result(opt, obj, status, message, n_iter, stop):
+def _result(run, obj, status, message, n_iter, stop):
     if obj.n_fail:
         message += (f"; the objective could not be computed at {obj.n_fail} of {obj.n_eval} points, "
                     f"the last time: {obj.last_failure}")
-    return TrustResult(np.array(opt.x, dtype=float), float(opt.fval), np.array(opt.grad, dtype=float),
-                       np.array(opt.hess, dtype=float), status, message, int(n_iter), obj.n_eval, obj.n_fail,
-                       np.array(opt.f_trace, dtype=float), stop)
+    return TrustResult(run.x.copy(), float(run.f), run.g.copy(), run.H.copy(), status, message, int(n_iter), obj.n_eval,
+                       obj.n_fail, np.array(run.f_trace, dtype=float), stop)

@@ -269,7 +269,7 @@ class Embedding(Estimator):
             :class:`~odeinfer.petab.PetabProblem` (its FitProblem) is fitted by
             maximum likelihood: the objective is the negative log-likelihood of its noise models
             (with all constants, as PEtab defines it), minimised by a bound-constrained trust
-            region (fides) on the parameters' scales with the exact gradient and the Fisher
+            region (fides' algorithm) on the parameters' scales with the exact gradient and the Fisher
             information; the best start's fit, when it stopped on a small step or NLL change, is
             continued with those tests at the NLL's rounding (``extras["polish"]``: the NLL before
             and after, iterations; None when not continued); conditions (overrides, doses, inputs,
