@@ -391,6 +391,49 @@ def _decay_problem(k):
                          x0={"x": 1.0, "y": 0.0})
 
 
+def _decay_nll(k, rows_h, y, sd=0.5):
+    """PEtab's NLL of log-normal measurements ``y`` at predictions ``rows_h`` (``z = log y``, Jacobian term
+    ``log y``)."""
+    z, mu = np.log(y), np.log(rows_h)
+    return float(np.sum(0.5 * math.log(2 * math.pi) + math.log(sd) + z + 0.5 * ((z - mu) / sd) ** 2))
+
+
+def test_log_scale_predictions_within_the_solvers_resolution_of_zero_are_held_at_it():
+    """x' = -k x on the log scale with atol 1e-12: at k = 300, x(0.05) = 3.1e-7 is resolved and x(0.1, 0.2, 0.3) =
+    9e-14, 9e-27, 8e-40 are not (reference: the analytic solution). Those three predictions are held at the
+    resolution atol * |dh/dx| = 1e-12 with zero derivatives: the NLL is the analytic one with h = 1e-12 there, the
+    gradient that of the resolved row alone (analytic, d/d log10 k), the curvature likewise; the evaluation does not
+    fail where the computed x is solver noise of either sign."""
+    prob = _decay_problem(100.0)
+    y, T = prob.plans[0].y_rows, prob.plans[0].t_rows
+    obj = oi.Objective(prob, solver=oi.Auto(rtol=1e-10, atol=1e-12))
+    k = 300.0
+    ev = obj(np.array([math.log10(k)]))
+    assert ev.ok
+    h = np.r_[math.exp(-k * T[0]), np.full(3, 1e-12)]
+    # the resolved row's log x is accurate to about rtol + atol / x = 3.3e-6; times |z - mu| / sd^2 = 40: 1.3e-4
+    assert ev.nll == pytest.approx(_decay_nll(k, h, y), abs=2e-4)
+    resid = (np.log(y[0]) + k * T[0]) / 0.5  # (z - mu) / sd of the resolved row; mu = -k t
+    dnll_dk = resid / 0.5 * T[0]
+    assert ev.grad[0] == pytest.approx(dnll_dk * k * math.log(10), rel=1e-5)
+    assert ev.fim[0, 0] == pytest.approx((T[0] / 0.5 * k * math.log(10)) ** 2, rel=1e-5)
+    # all four far below the resolution (k = 1000: x(0.05) = 2e-22): every row held, the gradient zero
+    far = obj(np.array([3.0]))
+    assert far.ok and far.nll == pytest.approx(_decay_nll(1000.0, np.full(4, 1e-12), y), rel=1e-12)
+    assert far.grad[0] == 0.0
+
+
+def test_a_log_scale_prediction_negative_beyond_the_resolution_still_fails():
+    """h = x - 0.5 on the log scale with x(t) = exp(-k t) < 0.5 at every measurement: a negative observable, not
+    solver noise, so the evaluation fails and says why."""
+    m = decay.observe({"xo": "x - 0.5"}, noise={"xo": oi.Normal(sigma=0.5, scale="log")})
+    T = np.array([0.05, 0.1, 0.2, 0.3])
+    prob = oi.FitProblem(m, oi.Data(T, np.full(4, 0.1), ["xo"]), {"k": oi.Param(10.0, 1.0, 1e3, "log10")},
+                         x0={"x": 1.0, "y": 0.0})
+    ev = oi.Objective(prob)(np.array([1.0]))
+    assert not ev.ok and "is <= 0 at t=[0.1, 0.2, 0.3]" in ev.failure
+
+
 def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_tolerance_that_would():
     """At k = 100 the data reach x = 9e-14 (t = 0.3), far below the likelihood solver's default atol 1e-8:
     the NLL there is solver noise (reference: the analytic solution, exact data), and nothing fails."""

@@ -224,6 +224,8 @@ class _Run:
         n = self.idx.size
         self.buffers = (np.empty(n), np.empty(n), np.zeros((n, 1)), *(
             np.zeros((n, k)) for k in (self.n_s, self.n_p, self.n_q, self.n_s, self.n_p, self.n_q)))
+        # the rows held at the solver's resolution by Objective._observe_into, and their computed values
+        self.floored, self.raw = np.zeros(n, bool), np.zeros(n)
 
     @property
     def segments(self):
@@ -712,6 +714,13 @@ class Objective:
         their own run (:meth:`~odeinfer.likelihood.steady.SteadyState.vjp`, which fails the evaluation when the
         gradient through the steady state has not converged). Problems with events or switches of the right-hand
         side at state thresholds need ``oi.Forward()``.
+
+    Notes
+    -----
+    An observable on a log scale whose computed value is within the solver's resolution of zero (a state decayed
+    below the absolute tolerance: ``|h| < atol * sum_s |dh/dx_s|``) is held at that resolution with zero derivatives,
+    where PEtab's objective is undefined or solver noise; a fit whose optimum has such measurements warns
+    (:class:`~odeinfer.errors.ResolutionWarning`, with a tolerance that resolves them).
     """
 
     def __init__(self, problem, solver=None, gradient=None):
@@ -862,20 +871,27 @@ class Objective:
             H, S, _, HX = run.buffers[:4]
             for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
                 sl = run.slices[j]
-                err = atol * np.abs(HX[sl]).sum(axis=1)
+                # a row held at the resolution r (value r, zero derivatives) is unresolved whatever its ratio; its
+                # error r is taken relative to its computed value (solver noise, below r as the true value is), which
+                # scales the tolerance proposed
+                held = run.floored[sl]
+                err = np.where(held, H[sl], atol * np.abs(HX[sl]).sum(axis=1))
                 if scale:
-                    err = err / (np.abs(H[sl]) * (1.0 if scale == 1 else math.log(10.0)))
+                    value = np.where(held & (run.raw[sl] != 0), np.abs(run.raw[sl]), np.abs(H[sl]))
+                    err = err / (value * (1.0 if scale == 1 else math.log(10.0)))
                 ratio = err / S[sl]
+                bad = (ratio > fraction) | held
                 n_all += ratio.size
-                n_bad += int(np.count_nonzero(ratio > fraction))
-                i = int(np.argmax(ratio))  # a group holds at least one measurement
-                if ratio[i] > fraction and (worst is None or ratio[i] > worst[0]):
-                    worst = (float(ratio[i]), run.name, self.problem.model.observables[k].name, float(t[i]),
-                             float(err[i]), float(S[sl][i]))
+                n_bad += int(np.count_nonzero(bad))
+                if bad.any():
+                    i = int(np.argmax(np.where(bad, ratio, -1.0)))
+                    if worst is None or ratio[i] > worst[0]:
+                        worst = (float(ratio[i]), run.name, self.problem.model.observables[k].name, float(t[i]),
+                                 float(err[i]), float(S[sl][i]))
         if worst is None:
             return None
         ratio, exp, obs, t, err, sd = worst
-        need = 10.0 ** math.floor(math.log10(atol * fraction / ratio))
+        need = min(10.0 ** math.floor(math.log10(atol * fraction / ratio)), atol / 10)
         return (f"the solver's absolute tolerance {atol:g} does not resolve {n_bad} of {n_all} measurements: "
                 f"propagated to the observable it exceeds {fraction:g} of the noise sd (worst: {obs!r} in experiment "
                 f"{exp!r} at t={t:g}, about {err:.2g} on the noise scale against an sd of {sd:.2g}), so the NLL there "
@@ -883,12 +899,31 @@ class Objective:
 
     def _observe_into(self, run, X, p, q):
         """The observables, noise sds and their partial derivatives of ``run``'s measurements into its buffers;
-        a failed :class:`Evaluation` where an observable on a log scale or an sd is not positive, else None."""
+        a failed :class:`Evaluation` where an observable on a log scale is negative beyond the solver's resolution
+        or an sd is not positive, else None.
+
+        An observable on a log scale whose computed value is within the solver's resolution of zero, ``|h| <
+        r = atol * sum_s |dh/dx_s|`` (a state decayed below ``atol``: its computed value is solver noise, of
+        either sign), is held at ``r`` with zero derivatives (``max(h, r)`` for ``h > -r``, continuous where the value is resolved).
+        The NLL there is the one of the largest value the solve cannot tell from zero, instead of a failure that a
+        one-ulp change of a parameter turns into a success and back (which stalls the trust region). Such rows are
+        marked in ``run.floored``; :meth:`unresolved` reports them."""
         H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
+        atol = float(np.max(self.solver.atol))
+        run.floored[:] = False
         for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
             sl = run.slices[j]
             Xk = X[idx]
             h = self.obsf.h_into(k, sl, t, Xk, p, q, H, HX, HP, HQ)
+            if scale:
+                r = atol * np.abs(HX[sl]).sum(axis=1)
+                low = np.abs(h) < r
+                if np.any(low):
+                    run.raw[sl][low] = h[low]
+                    h[low] = r[low]  # h is a view of H[sl]
+                    for D in (HX, HP, HQ):
+                        D[sl][low] = 0.0
+                    run.floored[sl] = low
             if scale and np.any(h <= 0):  # an earlier group's bad sd is reported first, as the checks run in order
                 return self._bad_sigma(run, S, j) or self._bad_h(run, j, h)
             self.obsf.sigma_into(k, sl, t, Xk, p, q, h, S, SX, SP, SQ, SH)
