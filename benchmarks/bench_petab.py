@@ -509,7 +509,7 @@ def write_reference(path, tables, command, args, load_avg):
              f"Written by `{command}` ({args.starts} starts per problem, scrambled Sobol, seed {args.seed}, uniform in",
              "the bounds on the parameters' scales; the same starts for both methods; "
              f"{args.jobs} process(es), load average {load_avg:.1f} at the start on {os.cpu_count()} cores).",
-             "odeinfer: `oi.Embedding()`'s likelihood fit (fides trust region, exact gradient and Fisher information,",
+             "odeinfer: `oi.Embedding()`'s likelihood fit (fides' trust region, exact gradient and Fisher information,",
              "default `likelihood` solver). scipy: `least_squares` (trf, 2-point Jacobian) over `solve_ivp` (LSODA,",
              "rtol 1e-8, atol 1e-10). Every end point is scored by the same objective (Rodas rtol 1e-10, atol 1e-12).",
              "*within 0.1*: end points within 0.1 of the best NLL of both methods; *failed*: starts with no end point",

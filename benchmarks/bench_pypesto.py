@@ -6,7 +6,7 @@ For each problem in tests/data/petab (both tools read the same PEtab files):
    parameters' estimation scales), each fitted in this process by both tools, one after the other,
    alternating which goes first (so that both meet the same load on a shared machine):
    * odeinfer: one local fit of ``oi.Embedding(starts=n).fit(problem, start=starts)``'s multistart
-     (fides trust region on the exact gradient and the Fisher information, default tolerances and
+     (a trust region as fides' on the exact gradient and the Fisher information, default tolerances and
      iteration budget, the likelihood's default solver ``oi.Auto(rtol=1e-6, atol=1e-8)``); after the
      last start, the best start's fit is continued as the multistart continues it (its time added to
      that start's);

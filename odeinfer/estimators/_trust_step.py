@@ -259,9 +259,9 @@ def _subproblem_2d(b, g, delta):
 
 
 @njit(cache=True, error_model="numpy")
-def _step_back(x, lb, ub, theta, s, ss, sc, br):
-    """Shorten the step ``s`` (and ``ss``, ``sc``) to ``theta`` times the distance to the first bound it
-    crosses: returns ``(alpha, minbr)`` and leaves the bound ratios in ``br``."""
+def _step_back(x, lb, ub, theta, s, ss, br):
+    """Shorten the step ``s`` (and ``ss``) to ``theta`` times the distance to the first bound it crosses:
+    returns ``(alpha, minbr)`` and leaves the bound ratios in ``br``."""
     n = x.size
     for i in range(n):
         if abs(s[i]) > 0:
@@ -273,8 +273,6 @@ def _step_back(x, lb, ub, theta, s, ss, sc, br):
     for i in range(n):
         s[i] *= alpha
         ss[i] *= alpha
-    for i in range(sc.size):
-        sc[i] *= alpha
     return alpha, minbr
 
 
@@ -285,13 +283,12 @@ def _one_dim_step(x, lb, ub, theta, d, sg, B, delta, direction, s0, ss0, s, ss, 
     the step back) and returns ``(qpval, alpha, minbr)``."""
     n = x.size
     tau = _subproblem_1d(B, sg, direction, delta, ss0)
-    sc = np.array([tau])
     for i in range(n):
         ss[i] = direction[i] * tau
         s[i] = d[i] * ss[i] + 0.0
         og_s[i], og_ss[i] = s[i], ss[i]
     xs = x + s0
-    alpha, minbr = _step_back(xs, lb, ub, theta, s, ss, sc, br)
+    alpha, minbr = _step_back(xs, lb, ub, theta, s, ss, br)
     return _quadratic(B, sg, ss + ss0), alpha, minbr
 
 
@@ -378,7 +375,7 @@ def propose_step(x, g, H, lb, ub, delta, theta_max, s_out, s0_out, ss_out, dv):
     if k == 2:
         chess = sub.T.dot(B.dot(sub))
         cg = sub.T.dot(sg)
-        sc = _subproblem_2d(chess, cg, math.sqrt(max(delta ** 2 - 0.0, 0.0)))
+        sc = _subproblem_2d(chess, cg, math.sqrt(max(delta ** 2 - 0.0, 0.0)))  # fides: sqrt(delta^2 - |ss0|^2)
     else:
         sc = np.array([_subproblem_1d(B, sg, sub[:, 0].copy(), delta, zeros)])
     for i in range(n):
@@ -388,7 +385,7 @@ def propose_step(x, g, H, lb, ub, delta, theta_max, s_out, s0_out, ss_out, dv):
         ss[i] = acc
         s[i] = d[i] * ss[i] + 0.0
     og_s, og_ss = s.copy(), ss.copy()
-    alpha, minbr = _step_back(x, lb, ub, theta, s, ss, sc, br)
+    alpha, minbr = _step_back(x, lb, ub, theta, s, ss, br)
     best_q = _quadratic(B, sg, ss + zeros)
     s_out[:] = s
     s0_out[:] = 0.0
