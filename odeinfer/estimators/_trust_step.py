@@ -68,7 +68,8 @@ def _quadratic(B, g, z):
 
 @njit(cache=True, error_model="numpy")
 def _boundary_1d(B, g, s, s0, delta):
-    """The ``t`` with ``||s0 + t s|| = delta`` of lower model value (fides' ``get_1d_trust_region_boundary_solution``)."""
+    """The ``t`` with ``||s0 + t s|| = delta`` of lower model value (fides'
+    ``get_1d_trust_region_boundary_solution``)."""
     a = np.dot(s, s)
     b = 2.0 * np.dot(s0, s)
     c = np.dot(s0, s0) - delta ** 2

@@ -904,7 +904,8 @@ class Objective:
 
         An observable on a log scale whose computed value is within the solver's resolution of zero, ``|h| <
         r = atol * sum_s |dh/dx_s|`` (a state decayed below ``atol``: its computed value is solver noise, of
-        either sign), is held at ``r`` with zero derivatives (``max(h, r)`` for ``h > -r``, continuous where the value is resolved).
+        either sign), is held at ``r`` with zero derivatives (``max(h, r)`` for ``h > -r``: continuous where the
+        value is resolved).
         The NLL there is the one of the largest value the solve cannot tell from zero, instead of a failure that a
         one-ulp change of a parameter turns into a success and back (which stalls the trust region). Such rows are
         marked in ``run.floored``; :meth:`unresolved` reports them."""
