@@ -227,6 +227,10 @@ class _Run:
         # the rows held at the solver's resolution by Objective._observe_into, and their computed values
         self.floored, self.raw = np.zeros(n, bool), np.zeros(n)
 
+    def resolution(self, sl):
+        """``atol * sum_s |dh/dx_s|`` for the rows ``sl`` of the buffers: the solve's resolution of each observable."""
+        return float(np.max(self.solver.atol)) * np.abs(self.buffers[3][sl]).sum(axis=1)
+
     @property
     def segments(self):
         """The segments of the last solve (before any: those of the fixed cuts)."""
@@ -868,14 +872,14 @@ class Objective:
         atol = float(np.max(self.solver.atol))
         worst, n_bad, n_all = None, 0, 0
         for run in self.runs:
-            H, S, _, HX = run.buffers[:4]
+            H, S = run.buffers[:2]
             for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
                 sl = run.slices[j]
                 # a row held at the resolution r (value r, zero derivatives) is unresolved whatever its ratio; its
                 # error r is taken relative to its computed value (solver noise, below r as the true value is), which
                 # scales the tolerance proposed
                 held = run.floored[sl]
-                err = np.where(held, H[sl], atol * np.abs(HX[sl]).sum(axis=1))
+                err = np.where(held, H[sl], run.resolution(sl))
                 if scale:
                     value = np.where(held & (run.raw[sl] != 0), np.abs(run.raw[sl]), np.abs(H[sl]))
                     err = err / (value * (1.0 if scale == 1 else math.log(10.0)))
@@ -910,14 +914,13 @@ class Objective:
         one-ulp change of a parameter turns into a success and back (which stalls the trust region). Such rows are
         marked in ``run.floored``; :meth:`unresolved` reports them."""
         H, S, SH, HX, HP, HQ, SX, SP, SQ = run.buffers
-        atol = float(np.max(self.solver.atol))
         run.floored[:] = False
         for j, (k, rows, t, idx, zy, jac_term, dist, scale) in enumerate(run.groups):
             sl = run.slices[j]
             Xk = X[idx]
             h = self.obsf.h_into(k, sl, t, Xk, p, q, H, HX, HP, HQ)
             if scale:
-                r = atol * np.abs(HX[sl]).sum(axis=1)
+                r = run.resolution(sl)
                 low = np.abs(h) < r
                 if np.any(low):
                     run.raw[sl][low] = h[low]
