@@ -458,3 +458,63 @@ def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_toleranc
     assert tight.nll == pytest.approx(exact, abs=1e-5) and tight.params["k"] == pytest.approx(100.0, rel=1e-5)
     assert resolved.params["k"] == pytest.approx(10.0, rel=1e-5)
     assert not any("does not resolve" in w for w in tight.warnings + resolved.warnings)
+
+
+@oi.model(states=["x", "v"], params=["w"])
+def spring(t, y, p):
+    return {"x": y.v, "v": -p.w ** 2 * y.x}
+
+
+def _spring_problem():
+    """x'' = -w^2 x, x(0) = 1, observed at its exact values cos(w t), w = 1, on [0, 10]: the steps of a solve grow
+    with w (about 20 per period)."""
+    T = np.linspace(0.5, 10.0, 20)
+    m = spring.observe({"xo": "x"}, noise={"xo": oi.Normal(sigma=0.1)})
+    return oi.FitProblem(m, oi.Data(T, np.cos(T), ["xo"]), {"w": oi.Param(1.0, 0.1, 1e3, "log10")},
+                         x0={"x": 1.0, "v": 0.0})
+
+
+def test_a_step_limit_fails_an_evaluation_whose_solve_needs_more_and_says_so():
+    from odeinfer.estimators._likelihood_fit import trial_step_limit
+
+    obj = oi.Objective(_spring_problem())
+    assert obj(np.array([0.0])).ok
+    near = obj.steps_used
+    assert 20 < near < 200
+    assert trial_step_limit(near) == 2000 and trial_step_limit(450) == 4500
+    obj.limit_steps(2000)
+    assert obj(np.array([0.05])).ok and obj.steps_used < 2 * near  # w = 1.12: a few more steps, under the limit
+    fast = obj(np.array([2.5]))  # w = 316: about 10 periods per unit of time, over 2000 steps on [0, 10]
+    assert not fast.ok
+    assert re.search(r"stopped at t=[\d.]+ after 2000 steps, the limit the fit sets for a trial point \(the "
+                     r"solver's max_steps is 100000\)", fast.failure), fast.failure
+    obj.limit_steps(None)
+    assert obj(np.array([2.5])).ok and obj.steps_used > 2000
+
+
+def test_the_trust_region_limits_trial_points_by_the_steps_of_its_evaluations_and_lifts_the_limit_after():
+    from odeinfer.estimators._likelihood_fit import _minimise, trial_step_limit
+
+    obj = oi.Objective(_spring_problem())
+    limits, steps = [], []
+    orig_limit, orig_eval = obj.limit_steps, obj._evaluate
+
+    def record_limit(n=None):
+        limits.append(n)
+        orig_limit(n)
+
+    def record_eval(*a):
+        ev = orig_eval(*a)
+        steps.append((obj.steps_used, int(obj.step_log[0]), ev.ok))
+        return ev
+
+    obj.limit_steps, obj._evaluate = record_limit, record_eval
+    res = _minimise(obj, np.array([0.03]), obj.lower, obj.upper, 100)
+    assert res.x[0] == pytest.approx(0.0, abs=1e-6)
+    assert steps[0][1] == 0  # the start: no limit
+    most = 0
+    for used, limit, ok in steps:
+        assert limit == (trial_step_limit(most) if most else 0)
+        if ok:
+            most = max(most, used)
+    assert limits[-1] is None and obj.step_log[0] == 0  # lifted at the end

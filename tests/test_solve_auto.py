@@ -136,6 +136,31 @@ def test_max_steps_switches_only_when_the_step_is_stability_limited():
     assert lv.method_used == "dopri5" and not lv.stiff and lv.implicit is None
 
 
+def test_a_step_limit_stops_later_solves_and_copies_inherit_it():
+    """``limit_steps(n)``: each later call stops after ``n`` attempted steps (``MAX_STEPS``); ``None`` restores
+    ``max_steps``; ``retimed`` copies start with the limit; an Auto solver's Rodas, built at the switch, gets it."""
+    t = np.linspace(0.0, 20.0, 5)
+    lv = oi.bind(oi.Problem(lotka_volterra, t, x0=LV_X0), solver=oi.Dopri5(), gradient=oi.Forward())
+    assert lv(LV_P, LV_X0.copy())[2] == 0
+    full = int(lv.info[1])
+    assert full > 40
+    lv.limit_steps(40)
+    assert lv(LV_P, LV_X0.copy())[2] == Status.MAX_STEPS and lv.info[1] == 40
+    copy = lv.retimed(np.array(t), 0.0)
+    assert copy(LV_P, LV_X0.copy())[2] == Status.MAX_STEPS and copy.info[1] == 40
+    lv.limit_steps(10 ** 9)  # above max_steps: max_steps
+    assert lv.steps[0] == lv.max_steps == 100_000
+    lv.limit_steps(None)
+    assert lv(LV_P, LV_X0.copy())[2] == 0 and lv.info[1] == full
+    # Auto on Robertson: Dopri5 stopped at the limit with a stability-limited step switches, and Rodas keeps it
+    b = oi.bind(oi.Problem(robertson, T, x0=X0), solver=oi.Auto())
+    b.limit_steps(500)
+    assert b(P, X0.copy())[2] == 0 and b.method_used == "rodas" and b.steps[0] == 500
+    assert b.switch_reason.startswith("dopri5: the solver took max_steps=500")
+    b.limit_steps(5)
+    assert b(P, X0.copy())[2] == Status.MAX_STEPS and b.info[1] == 5
+
+
 @pytest.mark.parametrize("gradient", [None, oi.Forward(), oi.Forward(exclude=("beta",))])
 def test_non_stiff_problem_is_dopri5_bit_for_bit(gradient):
     t = np.linspace(0.0, 15.0, 31)

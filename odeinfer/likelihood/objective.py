@@ -44,7 +44,7 @@ from odeinfer.likelihood.steady import SteadyState
 from odeinfer.likelihood.switches import TimeSwitches
 from odeinfer.solve import Forward, Problem, bind
 from odeinfer.solve.config import as_solver, default_solver
-from odeinfer.solve.abi import Status, status_message
+from odeinfer.solve.abi import Info, Status, status_message
 
 __all__ = ["Objective", "Evaluation"]
 
@@ -186,6 +186,7 @@ class _Run:
         self.dose_times = [(d.time, (m.states.index(d.state), i, d.resets)) for i, d in enumerate(plan.doses)]
         self.p_inputs = [(k, inp, prob.rates.get(k)) for k, inp in plan.inputs.items()]
         self.solver = obj.solver if solver is None else solver
+        self.step_log = obj.step_log
         self.adjoint = obj.adjoint  # the solver of the adjoint's segments, or None (forward sensitivities)
         self.gradient = gradient
         self._cache = {}  # segments by their cut times (switch times move with the parameters)
@@ -384,14 +385,23 @@ class _Run:
             else:
                 used = seg.solver if sens else seg.alone()
                 if seg.fine is None:
+                    if sens:
+                        used.limit_steps(self.step_log[0] or None)
                     y, S, st = used(pj, np.ascontiguousarray(x), pdir, s0)
+                    if sens:
+                        self.step_log[1] = max(self.step_log[1], used.info[Info.N_STEPS])
                 else:
                     res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
                     if isinstance(res, str):
                         return f"experiment {self.name!r}: {res}"
                     y, S, st, armed = res
             if st != 0:
-                why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
+                cap = int(used.steps[0]) if seg.fine is None and sens else used.max_steps
+                if st == Status.MAX_STEPS and cap < used.max_steps:
+                    why = (f"the solver stopped at t={used.info[0]:.6g} after {cap} steps, the limit the fit sets for "
+                           f"a trial point (the solver's max_steps is {used.max_steps})")
+                else:
+                    why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
@@ -754,6 +764,9 @@ class Objective:
         self.theta = problem.nominal()
         self.lower = np.array([_scaled(problem.params[n].lower, problem.params[n].scale) for n in problem.estimated])
         self.upper = np.array([_scaled(problem.params[n].upper, problem.params[n].scale) for n in problem.estimated])
+        # [0]: the step limit of the forward-sensitivity solves (0: the solver's max_steps; limit_steps);
+        # [1]: the most steps one of them took in the last evaluation (steps_used)
+        self.step_log = np.zeros(2, np.int64)
         self.runs = _runs(self, problem)
         self.n_data = sum(r.n_rows for r in self.runs)
         self.n_eval = 0
@@ -798,8 +811,20 @@ class Objective:
         tighter solver."""
         return self._evaluate(u, False, False)
 
+    def limit_steps(self, n=None):
+        """Stop each forward-sensitivity solve of later evaluations after ``n`` steps (``None``: after the
+        solver's ``max_steps`` again); an evaluation that reaches the limit fails. The trust-region fits set it
+        for their trial points (:func:`odeinfer.estimators._likelihood_fit.trial_step_limit`)."""
+        self.step_log[0] = 0 if n is None else int(n)
+
+    @property
+    def steps_used(self) -> int:
+        """The most steps one forward-sensitivity solve took in the last evaluation."""
+        return int(self.step_log[1])
+
     def _evaluate(self, u, grad, sens):
         self.n_eval += 1
+        self.step_log[1] = 0
         theta = self.natural(u)
         if not np.all(np.isfinite(theta[self.est_index])):
             return Evaluation(failure="a parameter is not finite on the natural scale")

@@ -116,13 +116,15 @@ class Solver:
         The kernel's scratch buffer.
     info : ndarray (6,)
         Filled by each call: t_reached, n_steps, n_rejected, n_rhs, h_next, n_lu.
+    steps : ndarray (1,) int64
+        The step limit of the next call: ``max_steps`` unless :meth:`limit_steps` lowered it.
     tier : str
         Which kernel answers (see the property).
     """
 
     __slots__ = ("compiled", "solver", "gradient", "t", "t0", "rtol", "atol", "max_steps", "first_step", "method",
                  "sensitivities", "sens_error_control", "directions", "sens_exclude", "fixed_step", "kernel", "z",
-                 "work", "info", "_y", "_sens", "_run", "_nan_cols", "_tiers")
+                 "work", "info", "steps", "_y", "_sens", "_run", "_nan_cols", "_tiers")
 
     def __init__(self, compiled, t, t0, solver, gradient=None, sens_exclude=(), *, tiers=None):
         module = compiled.module
@@ -135,6 +137,7 @@ class Solver:
         self.t, self.t0 = t, t0
         self.rtol, self.atol = solver.rtol, solver.atol
         self.max_steps, self.first_step = solver.max_steps, solver.first_step or 0.0
+        self.steps = np.array([self.max_steps], dtype=np.int64)
         self.method = method
         self.fixed_step = (solver.fixed_step or 0.0) if isinstance(solver, Dopri5) else 0.0
         self.sensitivities = sensitivities
@@ -157,7 +160,14 @@ class Solver:
         """A solver like this one (same model, options, gradient and kernel tier) for the output times ``t``
         (float64, increasing, read-only like a :class:`~odeinfer.Problem`'s) from ``t0``, with its own buffers;
         nothing is validated again."""
-        return Solver(self.compiled, t, t0, self.solver, self.gradient, tuple(self._nan_cols), tiers=self._tiers)
+        new = Solver(self.compiled, t, t0, self.solver, self.gradient, tuple(self._nan_cols), tiers=self._tiers)
+        new.steps[0] = self.steps[0]
+        return new
+
+    def limit_steps(self, n=None):
+        """Stop each later solve after ``min(n, max_steps)`` steps (status ``MAX_STEPS``); ``None``: after
+        ``max_steps`` again. Copies made by :meth:`retimed` start with the limit in force."""
+        self.steps[0] = self.max_steps if n is None else min(int(n), self.max_steps)
 
     def states_alone(self):
         """A solver like this one (same model, times, method and options) without sensitivities."""
@@ -178,7 +188,7 @@ class Solver:
                                       self.fixed_step, self.z, self.work, self.info)
         else:
             run = abi.ode_solve_call(self._tiers, self.sensitivities, bool(self.directions), self.t0, self.t,
-                                     self.rtol, self.atol, self.first_step, self.max_steps, self.sens_error_control,
+                                     self.rtol, self.atol, self.first_step, self.steps, self.sens_error_control,
                                      self.z, self.work, self.info)
         if self._nan_cols.size:
             sens, cols, nan = self._sens, self._nan_cols, np.nan
@@ -240,7 +250,7 @@ class AutoSolver:
         t=20.55 (Hairer's test in dopri5 fired 15 times)"``.
     method_used, method : str
         ``"dopri5"`` or ``"rodas"``: the method of the last (and the next) call.
-    info, kernel, tier, z, work
+    info, steps, kernel, tier, z, work
         The active solver's (see :class:`Solver`).
     compiled, gradient, t, t0, rtol, atol, max_steps, first_step, fixed_step, sensitivities,
     sens_error_control, directions, sens_exclude
@@ -305,7 +315,8 @@ class AutoSolver:
         info = self.explicit.info
         if not (status == Status.STIFF or status == Status.MAX_STEPS and self.stability_limited(params, x0)):
             return False
-        what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=self.max_steps).split(";")[0]
+        what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=int(self.explicit.steps[0]))
+        what = what.split(";")[0]
         self.go_stiff(f"dopri5: {what}" + (", the step limited by stability" if status == Status.MAX_STEPS else ""))
         return True
 
@@ -327,6 +338,7 @@ class AutoSolver:
         any: for good) (``reason``: kept in :attr:`switch_reason`)."""
         if self.implicit is None:
             self.implicit = Solver(self.compiled, self.t, self.t0, self.solver.stiff(), self.gradient, self._exclude)
+            self.implicit.steps[0] = self.explicit.steps[0]
         self.stiff, self.switch_reason, self._scope = True, reason, _SCOPE.token
         self._use(self.implicit)
 
@@ -351,6 +363,16 @@ class AutoSolver:
     @property
     def info(self):
         return self._active.info
+
+    @property
+    def steps(self):
+        return self._active.steps
+
+    def limit_steps(self, n=None):
+        """As :meth:`Solver.limit_steps`, for both methods."""
+        self.explicit.limit_steps(n)
+        if self.implicit is not None:
+            self.implicit.limit_steps(n)
 
     @property
     def kernel(self):
