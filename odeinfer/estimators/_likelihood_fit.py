@@ -226,11 +226,11 @@ def trial_step_limit(most):
     """The step limit of a trial point's forward-sensitivity solves when the successful evaluations of the local fit
     so far have taken at most ``most`` steps per solve: ten times that, and at least 2000.
 
-    A trial point whose solve needs far more steps than any point the fit has evaluated is one the trust region
-    rejects (typically a trajectory that blows up in finite time, where the sensitivities' error control shortens
-    the steps until ``max_steps``: 10^5 steps, 0.5 s, per such point on PEtab's Crauste_CellSystems2017, against
-    5 ms for an evaluation at an accepted point); stopping it early costs the fit nothing but that work. The limit
-    grows with the fit's evaluations, so a fit moving into stiffer or faster dynamics is not held back."""
+    A solve that reaches it is checked by a solve of the states alone (:meth:`Objective.limit_steps
+    <odeinfer.likelihood.objective.Objective.limit_steps>`): a trajectory that blows up in finite time fails there
+    in a few hundred steps, where the sensitivities' error control takes 10^5 steps (0.5 s per such trial point on
+    PEtab's Crauste_CellSystems2017, against 5 ms for an evaluation at an accepted point); a solve that just needs
+    more steps runs on to ``max_steps``, so the fit's path does not change."""
     return max(2000, 10 * int(most))
 
 
@@ -239,7 +239,7 @@ def _minimise(obj, x0, lo, hi, max_iter, free=None, full=None, tolerances=TOLERA
     ``full`` (the others held). Its curvature is the evaluation's ``curvature`` (the Fisher information
     with the noise sds' observed information, see :class:`~odeinfer.likelihood.objective.Evaluation`), or
     BFGS updates for an objective whose gradient comes from the adjoint (which gives no Fisher information).
-    After the first successful evaluation, trial points get :func:`trial_step_limit` steps per solve."""
+    After the first successful evaluation, trial points' solves are checked at :func:`trial_step_limit` steps."""
     bfgs = _by_adjoint(obj)
     limit = getattr(obj, "limit_steps", None)
     most = [0]  # the most steps per solve in a successful evaluation so far

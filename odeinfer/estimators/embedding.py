@@ -110,9 +110,9 @@ class Embedding(Estimator):
         Problems with observables (a ``FitProblem``, PEtab) are fitted by their likelihood with the
         ``likelihood`` role's ``oi.Auto(rtol=1e-6, atol=1e-8)`` unless a solver is given here (see
         :data:`odeinfer.solve.config.DEFAULT_SOLVERS` for the accuracy it leaves in the objective).
-        There, a trial point whose solve takes ten times the steps of any solve the local fit has
-        evaluated (at least 2000, below ``max_steps``) is stopped and rejected as failed
-        (:func:`~odeinfer.estimators._likelihood_fit.trial_step_limit`).
+        There, a trial point's solve that takes ten times the steps of any solve the local fit has
+        evaluated (at least 2000) is checked by a solve of the states alone, which ends a trajectory
+        that blows up early (:func:`~odeinfer.estimators._likelihood_fit.trial_step_limit`).
     gradient : Adjoint, optional
         How a likelihood fit gets its gradient. Default (None, or ``oi.Forward()``): forward
         sensitivities, which also give the Fisher information, the trust region's curvature (with the

@@ -384,24 +384,17 @@ class _Run:
                 y, S = used.y, np.empty((used.t.size, n_s, 0))
             else:
                 used = seg.solver if sens else seg.alone()
-                if seg.fine is None:
-                    if sens:
-                        used.limit_steps(self.step_log[0] or None)
+                if seg.fine is None and sens:
+                    y, S, st, used = self._limited(seg, pj, np.ascontiguousarray(x), pdir, s0)
+                elif seg.fine is None:
                     y, S, st = used(pj, np.ascontiguousarray(x), pdir, s0)
-                    if sens:
-                        self.step_log[1] = max(self.step_log[1], used.info[Info.N_STEPS])
                 else:
                     res = self._run_events(seg, pj, x, pdir, s0, armed, sens)
                     if isinstance(res, str):
                         return f"experiment {self.name!r}: {res}"
                     y, S, st, armed = res
             if st != 0:
-                cap = int(used.steps[0]) if seg.fine is None and sens else used.max_steps
-                if st == Status.MAX_STEPS and cap < used.max_steps:
-                    why = (f"the solver stopped at t={used.info[0]:.6g} after {cap} steps, the limit the fit sets for "
-                           f"a trial point (the solver's max_steps is {used.max_steps})")
-                else:
-                    why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
+                why = status_message(st, t_reached=used.info[0], max_steps=used.max_steps)
                 return f"experiment {self.name!r}: {why}{self._kink_note(st)}"
             n_out = seg.out.size
             X[seg.rows] = y[:n_out]
@@ -431,6 +424,25 @@ class _Run:
                 X[self.at_inf] = res
         return X, dX
 
+
+    def _limited(self, seg, pj, x, pdir, s0):
+        """``seg``'s solve with sensitivities under the step limit (:meth:`Objective.limit_steps`): ``(y, S, status,
+        the solver that answered)``. A solve stopped at the limit is checked by a solve of the states alone: when
+        that fails as well (a trajectory that blows up or stalls, where the sensitivities' error control can take
+        10^5 steps to fail), its failure is the answer; else the solve runs again to the solver's ``max_steps``,
+        so the limit changes no evaluation that would succeed, only the cost of some that fail."""
+        solver, limit = seg.solver, int(self.step_log[0])
+        solver.limit_steps(limit or None)
+        y, S, st = solver(pj, x, pdir, s0)
+        if st == Status.MAX_STEPS and 0 < limit < solver.max_steps:
+            alone = seg.alone()
+            y_alone, S_alone, st_alone = alone(pj, x, pdir, s0)
+            if st_alone != 0:
+                return y_alone, S_alone, st_alone, alone
+            solver.limit_steps(None)
+            y, S, st = solver(pj, x, pdir, s0)
+        self.step_log[1] = max(self.step_log[1], solver.info[Info.N_STEPS])
+        return y, S, st, solver
 
     def reverse(self, v, Jv, trace, Xbar, pbar):
         """The gradient on the natural scale of the estimated parameters from the adjoint: ``Xbar`` (n_times, n_s)
@@ -812,8 +824,9 @@ class Objective:
         return self._evaluate(u, False, False)
 
     def limit_steps(self, n=None):
-        """Stop each forward-sensitivity solve of later evaluations after ``n`` steps (``None``: after the
-        solver's ``max_steps`` again); an evaluation that reaches the limit fails. The trust-region fits set it
+        """Check each forward-sensitivity solve of later evaluations after ``n`` steps (``None``: no check, the
+        solver's ``max_steps`` alone): a solve that needs more is answered by a solve of the states alone when
+        that fails (see ``_Run._limited``), and otherwise runs to ``max_steps``. The trust-region fits set it
         for their trial points (:func:`odeinfer.estimators._likelihood_fit.trial_step_limit`)."""
         self.step_log[0] = 0 if n is None else int(n)
 

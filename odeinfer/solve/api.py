@@ -224,8 +224,9 @@ class AutoSolver:
     Made by :func:`odeinfer.bind`; called like :class:`Solver`: ``y, sens, status =
     solver(params, x0)`` or, with ``Forward(directions=k)``, ``solver(params, x0, pdir, s0)``
     (views of the active solver's buffers, overwritten by the next call).
-    When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` while its last
-    step was stability-limited (:meth:`stability_limited`), the same call is redone with Rodas
+    When the Dopri5 solve ends with ``Status.STIFF``, or with ``Status.MAX_STEPS`` (at ``max_steps``, not at a
+    limit lowered by :meth:`limit_steps`) while its last step was stability-limited (:meth:`stability_limited`),
+    the same call is redone with Rodas
     and :attr:`stiff` becomes True: every later call goes straight to Rodas (the flag survives
     pickling). Until then the results are Dopri5's, bit for bit, and the call costs two attribute
     tests more than :class:`Solver`'s.
@@ -313,7 +314,8 @@ class AutoSolver:
     def _switches(self, status, params, x0):
         """After a failed Dopri5 solve: whether it was stiffness; if so, switch to Rodas."""
         info = self.explicit.info
-        if not (status == Status.STIFF or status == Status.MAX_STEPS and self.stability_limited(params, x0)):
+        at_max = status == Status.MAX_STEPS and self.explicit.steps[0] == self.max_steps  # not a lowered limit
+        if not (status == Status.STIFF or at_max and self.stability_limited(params, x0)):
             return False
         what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=int(self.explicit.steps[0]))
         what = what.split(";")[0]
