@@ -424,7 +424,6 @@ class _Run:
                 X[self.at_inf] = res
         return X, dX
 
-
     def _limited(self, seg, pj, x, pdir, s0):
         """``seg``'s solve with sensitivities under the step limit (:meth:`Objective.limit_steps`): ``(y, S, status,
         the solver that answered)``. A solve stopped at the limit is checked by a solve of the states alone: when

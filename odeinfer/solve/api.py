@@ -317,8 +317,7 @@ class AutoSolver:
         at_max = status == Status.MAX_STEPS and self.explicit.steps[0] == self.max_steps  # not a lowered limit
         if not (status == Status.STIFF or at_max and self.stability_limited(params, x0)):
             return False
-        what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=int(self.explicit.steps[0]))
-        what = what.split(";")[0]
+        what = status_message(status, t_reached=float(info[Info.T_REACHED]), max_steps=self.max_steps).split(";")[0]
         self.go_stiff(f"dopri5: {what}" + (", the step limited by stability" if status == Status.MAX_STEPS else ""))
         return True
 
