@@ -100,6 +100,7 @@ def _fit(args) -> int:
     _check_count("--jobs", args.jobs, "worker processes (-1: all cores)", lowest=-1, zero=False)
     say = _printer(args)
     t0 = time.perf_counter()
+    oi.warmup("trust_step", wait=False, jobs=1)  # on a fresh installation: compiles while the model does
     pp = oi.petab.load(args.problem)
     say(f"{args.problem}: {pp!r}")
     starts = pp.sample_starts(args.starts, rng=args.seed)

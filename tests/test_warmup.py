@@ -57,6 +57,24 @@ def test_a_warmed_up_kernel_is_not_compiled_again_and_its_callers_do_not_wait():
     assert time.monotonic() - start < 30  # loads (or finds) the machine code; never waits for a lock
 
 
+def test_the_trust_step_warms_up_once_and_its_marker_follows_its_source_file():
+    from odeinfer.estimators import _trust, _trust_step
+
+    oi.warmup("trust_step")
+    warmup.await_kernel("trust_step")  # the suite's own warm-up may be compiling it
+    marker, lock = warmup._paths("trust_step")
+    assert marker.exists() and not lock.exists()
+    assert oi.warmup("trust_step") == []
+    assert _trust._step_kernel() is _trust_step.propose_step
+    stat = os.stat(_trust_step.__file__)
+    try:  # an edited source (numba compiles it again): a new marker, so it warms up again
+        os.utime(_trust_step.__file__, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+        assert warmup._paths("trust_step")[0] != marker
+    finally:
+        os.utime(_trust_step.__file__, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert warmup._paths("trust_step")[0] == marker
+
+
 def test_the_graph_s_warmup_marker_is_named_after_odeinfer_s_source(monkeypatch):
     """The graph's machine code lives in PyTensor's cache under a key holding odeinfer's source digest
     (odeinfer.bayes.numba_op): a marker from another source version must not say it is ready."""

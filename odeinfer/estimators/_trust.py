@@ -141,8 +141,7 @@ class _Run:
 
     def minimise(self):
         """Iterate until a test fires; returns fides' exit flag name."""
-        from odeinfer.estimators._trust_step import propose_step
-
+        propose_step = _step_kernel()
         n, opts, converged = self.x.size, self.opts, False
         s, s0, ss, dv = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
         while True:
@@ -203,6 +202,20 @@ class _Run:
 
 #: fides' default trust-region constants (Nocedal and Wright, 2006)
 _MU, _ETA, _GAMMA1, _GAMMA2, _THETA_MAX = 0.25, 0.75, 0.25, 2.0, 0.95
+_AWAITED = []  # whether this process has waited for a warm-up compiling the step (odeinfer.solve.warmup)
+
+
+def _step_kernel():
+    """:func:`~odeinfer.estimators._trust_step.propose_step`, once no warm-up process is compiling it (it compiles in
+    about 10 s once per installation: ``oi.warmup("trust_step")``, started by ``odeinfer fit``)."""
+    if not _AWAITED:
+        from odeinfer.solve.warmup import await_kernel
+
+        await_kernel("trust_step")
+        _AWAITED.append(True)
+    from odeinfer.estimators._trust_step import propose_step
+
+    return propose_step
 
 
 def _bfgs_update(H, s, y):

@@ -6,7 +6,8 @@ The shared kernels (:mod:`odeinfer.solve.shared`) are compiled once per machine,
 their first use. :func:`warmup` compiles some of them in other processes, one per core, so that a
 fresh machine's first fits do not wait for them one after another (``odeinfer warmup`` on the
 command line; ``odeinfer demo`` starts the two Dopri5 kernels and the graph it needs while its first
-estimators compile their own; the test suite's main process starts all of them).
+estimators compile their own; ``odeinfer fit`` starts the likelihood fits' trust-region step,
+``trust_step``, while it reads the problem; the test suite's main process starts all of them).
 
 A kernel is compiled by example: the child process solves a zoo model with the kernel's solver and
 gradient (``ODEINFER_TIERED=shared``: no model kernel compiles), so the machine code in numba's
@@ -54,6 +55,8 @@ KERNELS = {
     # the NUTS log density of the demo's lynx-hare model (PyTensor's NUMBA mode), calling the entry above
     # through its linker symbol: compiled with a placeholder there, so it waits for no kernel
     "nuts_graph": ("lotka_volterra", "Dopri5", "graph"),
+    # the likelihood fits' trust-region step (odeinfer.estimators._trust_step, in numba's cache beside its source)
+    "trust_step": (None, None, "trust"),
 }
 
 #: What a warm-up compiles after something else, in the same process (it links or calls it).
@@ -79,6 +82,14 @@ def _paths(kernel: str) -> tuple[Path, Path]:
         from odeinfer.model.cache import source_digest
 
         where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}|{source_digest()}".encode()
+        tag += "-" + hashlib.sha256(where).hexdigest()[:12]
+    elif kernel == "trust_step":  # numba caches it beside its source, keyed by the file's time stamp and size
+        import hashlib
+
+        from odeinfer.estimators import _trust_step
+
+        st = os.stat(_trust_step.__file__)
+        where = f"{_trust_step.__file__}|{st.st_mtime_ns}|{st.st_size}".encode()
         tag += "-" + hashlib.sha256(where).hexdigest()[:12]
     base = cache_dir() / f"{tag}.ptr_{kernel}.warmup"
     return base.with_name(base.name + ".ready"), base.with_name(base.name + ".lock")
@@ -198,6 +209,12 @@ def _compile(kernel: str) -> None:
     zoo, solver, gradient = KERNELS[kernel]
     if gradient == "graph":
         return _compile_graph()
+    if gradient == "trust":  # one step on a 2-parameter quadratic, with the argument types of the fits' calls
+        from odeinfer.estimators._trust_step import propose_step
+
+        v = [np.zeros(2) for _ in range(4)]
+        propose_step(np.zeros(2), np.ones(2), np.eye(2), -np.ones(2), np.ones(2), 0.5, 0.95, *v)
+        return
     z = oi.zoo.get(zoo)
     t = np.linspace(0.0, 1.0, 3)
     if gradient == "entry":  # the shared tier's C entry, as the ODE Op's forward solve asks for it
