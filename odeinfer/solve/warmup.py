@@ -30,6 +30,7 @@ its entry instead of after them, and a process that loads the graph links it to 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import subprocess
@@ -75,8 +76,6 @@ def _paths(kernel: str) -> tuple[Path, Path]:
 
     tag = shared_module().__name__.rsplit("_", 1)[-1]
     if kernel == "nuts_graph":  # the graph lives in PyTensor's cache, keyed by odeinfer's source: named after both
-        import hashlib
-
         import pytensor
 
         from odeinfer.model.cache import source_digest
@@ -84,8 +83,6 @@ def _paths(kernel: str) -> tuple[Path, Path]:
         where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}|{source_digest()}".encode()
         tag += "-" + hashlib.sha256(where).hexdigest()[:12]
     elif kernel == "trust_step":  # numba caches it beside its source, keyed by the file's time stamp and size
-        import hashlib
-
         from odeinfer.estimators import _trust_step
 
         st = os.stat(_trust_step.__file__)
