@@ -236,8 +236,8 @@ BOOTSTRAP_RECORDED = {
     ("Simultaneous", "percentile"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.896, 0.94, 0.908, 500, 200, 0, "not met"),
         "Lotka-Volterra n = 201, log sd 0.25": (0.918, 0.938, 0.92, 500, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 3": (0.87, 0.95, 0.9, 100, 200, 2, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.86, 0.98, 0.91, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 3": (0.92, 0.944, 0.912, 500, 200, 4, "met"),
+        "alpha-pinene n = 200, sigma = 3": (0.92, 0.954, 0.92, 500, 200, 0, "met"),
         "alpha-pinene n = 400, sigma = 3": (0.93, 0.98, 0.96, 100, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.62, 0.69, 0.61, 100, 200, 29, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.87, 0.96, 0.91, 100, 200, 2, "not met"),
@@ -248,8 +248,8 @@ BOOTSTRAP_RECORDED = {
     ("Simultaneous", "studentized"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.92, 0.958, 0.956, 500, 200, 0, "met"),
         "Lotka-Volterra n = 201, log sd 0.25": (0.918, 0.94, 0.938, 500, 200, 0, "met"),
-        "alpha-pinene n = 50, sigma = 3": (0.84, 0.93, 0.93, 100, 200, 2, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.87, 0.98, 0.94, 100, 200, 0, "not met"),
+        "alpha-pinene n = 50, sigma = 3": (0.826, 0.932, 0.934, 500, 200, 4, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.928, 0.954, 0.946, 500, 200, 0, "met"),
         "alpha-pinene n = 400, sigma = 3": (0.95, 0.99, 0.97, 100, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.52, 0.7, 0.61, 100, 200, 29, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.82, 0.94, 0.91, 100, 200, 2, "not met"),
@@ -288,7 +288,7 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.04, 0.78, 0.08, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.02, 0.284, 0.128, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.0, 0.268, 0.216, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.82, 0.08, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.868, 0.086, 500, 200, 0, "not met"),
     },
     ("GradientMatching", "studentized"): {
         "Lotka-Volterra n = 21, log sd 0.25": (0.878, 0.958, 0.928, 500, 200, 0, "not met"),
@@ -299,7 +299,7 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 50, sigma = 8": (0.354, 0.776, 0.344, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 8": (0.67, 0.748, 0.682, 500, 200, 0, "not met"),
         "alpha-pinene n = 400, sigma = 8": (0.78, 0.864, 0.836, 500, 200, 0, "not met"),
-        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.86, 0.9, 0.79, 100, 200, 0, "not met"),
+        "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.826, 0.92, 0.77, 500, 200, 0, "not met"),
     },
     # NewtonRaphson: R = 500 at code version 0.1.0-75f493558a0d (commit 2cb8d2e), FitzHugh-Nagumo R = 500 at
     # 0.1.0-3166efb42eed (commit 564bf2f); StochasticNewton: R = 100 at 2cb8d2e, equal to NewtonRaphson's former R = 100
