@@ -49,10 +49,11 @@ def test_every_kernel_takes_the_arguments_of_the_abi_table():
         assert tuple(inspect.signature(ptr.py_func).parameters) == ("mh", *args), name
 
 
-def _recorded(adapter, run_args, *flags, **bound):
-    """The arguments ``adapter``'s closure passes to its kernel, each bound value being its own name."""
+def _recorded(adapter, run_args, *flags, read_at_call=(), **bound):
+    """The arguments ``adapter``'s closure passes to its kernel, each bound value being its own name (those named in
+    ``read_at_call``: a one-element list of it, as an adapter that reads the value at each call is given)."""
     calls = []
-    run = adapter(lambda *a: calls.append(a), *flags, **{k: k for k in bound})
+    run = adapter(lambda *a: calls.append(a), *flags, **{k: [k] if k in read_at_call else k for k in bound})
     run(*run_args)
     return calls[0]
 
@@ -64,7 +65,7 @@ def test_the_python_adapters_pass_each_value_at_its_place():
     for kernel, flags, run_args in (("dopri5_solve", (False, False), ("p", "y0")),
                                     ("dopri5_solve_sens", (True, False), ("p", "y0")),
                                     ("dopri5_solve_dir", (True, True), ("p", "y0", "pdir", "s0"))):
-        assert _recorded(abi.ode_solve_call, run_args, *flags, **solve) == sig[kernel]
+        assert _recorded(abi.ode_solve_call, run_args, *flags, read_at_call=("max_steps",), **solve) == sig[kernel]
     assert _recorded(abi.fixed_step_call, ("p", "y0"), t0=1, t_eval=1, sens=1, h=1, z_out=1, work=1,
                      info=1) == sig["dopri5_fixed"]
     assert _recorded(abi.adjoint_vjp_call, ("p", "y0", "g"), t0=1, t_eval=1, rtol=1, atol=1, max_steps=1, nsub=1,

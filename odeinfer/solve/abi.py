@@ -243,22 +243,22 @@ def kernel_array(a):
 _F8 = np.dtype(np.float64)
 
 
-def ode_solve_call(kernel, sensitivities, directions, t0, t_eval, rtol, atol, first_step, steps, sens_err,
+def ode_solve_call(kernel, sensitivities, directions, t0, t_eval, rtol, atol, first_step, max_steps, sens_err,
                    z_out, work, info):
     """``run(p, y0) -> status`` calling ``kernel`` (``<method>_solve`` or, with ``sensitivities``,
     ``<method>_solve_sens``; a model kernel, its shared counterpart's :class:`TieredKernel`, ...);
-    with ``directions``, ``run(p, y0, pdir, s0)`` for ``<method>_solve_dir``. ``steps``: a one-element int64
-    array, the ``max_steps`` of each call (read at the call, so the caller may lower it between calls)."""
+    with ``directions``, ``run(p, y0, pdir, s0)`` for ``<method>_solve_dir``. ``max_steps``: a one-element int64
+    array, read at each call (so the caller may lower it between calls)."""
     if directions:
         def run(p, y0, pdir, s0):
-            return kernel(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step, steps[0], z_out, work,
+            return kernel(t0, t_eval, y0, p, pdir, s0, sens_err, rtol, atol, first_step, max_steps[0], z_out, work,
                           info)
     elif sensitivities:
         def run(p, y0):
-            return kernel(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, steps[0], z_out, work, info)
+            return kernel(t0, t_eval, y0, p, sens_err, rtol, atol, first_step, max_steps[0], z_out, work, info)
     else:
         def run(p, y0):
-            return kernel(t0, t_eval, y0, p, rtol, atol, first_step, steps[0], z_out, work, info)
+            return kernel(t0, t_eval, y0, p, rtol, atol, first_step, max_steps[0], z_out, work, info)
     return run
 
 
