@@ -32,6 +32,7 @@ estimation of ordinary differential equation models. PLoS Comput. Biol. 18(7), e
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -202,19 +203,16 @@ class _Run:
 
 #: fides' default trust-region constants (Nocedal and Wright, 2006)
 _MU, _ETA, _GAMMA1, _GAMMA2, _THETA_MAX = 0.25, 0.75, 0.25, 2.0, 0.95
-_AWAITED = []  # whether this process has waited for a warm-up compiling the step (odeinfer.solve.warmup)
 
 
+@functools.cache
 def _step_kernel():
     """:func:`~odeinfer.estimators._trust_step.propose_step`, once no warm-up process is compiling it (it compiles in
     about 10 s once per installation: ``oi.warmup("trust_step")``, started by ``odeinfer fit``)."""
-    if not _AWAITED:
-        from odeinfer.solve.warmup import await_kernel
-
-        await_kernel("trust_step")
-        _AWAITED.append(True)
     from odeinfer.estimators._trust_step import propose_step
+    from odeinfer.solve.warmup import await_kernel
 
+    await_kernel("trust_step")
     return propose_step
 
 

@@ -74,20 +74,20 @@ def _paths(kernel: str) -> tuple[Path, Path]:
     from odeinfer.model.cache import cache_dir
     from odeinfer.solve.shared import shared_module
 
-    tag = shared_module().__name__.rsplit("_", 1)[-1]
+    tag, where = shared_module().__name__.rsplit("_", 1)[-1], None
     if kernel == "nuts_graph":  # the graph lives in PyTensor's cache, keyed by odeinfer's source: named after both
         import pytensor
 
         from odeinfer.model.cache import source_digest
 
-        where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}|{source_digest()}".encode()
-        tag += "-" + hashlib.sha256(where).hexdigest()[:12]
+        where = f"{pytensor.__version__}|{pytensor.config.base_compiledir}|{source_digest()}"
     elif kernel == "trust_step":  # numba caches it beside its source, keyed by the file's time stamp and size
         from odeinfer.estimators import _trust_step
 
         st = os.stat(_trust_step.__file__)
-        where = f"{_trust_step.__file__}|{st.st_mtime_ns}|{st.st_size}".encode()
-        tag += "-" + hashlib.sha256(where).hexdigest()[:12]
+        where = f"{_trust_step.__file__}|{st.st_mtime_ns}|{st.st_size}"
+    if where is not None:
+        tag += "-" + hashlib.sha256(where.encode()).hexdigest()[:12]
     base = cache_dir() / f"{tag}.ptr_{kernel}.warmup"
     return base.with_name(base.name + ".ready"), base.with_name(base.name + ".lock")
 
