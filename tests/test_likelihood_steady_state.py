@@ -200,8 +200,9 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
     # x' = 2 - x from x(1) = 2 (1 - e^-1) is still far from x_ss = 2) says how far it got
     prob = _prod_deg_problem(True)
     obj = oi.Objective(prob, solver=tight())
-    stages = obj.steady._solvers
+    stages, plain = obj.steady._solvers, obj.steady._plain_solvers
     obj.steady._solvers = lambda held, t0=0.0: stages(held, t0)[:1]
+    obj.steady._plain_solvers = lambda t0: plain(t0)[:1]  # the Newton route's run of the states alone
     ev = obj(np.array([math.log(2.0), 1.0]))
     assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "
                                  "steady state by t="), ev.failure
@@ -209,7 +210,8 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
     # the same from a run of the states alone (the value, the adjoint)
     u = np.array([math.log(2.0), 1.0])
     adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())
-    assert adj.value(u).ok
+    adj.steady._plain_solvers = lambda t0: plain(t0)[:1]
+    assert adj.value(u).ok  # the Newton route cut short: the recorded run reaches it
     adj.steady._vjps[0.0] = adj.steady._vjps[0.0][:1]
     adj.steady._recent.clear()
     for ev in (adj.value(u), adj(u)):
@@ -222,7 +224,9 @@ def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch
     but d y(T) / d eps = -T y0 exp(-eps T) still changes (d/dT = -y0 (1 - eps T) exp(-eps T), about -1e-3). The
     states-only run's probe (directional sensitivities along random directions) waits for it as the full forward
     sensitivities do: the adjoint's gradient is the forward one's. With the probe blinded (zero directions), the
-    adjoint's own check refuses the gradient and names the fix."""
+    adjoint's own check refuses the gradient and names the fix. By default J_x = -eps is not singular: Newton's
+    method goes on to the limit itself, y_ss = 0 with d y_ss / d eps = 0 (the closed form's t -> inf limit); the
+    integration route is tested with that route switched off."""
     import odeinfer.likelihood.steady as steady
 
     @oi.model(states=["y"], params=["eps"])
@@ -233,6 +237,14 @@ def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch
     d = oi.Data([np.inf], [0.0], "yo", t0=0.0, steady_state=True, name="e")
     prob = oi.FitProblem(m, d, {"eps": oi.Param(1e-8, 1e-10, 1.0, "log10")}, x0={"y": 1e-3})
     u = np.array([-8.0])
+    nll0 = -stats.norm.logpdf(0.0, 0.0, SD)
+    for gradient in (oi.Forward(), oi.Adjoint()):
+        obj = oi.Objective(prob, solver=tight(), gradient=gradient)
+        ev = obj(u)
+        assert ev.ok and obj.steady.route == "newton", ev.failure
+        assert ev.nll == pytest.approx(nll0, rel=1e-14)
+        assert abs(ev.grad[0]) < 1e-12
+    monkeypatch.setattr(steady, "_COND_MAX", 0.0)
     fwd = oi.Objective(prob, solver=tight())(u)
     adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)
     assert fwd.ok and adj.ok, (fwd.failure, adj.failure)
@@ -243,6 +255,31 @@ def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch
     assert not ev.ok
     assert "the gradient through it still changes there" in ev.failure, ev.failure
     assert ev.failure.endswith("use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
+
+
+def test_the_steady_state_by_newton_and_the_implicit_function_theorem_matches_the_closed_form():
+    """The cascade's J_x is not singular: Newton's route gives x_ss = k1/k2, y_ss = k3 k1 / (k2 k4), their derivatives
+    in closed form, and d x_ss / d x0 = 0 exactly (the integration route's is exp(-k T), small but not zero). The
+    isomerisation's J_x is singular (the total is conserved): the integration route, whose steady state moves with
+    the start (A_ss = (A0 + B0) kb / (kf + kb))."""
+    from odeinfer.likelihood.steady import SteadyState
+
+    k1, k2, k3, k4 = 2.0, 0.5, 3.0, 0.25
+    ss = SteadyState(cascade)
+    xs, dxs = ss(np.array([k1, k2, k3, k4]), np.array([0.3, 0.1]), np.eye(4), np.zeros((2, 4)))
+    assert ss.route == "newton"
+    np.testing.assert_allclose(xs, [k1 / k2, k3 * k1 / (k2 * k4)], rtol=1e-12)
+    closed = np.array([[1 / k2, -k1 / k2**2, 0.0, 0.0],
+                       [k3 / (k2 * k4), -k3 * k1 / (k2**2 * k4), k1 / (k2 * k4), -k3 * k1 / (k2 * k4**2)]])
+    np.testing.assert_allclose(dxs, closed, rtol=1e-12)
+    _, dx0 = ss(np.array([k1, k2, k3, k4]), np.array([0.3, 0.1]), np.zeros((4, 2)), np.eye(2))
+    assert np.all(dx0 == 0.0)
+    kf, kb = 2.0, 0.5
+    ss = SteadyState(iso)
+    xs, dx0 = ss(np.array([kf, kb]), np.array([1.0, 0.5]), np.zeros((2, 2)), np.eye(2))
+    assert ss.route == "integration"
+    np.testing.assert_allclose(xs, [1.5 * kb / (kf + kb), 1.5 * kf / (kf + kb)], rtol=1e-7)
+    np.testing.assert_allclose(dx0, [[kb / (kf + kb)] * 2, [kf / (kf + kb)] * 2], rtol=1e-5)
 
 
 # -- what is refused -------------------------------------------------------------------------------
