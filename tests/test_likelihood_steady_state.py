@@ -12,6 +12,7 @@ tight Rodas below; ``rtol=1e-5`` against central differences.
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -257,29 +258,35 @@ def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch
     assert ev.failure.endswith("use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
 
 
-def test_the_steady_state_by_newton_and_the_implicit_function_theorem_matches_the_closed_form():
+def test_the_steady_state_by_newton_and_the_implicit_function_theorem_matches_the_closed_form(monkeypatch):
     """The cascade's J_x is not singular: Newton's route gives x_ss = k1/k2, y_ss = k3 k1 / (k2 k4), their derivatives
     in closed form, and d x_ss / d x0 = 0 exactly (the integration route's is exp(-k T), small but not zero). The
-    isomerisation's J_x is singular (the total is conserved): the integration route, whose steady state moves with
-    the start (A_ss = (A0 + B0) kb / (kf + kb))."""
-    from odeinfer.likelihood.steady import SteadyState
+    isomerisation conserves A + B (J_x singular): its steady state A_ss = (A0 + B0) kb / (kf + kb) moves with the
+    start, in closed form by both routes (the integration route switched on by a zero condition limit)."""
+    import odeinfer.likelihood.steady as steady
 
     k1, k2, k3, k4 = 2.0, 0.5, 3.0, 0.25
-    ss = SteadyState(cascade)
+    ss = steady.SteadyState(cascade)
     xs, dxs = ss(np.array([k1, k2, k3, k4]), np.array([0.3, 0.1]), np.eye(4), np.zeros((2, 4)))
     assert ss.route == "newton"
     np.testing.assert_allclose(xs, [k1 / k2, k3 * k1 / (k2 * k4)], rtol=1e-12)
     closed = np.array([[1 / k2, -k1 / k2**2, 0.0, 0.0],
                        [k3 / (k2 * k4), -k3 * k1 / (k2**2 * k4), k1 / (k2 * k4), -k3 * k1 / (k2 * k4**2)]])
-    np.testing.assert_allclose(dxs, closed, rtol=1e-12)
+    np.testing.assert_allclose(dxs, closed, rtol=1e-12, atol=1e-13)  # atol: rounding of the zero entries
     _, dx0 = ss(np.array([k1, k2, k3, k4]), np.array([0.3, 0.1]), np.zeros((4, 2)), np.eye(2))
     assert np.all(dx0 == 0.0)
-    kf, kb = 2.0, 0.5
-    ss = SteadyState(iso)
-    xs, dx0 = ss(np.array([kf, kb]), np.array([1.0, 0.5]), np.zeros((2, 2)), np.eye(2))
-    assert ss.route == "integration"
-    np.testing.assert_allclose(xs, [1.5 * kb / (kf + kb), 1.5 * kf / (kf + kb)], rtol=1e-7)
-    np.testing.assert_allclose(dx0, [[kb / (kf + kb)] * 2, [kf / (kf + kb)] * 2], rtol=1e-5)
+    kf, kb, tot = 2.0, 0.5, 1.5
+    p, x0 = np.array([kf, kb]), np.array([1.0, 0.5])
+    dA = np.array([-tot * kb / (kf + kb) ** 2, tot * kf / (kf + kb) ** 2])  # d A_ss / d(kf, kb); B_ss = tot - A_ss
+    for route, rtol in (("newton", 1e-12), ("integration", 1e-6)):
+        if route == "integration":
+            monkeypatch.setattr(steady, "_COND_MAX", 0.0)
+        ss = steady.SteadyState(iso)
+        xs, d = ss(p, x0, np.hstack([np.eye(2), np.zeros((2, 2))]), np.hstack([np.zeros((2, 2)), np.eye(2)]))
+        assert ss.route == route
+        np.testing.assert_allclose(xs, [tot * kb / (kf + kb), tot * kf / (kf + kb)], rtol=rtol)
+        np.testing.assert_allclose(d[:, :2], [dA, -dA], rtol=rtol)
+        np.testing.assert_allclose(d[:, 2:], [[kb / (kf + kb)] * 2, [kf / (kf + kb)] * 2], rtol=rtol)
 
 
 # -- what is refused -------------------------------------------------------------------------------
@@ -466,3 +473,29 @@ def test_a_fit_with_steady_state_rows_plots_and_reloads():
     d = back._objective.problem.experiments[0]
     assert d.steady_state and np.isinf(d.t).sum() == Y_SS.size
     assert back._objective(np.asarray(back.extras["u"], float)).nll == pytest.approx(fit.cost, rel=1e-10)
+
+
+@pytest.mark.parametrize("name", ["Brannmark_JBC2010", "Zheng_PNAS2012"])
+def test_conservation_laws_span_the_sbml_stoichiometrys_left_null_space(name):
+    """The laws found from the right-hand side's terms against the left null space of the SBML file's stoichiometric
+    matrix (read with libsbml, solved exactly by sympy): Brannmark's three (the receptor's five forms, IRS's two, X's
+    two), Zheng's none."""
+    import libsbml
+    import sympy
+
+    from odeinfer.likelihood.steady import conservation_laws
+
+    folder = Path(__file__).parent / "data" / "petab" / name
+    sbml = libsbml.readSBMLFromFile(str(folder / f"model_{name}.xml")).getModel()
+    pp = oi.petab.load(folder / f"{name}.yaml")
+    states = list(pp.problem.model.states)
+    N = sympy.zeros(len(states), sbml.getNumReactions())
+    for j, r in enumerate(sbml.getListOfReactions()):
+        for refs, sign in ((r.getListOfReactants(), -1), (r.getListOfProducts(), 1)):
+            for ref in refs:
+                N[states.index(ref.getSpecies()), j] += sign * sympy.nsimplify(ref.getStoichiometry())
+    ref = np.array([[float(v) for v in vec] for vec in N.T.nullspace()]).reshape(-1, len(states))
+    C = conservation_laws(pp.problem.model)
+    assert C.shape == ref.shape == ({"Brannmark_JBC2010": 3, "Zheng_PNAS2012": 0}[name], len(states))
+    np.testing.assert_allclose(C @ C.T, np.eye(len(C)), atol=1e-12)
+    np.testing.assert_allclose(ref - ref @ C.T @ C, 0.0, atol=1e-12)  # every law of the file's in C's span

@@ -10,24 +10,28 @@ state and its sensitivities ``d x_ss / d(p, x0)``. Integrating keeps models with
 ``J_x``) right: their steady state depends on the initial state, and the integrated sensitivities carry that
 dependence.
 
-Where ``J_x`` is not singular, the sensitivities are not integrated (:meth:`SteadyState._by_newton`): the states
-alone are integrated stage by stage until ``|dx/dt|`` passes the test, Newton's method on ``f(x) = 0`` takes them to
-the steady state itself (the ``t -> inf`` limit, also along modes too slow for the integration's test), and the
-implicit function theorem gives ``d x_ss / dp = -J_x^{-1} J_p`` and ``d x_ss / d x0 = 0`` (an isolated, attracting
-steady state does not move with the start). This route is taken when every eigenvalue of ``J_x`` has a negative real
-part and its condition number is at most ``1e10`` (the solve's relative error ``cond * eps`` stays below the
-integrated sensitivities' tolerance ``100 rtol``); otherwise, and for a right-hand side that depends on ``t``, the
-integration route below. One sensitivity solve of Zheng_PNAS2012's pre-equilibration (15 states, 46 parameters)
-took 0.18 s; the states and one LU of ``J_x`` take about 1 ms.
+Mostly the sensitivities are not integrated (:meth:`SteadyState._by_newton`): the states alone are integrated stage
+by stage until ``|dx/dt|`` passes the test, then Newton's method takes them to the steady state itself (the
+``t -> inf`` limit, also along modes too slow for the integration's test), and the implicit function theorem gives
+the sensitivities. Linear conservation laws ``C f = 0`` (:func:`conservation_laws`, from the right-hand side's terms)
+are kept: the steady state solves ``f(x) = 0`` and ``C x = C x0``, so ``[J_x; C] d x_ss = [-J_p dp; C dx0]`` (without
+conservation laws ``d x_ss / d x0 = 0``: an isolated, attracting steady state does not move with the start). This
+route is taken when the eigenvalues of ``J_x`` other than the conservation laws' zeros have negative real parts,
+``[J_x; C]`` equilibrated has a condition number of at most ``1e10`` and the sensitivities' error (one step of
+iterative refinement) is within the integration route's tolerance; otherwise the integration route below. A
+right-hand side that depends on ``t`` (inputs) is taken at the time where the states passed the test, as the
+integration route's tests take it. One sensitivity solve of Zheng_PNAS2012's pre-equilibration (15 states, 46
+parameters) took 0.03-0.65 s along a fit; this route takes a few ms.
 
-Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the states are
-integrated stage by stage with their steps recorded, and beside them two directional sensitivities ``S w`` along
-fixed random directions ``w`` of ``(p, x0)``: the run stops where ``|dx/dt|`` and ``|J_x S w + J_p w_p|`` pass the
-tests above (a slow mode the states barely show, e.g. along a conservation law's complement, still moves the
-sensitivities; the probe waits for it as the full sensitivities do). The adjoint
-(:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar``: on the Newton route
-``-(J_x^{-T} xbar)^T J_p`` and zero, otherwise by the discrete adjoint of the stages' Rodas steps, run back from the last stage to the first. Its convergence test is the forward one
-contracted with ``xbar``: the gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
+Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the Newton route
+is tried first. Where it does not apply, the states are integrated stage by stage with their steps recorded, and
+beside them two directional sensitivities ``S w`` along fixed random directions ``w`` of ``(p, x0)``: the run stops
+where ``|dx/dt|`` and ``|J_x S w + J_p w_p|`` pass the tests above (a slow mode the states barely show, e.g. along a
+conservation law's complement, still moves the sensitivities; the probe waits for it as the full sensitivities do).
+The adjoint (:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar``: on the Newton route
+``mu = [J_x; C]^{-T} xbar`` gives ``-J_p^T mu[:n]`` and ``C^T mu[n:]``, otherwise the discrete adjoint of the stages'
+Rodas steps, run back from the last stage to the first. Its convergence test is the forward one contracted with
+``xbar``: the gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
 ``|dG/dT| = |xbar^T (J_x S + [J_p, 0])| <= 100 (atol sum |xbar| + rtol |G|)``, where ``xbar^T J_x S`` is one more
 sweep, with ``J_x^T xbar`` in place of ``xbar``; a gradient still moving fails the evaluation with the figure.
 """
@@ -40,13 +44,50 @@ from odeinfer.model.trace import T_SYMBOL
 from odeinfer.solve import Adjoint, Forward, Problem, Rodas, bind
 from odeinfer.solve.abi import status_message
 
-__all__ = ["SteadyState"]
+__all__ = ["SteadyState", "conservation_laws"]
 
 _STAGES = np.r_[0.0, 10.0 ** np.arange(0, 11)]
 _RECENT = 16  # steady states remembered: one per distinct pre-equilibration of an evaluation
 _PROBES = 2  # directional sensitivities that watch the states-only runs' convergence
-_COND_MAX = 1e10  # the largest condition number of J_x for the implicit function theorem (see the module docstring)
+_COND_MAX = 1e10  # the largest condition number of [J_x; C] for the implicit function theorem (module docstring)
+_NULL = 1e-12  # singular values of the terms' coefficients below this fraction of the largest: conservation laws
 _NEWTON_ITERATIONS = 10
+
+
+def conservation_laws(model):
+    """``C`` (k, n_states), orthonormal rows: the linear conservation laws ``C f = 0`` that hold identically, from
+    the right-hand side's terms: each ``f_i`` expanded into terms ``a * m`` (``a`` a number, ``m`` a product of
+    states, parameters and functions), ``c`` is a law when ``sum_i c_i a_i(m) = 0`` for every ``m``. The term
+    coefficients are stoichiometric numbers, so the null space is found in floating point to rounding (on the
+    Jacobian it is not: Brannmark_JBC2010's spans 3e8 down to its laws' 1e-12 .. 1e-26). Laws whose weights are
+    parameters (species in compartments of different, estimated volumes) are not found: those models' singular
+    ``J_x`` leaves them to the integration route."""
+    import sympy
+
+    n = len(model.exprs)
+    index = {}
+    rows, cols, vals = [], [], []
+    for i, e in enumerate(model.exprs):
+        for term in sympy.Add.make_args(sympy.expand(e)):
+            a, m = term.as_coeff_Mul()
+            rows.append(i)
+            cols.append(index.setdefault(m, len(index)))
+            vals.append(float(a))
+    M = np.zeros((n, max(len(index), 1)))
+    np.add.at(M, (rows, cols), vals)
+    U, sv, _ = np.linalg.svd(M)
+    k = n - int(np.sum(sv > _NULL * max(sv[0], 1.0)))
+    return np.ascontiguousarray(U[:, n - k:].T)
+
+
+def _equilibration(M):
+    """``(r, c)``: row and column scales that make the largest magnitude in each row, then each column, of
+    ``r[:, None] * M * c`` one (rows or columns of zeros keep the scale 1)."""
+    a = np.abs(M)
+    r = a.max(axis=1)
+    r = 1.0 / np.where(r > 0.0, r, 1.0)
+    c = (a * r[:, None]).max(axis=0)
+    return r, 1.0 / np.where(c > 0.0, c, 1.0)
 
 
 def probe_directions(n):
@@ -81,6 +122,7 @@ class SteadyState:
         self._recorded = None  # the key of the run whose steps the stages' adjoints hold
         self._plain = {}  # t0 -> the stages' solvers of the states alone (the Newton route's start)
         self.route = None  # "newton" or "integration": how the last steady state was computed
+        self._conserved = None  # the model's conservation laws, C (k, n_states), once needed
 
     def _solvers(self, held, t0=0.0):
         """The stages' solvers from ``t0`` without sensitivities for the parameters ``held`` (indices):
@@ -149,22 +191,23 @@ class SteadyState:
         entry of ``pbar`` is zero)."""
         p, x, t0, key = self._states_key(p, x0, t0)
         res = self._recent.get(key)
-        newton = res is not None and not isinstance(res, str) and res[1] == 0  # no steps needed
+        newton = res is not None and not isinstance(res, str) and res[1] == 0  # no steps recorded or needed
         if not newton and (self._recorded != key or res is None):  # another run's steps are in the records: again
             self._recent.pop(key, None)
             self.states(p, x, what=what, t0=t0)
         res = self._recent[key]
         if isinstance(res, str):
             return f"{what} {res}"
-        x_ss, n_stages = res
+        x_ss, n_stages = res[:2]
         n_p = p.size
         held = [k for k in self._switching if not np.any(dp[k])]
         xbar = np.ascontiguousarray(xbar, float)
-        if n_stages == 0:  # the Newton route: xbar^T (-J_x^{-1} J_p), and d x_ss / d x0 = 0
-            cm = self._compiled()
-            pbar = -cm.jac_p(t0, x_ss, p).T @ np.linalg.solve(cm.jac_y(t0, x_ss, p).T, xbar)
+        if n_stages == 0:  # the Newton route (see the module docstring), at the time res[2]
+            P, C = self._linearised(p, x_ss, x, res[2])
+            mu = P.T @ xbar
+            pbar = -self._compiled().jac_p(res[2], x_ss, p).T @ mu[:x_ss.size]
             pbar[held] = 0.0
-            return pbar, np.zeros_like(x_ss)
+            return pbar, C.T @ mu[x_ss.size:]
         vjps = self._vjps[t0][:n_stages]
         t = vjps[-1].t[0]
         cm = vjps[-1].compiled
@@ -191,11 +234,11 @@ class SteadyState:
 
     def _run_states(self, p, x, t0):
         """``(x_ss, stages used)`` from ``x`` under ``p``, states alone (recorded), or why not; the stages end where
-        the states and the probe's directional sensitivities pass the tests (see the module docstring). ``(x_ss, 0)``:
-        found by the Newton route, nothing recorded."""
+        the states and the probe's directional sensitivities pass the tests (see the module docstring). ``(x_ss, 0,
+        t)``: found by the Newton route at the time ``t``, nothing recorded."""
         newton = self._by_newton(p, x, t0)
         if newton is not None:
-            return newton[0], 0
+            return newton[0], 0, newton[3]
         self.route = "integration"
         if t0 not in self._vjps:  # bound directly: a parameter that moves a jump gets no gradient (held, see vjp)
             from odeinfer.solve._inputs import compiled_model
@@ -260,43 +303,79 @@ class SteadyState:
                                for a, b in zip(stages[:-1], stages[1:])]
         return self._plain[t0]
 
-    def _by_newton(self, p, x, t0):
-        """``(x_ss, J_x)`` by the Newton route (see the module docstring), or None where it does not apply: a
-        right-hand side that depends on ``t``, a failed or unfinished run of the states, ``J_x`` singular (to
-        :data:`_COND_MAX`) or not stable, or Newton's method not converging; the caller then integrates."""
-        if self._timed:
-            return None
-        cm = self._compiled()
+    def _by_newton(self, p, x0, t0):
+        """``(x_ss, P, C, t, d x_ss / d(p, x0))`` by the Newton route (see the module docstring) with the right-hand
+        side taken at the time ``t``, or None where it does not apply: a failed or unfinished run of the states, no
+        :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error (estimated by a
+        step of iterative refinement on ``J_x S + J_p = 0``) is above ``100 (atol + rtol |S|)``, the integration
+        route's tolerance; the caller then integrates."""
+        cm, x = self._compiled(), x0
         for solver in self._plain_solvers(t0):
             y, _, st = solver(p, x)
             if st != 0:
                 return None
-            x = y[0].copy()
-            if self._in_tolerances(x, cm.f(t0, x, p)) <= 1.0:
+            x, t = y[0].copy(), float(solver.t[0])
+            if self._in_tolerances(x, cm.f(t, x, p)) <= 1.0:
                 break
         else:
             return None
         for _ in range(_NEWTON_ITERATIONS):
-            J = cm.jac_y(t0, x, p)
-            eig = np.linalg.eigvals(J)
-            if not (np.all(np.isfinite(eig)) and eig.real.max() < 0.0) or np.linalg.cond(J) > _COND_MAX:
+            lin = self._linearised(p, x, x0, t)
+            if lin is None:
                 return None
-            dx = np.linalg.solve(J, -cm.f(t0, x, p))
+            P, C = lin
+            dx = -P @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])
             x = x + dx
             if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
+                lin = self._linearised(p, x, x0, t)
+                if lin is None:
+                    return None
+                P, C = lin
+                n, J = x.size, cm.jac_y(t, x, p)
+                jp = cm.jac_p(t, x, p)
+                sens = np.hstack([-P[:, :n] @ jp, P[:, n:] @ C])
+                res = J @ sens
+                res[:, :p.size] += jp
+                fix = P[:, :n] @ res  # one step of iterative refinement: its size estimates the error
+                sens -= fix
+                if self._in_tolerances(sens, fix, 100) > 1.0:
+                    return None
                 self.route = "newton"
-                return x, cm.jac_y(t0, x, p)
+                return x, P, C, t, sens
         return None
+
+    def _linearised(self, p, x, x0, t):
+        """``(P, C)`` at ``x``: ``C`` the model's conservation laws (:func:`conservation_laws`), ``P`` (n, n + k) solves
+        ``[J_x; C] y = b`` as ``y = P b`` (the pseudo-inverse of the row- and column-equilibrated matrix, scaled
+        back: kinetic models' Jacobians span many decades); or None where the Newton route does not apply: an
+        eigenvalue of ``J_x`` besides the conservation laws' zeros has a real part >= 0, or ``[J_x; C]``
+        equilibrated has a condition number above :data:`_COND_MAX` (``J_x`` singular beyond its conservation
+        laws)."""
+        if self._conserved is None:
+            self._conserved = conservation_laws(self.model)
+        C = self._conserved
+        J = self._compiled().jac_y(t, x, p)
+        if not np.all(np.isfinite(J)):
+            return None
+        eig = np.linalg.eigvals(J)
+        eig = eig[np.argsort(np.abs(eig))[C.shape[0]:]]
+        if not np.all(eig.real < 0.0):
+            return None
+        A = np.vstack([J, C])
+        r, c = _equilibration(A)
+        U, sa, Vt = np.linalg.svd(r[:, None] * A * c, full_matrices=False)
+        if sa[-1] * _COND_MAX < sa[0]:
+            return None
+        return (c[:, None] * Vt.T / sa) @ (U.T * r), C
 
     def _integrate(self, p, x, held, t0=0.0):
         """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message to follow the
         steady state's name)."""
         newton = self._by_newton(p, x, t0)
         if newton is not None:
-            xs, J = newton
-            jp = self._compiled().jac_p(t0, xs, p)
-            jp[:, list(held)] = 0.0
-            return xs, np.hstack([-np.linalg.solve(J, jp), np.zeros((x.size, x.size))])
+            xs, sens = newton[0], newton[4].copy()
+            sens[:, list(held)] = 0.0
+            return xs, sens
         self.route = "integration"
         n_p, n = p.size, x.size
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
