@@ -115,6 +115,24 @@ def test_failed_trial_points_are_rejected_steps(reason):
     assert (reason or "the objective reported a failure") in res.message
 
 
+def test_a_step_below_xtol_after_failed_trial_points_is_no_convergence():
+    """Every point but the start fails: the radius shrinks until the step is below xtol. Rosenbrock's gradient at
+    (-1.2, 1) is (-215.6, -88), so the model promises a large decrease: failed, not converged. At the optimum the
+    same collapse is a stationary point: converged."""
+    x0 = np.array([-1.2, 1.0])
+
+    def fun(x):
+        return rosen(x) if np.array_equal(x, x0) else "the model blew up (test)"
+
+    res = trust_region(fun, x0, [-2.0, -2.0], [2.0, 3.0], xtol=1e-6)
+    assert res.stop == "XTOL" and res.status == "failed", (res.stop, res.status)
+    assert res.message.startswith("the step fell below xtol after rejected trial points"), res.message
+    assert "the model still predicts a decrease of" in res.message and "the model blew up (test)" in res.message
+    x0 = np.array([1.0, 1.0])
+    res = trust_region(fun, x0, [-2.0, -2.0], [2.0, 3.0], xtol=1e-6)
+    assert res.status == "converged" and np.array_equal(res.x, x0), (res.status, res.message)
+
+
 def test_failure_at_the_start():
     res = trust_region(lambda x: "experiment 'a': the problem became stiff at t=0.5", [0.0, 0.0], [-1, -1], [1, 1])
     assert res.status == "failed" and res.n_eval == 1 and res.n_fail == 1 and res.n_iter == 0

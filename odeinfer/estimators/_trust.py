@@ -132,6 +132,7 @@ class _Run:
         self.iteration = 0
         self.delta = opts["delta_init"]
         self.tr_ratio = 0.0
+        self.accepted = True  # whether the last trial point was accepted
 
     def _non_degenerate(self, eps=1e2 * np.spacing(1)):
         x, lo, hi = self.x, self.lo, self.hi
@@ -158,7 +159,7 @@ class _Run:
             qpval = propose_step(self.x, self.g, self.H, self.lo, self.hi, delta_iter, _THETA_MAX, s, s0, ss, dv)
             x_new = self.x + s + s0
             f_new, g_new, H_new = self.obj(x_new)
-            accepted = self._update_radius(f_new, g_new, ss, qpval, dv, delta_iter)
+            accepted = self.accepted = self._update_radius(f_new, g_new, ss, qpval, dv, delta_iter)
             converged = self._converged(f_new, g_new, ss)
             if accepted:
                 if self.obj.bfgs:
@@ -349,7 +350,8 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
         Initial trust-region radius.
     stall_decrease : float, default 1e-6
         When the radius collapses (no step decreases ``f``: the objective is flat to its own
-        accuracy, e.g. an ODE solved to rtol 1e-8), the point counts as converged if the
+        accuracy, e.g. an ODE solved to rtol 1e-8), or the step falls below ``xtol`` on a rejected
+        trial point (one that failed or raised ``f``), the point counts as converged if the
         quadratic model promises at most this decrease of ``f`` (see :func:`predicted_decrease`;
         for a negative log-likelihood, 1e-6 is far below any statistical resolution); else the
         status is ``"failed"``.
@@ -408,13 +410,17 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
         opts["max_iter"] = int(max_iter) - n_iter
     status = {"FTOL": "converged", "XTOL": "converged", "GTOL": "converged", "MAXITER": "max_iter"}.get(flag, "failed")
     message = _WORDS.get(flag, f"fides exit flag {flag}").format(max_iter=max_iter)
-    if flag == "DELTA_TOO_SMALL":
+    if flag == "DELTA_TOO_SMALL" or flag == "XTOL" and not run.accepted:
+        # the radius collapsed on rejected (or failed) trial points: a stationary point only if the model says so
         dec = predicted_decrease(run.x, run.g, run.H, lo, hi)
         if dec <= stall_decrease:
             status = "converged"
             message = (f"no step decreases f any more and the model predicts at most {dec:.2g} further decrease "
                        f"(<= stall_decrease={stall_decrease:g}): a stationary point, flat to the objective's accuracy")
         else:
+            status = "failed"
+            if flag == "XTOL":
+                message = "the step fell below xtol after rejected trial points (the objective may fail near x)"
             message += f"; the model still predicts a decrease of {dec:.3g}"
     return _result(run, obj, status, message, n_iter, flag)
 
