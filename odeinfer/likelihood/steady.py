@@ -204,7 +204,7 @@ class SteadyState:
         held = [k for k in self._switching if not np.any(dp[k])]
         xbar = np.ascontiguousarray(xbar, float)
         if n_stages == 0:  # the Newton route (see the module docstring), at the time res[2]
-            P, C = self._linearised(p, x_ss, x, res[2])
+            P, C = self._linearised(p, x_ss, res[2])
             mu = P.T @ xbar
             pbar = -self._compiled().jac_p(res[2], x_ss, p).T @ mu[:x_ss.size]
             pbar[held] = 0.0
@@ -292,6 +292,7 @@ class SteadyState:
                 "oscillate or grow under this condition: check its parameters")
 
     def _compiled(self):
+        """The model's compiled right-hand side and Jacobians (``f``, ``jac_y``, ``jac_p`` at a point)."""
         from odeinfer.solve._inputs import compiled_model
 
         return compiled_model(self.model)
@@ -321,14 +322,14 @@ class SteadyState:
         else:
             return None
         for _ in range(_NEWTON_ITERATIONS):
-            lin = self._linearised(p, x, x0, t)
+            lin = self._linearised(p, x, t)
             if lin is None:
                 return None
             P, C = lin
             dx = -P @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])
             x = x + dx
             if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
-                lin = self._linearised(p, x, x0, t)
+                lin = self._linearised(p, x, t)
                 if lin is None:
                     return None
                 P, C = lin
@@ -348,7 +349,7 @@ class SteadyState:
                 return x, P, C, t, sens
         return None
 
-    def _linearised(self, p, x, x0, t):
+    def _linearised(self, p, x, t):
         """``(P, C)`` at ``x``: ``C`` the model's conservation laws (:func:`conservation_laws`), ``P`` (n, n + k) solves
         ``[J_x; C] y = b`` as ``y = P b`` (the pseudo-inverse of the row- and column-equilibrated matrix, scaled
         back: kinetic models' Jacobians span many decades); or None where the Newton route does not apply: an
