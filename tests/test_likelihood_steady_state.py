@@ -138,6 +138,12 @@ def test_the_steady_state_keeps_what_the_trajectory_reached():
             h = [a_ss + (a1 - a_ss) * math.exp(-(kf + kb) * 1.0), a_ss]
         assert ev.nll == pytest.approx(-np.sum(stats.norm.logpdf(y, h, SD)), rel=RTOL)
         np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+        assert obj.steady.route == "newton"  # on [J_x; C], C = (1, 1) / sqrt(2)
+        adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())  # C^T mu carries the total back
+        ev_adj = adj(u)
+        assert ev_adj.ok and adj.steady.route == "newton", ev_adj.failure
+        assert ev_adj.nll == pytest.approx(ev.nll, rel=RTOL)
+        np.testing.assert_allclose(ev_adj.grad, ev.grad, rtol=1e-7, atol=1e-10)
 
 
 def test_the_run_to_steady_state_starts_at_the_end_of_the_trajectory_in_time_too():
