@@ -29,9 +29,9 @@ beside them two directional sensitivities ``S w`` along fixed random directions 
 where ``|dx/dt|`` and ``|J_x S w + J_p w_p|`` pass the tests above (a slow mode the states barely show, e.g. along a
 conservation law's complement, still moves the sensitivities; the probe waits for it as the full sensitivities do).
 The adjoint (:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar``: on the Newton route
-``mu = [J_x; C]^{-T} xbar`` gives ``-J_p^T mu[:n]`` and ``C^T mu[n:]``, otherwise the discrete adjoint of the stages'
-Rodas steps, run back from the last stage to the first. Its convergence test is the forward one contracted with
-``xbar``: the gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
+``xbar^T`` times the sensitivities that route computed, otherwise the discrete adjoint of the stages' Rodas steps,
+run back from the last stage to the first. Its convergence test is the forward one contracted with ``xbar``: the
+gradient ``G(T) = xbar^T d x(T) / d(p, x0)`` must have stopped changing,
 ``|dG/dT| = |xbar^T (J_x S + [J_p, 0])| <= 100 (atol sum |xbar| + rtol |G|)``, where ``xbar^T J_x S`` is one more
 sweep, with ``J_x^T xbar`` in place of ``xbar``; a gradient still moving fails the evaluation with the figure.
 """
@@ -203,12 +203,10 @@ class SteadyState:
         n_p = p.size
         held = [k for k in self._switching if not np.any(dp[k])]
         xbar = np.ascontiguousarray(xbar, float)
-        if n_stages == 0:  # the Newton route (see the module docstring), at the time res[2]
-            P, C = self._linearised(p, x_ss, res[2])
-            mu = P.T @ xbar
-            pbar = -self._compiled().jac_p(res[2], x_ss, p).T @ mu[:x_ss.size]
-            pbar[held] = 0.0
-            return pbar, C.T @ mu[x_ss.size:]
+        if n_stages == 0:  # the Newton route: its sensitivities res[2] (see the module docstring)
+            G = res[2].T @ xbar
+            G[held] = 0.0
+            return G[:n_p], G[n_p:]
         vjps = self._vjps[t0][:n_stages]
         t = vjps[-1].t[0]
         cm = vjps[-1].compiled
@@ -236,10 +234,10 @@ class SteadyState:
     def _run_states(self, p, x, t0):
         """``(x_ss, stages used)`` from ``x`` under ``p``, states alone (recorded), or why not; the stages end where
         the states and the probe's directional sensitivities pass the tests (see the module docstring). ``(x_ss, 0,
-        t)``: found by the Newton route at the time ``t``, nothing recorded."""
+        d x_ss / d(p, x0))``: found by the Newton route, nothing recorded."""
         newton = self._by_newton(p, x, t0)
         if newton is not None:
-            return newton[0], 0, newton[3]
+            return newton[0], 0, newton[1]
         self.route = "integration"
         if t0 not in self._vjps:  # bound directly: a parameter that moves a jump gets no gradient (held, see vjp)
             from odeinfer.solve._inputs import compiled_model
@@ -306,11 +304,11 @@ class SteadyState:
         return self._plain[t0]
 
     def _by_newton(self, p, x0, t0):
-        """``(x_ss, P, C, t, d x_ss / d(p, x0))`` by the Newton route (see the module docstring) with the right-hand
-        side taken at the time ``t``, or None where it does not apply: a failed or unfinished run of the states, no
-        :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error (estimated by the
-        last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``J_x S + J_p = 0``) stays above
-        ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates."""
+        """``(x_ss, d x_ss / d(p, x0))`` by the Newton route (see the module docstring), the right-hand side taken
+        at the time the states passed the test, or None where it does not apply: a failed or unfinished run of the
+        states, no :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error
+        (estimated by the last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``J_x S + J_p = 0``)
+        stays above ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates."""
         cm, x = self._compiled(), x0
         for solver in self._plain_solvers(t0):
             y, _, st = solver(p, x)
@@ -325,16 +323,15 @@ class SteadyState:
             lin = self._linearised(p, x, t)
             if lin is None:
                 return None
-            P, C = lin
-            dx = -P @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])
+            C = self._laws()
+            dx = -lin[1] @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])  # lin = (J_x, P)
             x = x + dx
             if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
                 lin = self._linearised(p, x, t)
                 if lin is None:
                     return None
-                P, C = lin
-                n, J = x.size, cm.jac_y(t, x, p)
-                jp = cm.jac_p(t, x, p)
+                J, P = lin
+                n, jp = x.size, cm.jac_p(t, x, p)
                 sens = np.hstack([-P[:, :n] @ jp, P[:, n:] @ C])
                 for _ in range(_REFINEMENTS):  # iterative refinement: each step's size estimates the error before it
                     res = J @ sens
@@ -346,19 +343,22 @@ class SteadyState:
                 else:
                     return None
                 self.route = "newton"
-                return x, P, C, t, sens
+                return x, sens
         return None
 
-    def _linearised(self, p, x, t):
-        """``(P, C)`` at ``x``: ``C`` the model's conservation laws (:func:`conservation_laws`), ``P`` (n, n + k) solves
-        ``[J_x; C] y = b`` as ``y = P b`` (the pseudo-inverse of the row- and column-equilibrated matrix, scaled
-        back: kinetic models' Jacobians span many decades); or None where the Newton route does not apply: an
-        eigenvalue of ``J_x`` besides the conservation laws' zeros has a real part >= 0, or ``[J_x; C]``
-        equilibrated has a condition number above :data:`_COND_MAX` (``J_x`` singular beyond its conservation
-        laws)."""
+    def _laws(self):
+        """The model's conservation laws ``C`` (:func:`conservation_laws`), found once."""
         if self._conserved is None:
             self._conserved = conservation_laws(self.model)
-        C = self._conserved
+        return self._conserved
+
+    def _linearised(self, p, x, t):
+        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: :meth:`_laws`; ``P``
+        the pseudo-inverse of the row- and column-equilibrated matrix, scaled back: kinetic models' Jacobians span
+        many decades); or None where the Newton route does not apply: an eigenvalue of ``J_x`` besides the
+        conservation laws' zeros has a real part >= 0, or ``[J_x; C]`` equilibrated has a condition number above
+        :data:`_COND_MAX` (``J_x`` singular beyond its conservation laws)."""
+        C = self._laws()
         J = self._compiled().jac_y(t, x, p)
         if not np.all(np.isfinite(J)):
             return None
@@ -371,14 +371,14 @@ class SteadyState:
         U, sa, Vt = np.linalg.svd(r[:, None] * A * c, full_matrices=False)
         if sa[-1] * _COND_MAX < sa[0]:
             return None
-        return (c[:, None] * Vt.T / sa) @ (U.T * r), C
+        return J, (c[:, None] * Vt.T / sa) @ (U.T * r)
 
     def _integrate(self, p, x, held, t0=0.0):
         """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message to follow the
         steady state's name)."""
         newton = self._by_newton(p, x, t0)
         if newton is not None:
-            xs, sens = newton[0], newton[4].copy()
+            xs, sens = newton[0], newton[1].copy()
             sens[:, list(held)] = 0.0
             return xs, sens
         self.route = "integration"
