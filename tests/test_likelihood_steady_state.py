@@ -295,6 +295,71 @@ def test_the_steady_state_by_newton_and_the_implicit_function_theorem_matches_th
         np.testing.assert_allclose(d[:, 2:], [[kb / (kf + kb)] * 2, [kf / (kf + kb)] * 2], rtol=rtol)
 
 
+@oi.model(states=["A", "B"], params=["k1", "k2", "V1", "V2"])
+def two_compartments(t, y, p):  # transport between compartments of volumes V1, V2 (concentrations, as SBML writes it)
+    flux = p.k1 * p.V1 * y.A - p.k2 * p.V2 * y.B
+    return {"A": -flux / p.V1, "B": flux / p.V2}
+
+
+@oi.model(states=["x", "z"], params=["a", "b", "q"])
+def follower(t, y, p):
+    return {"x": p.a - p.b * y.x, "z": p.q * (y.x - y.z)}
+
+
+def test_a_conservation_law_weighted_by_estimated_volumes_moves_with_them():
+    """V1 A + V2 B is conserved: A_ss = T k2 / (V1 (k1 + k2)), B_ss = T k1 / (V2 (k1 + k2)) with T = V1 A0 + V2 B0; the
+    Newton route's sensitivities to the rates, the volumes (through the law's weights) and the start against those of
+    the closed form, differentiated by sympy; the adjoint's vector-Jacobian product against them."""
+    import sympy
+
+    import odeinfer.likelihood.steady as steady
+
+    k1, k2, V1, V2, A0, B0 = sympy.symbols("k1 k2 V1 V2 A0 B0", positive=True)
+    T = V1 * A0 + V2 * B0
+    closed = sympy.Matrix([T * k2 / (V1 * (k1 + k2)), T * k1 / (V2 * (k1 + k2))])
+    at = {k1: 0.7, k2: 1.9, V1: 1.4, V2: 0.45, A0: 2.0, B0: 0.3}
+    ref = np.array(closed.subs(at), float).ravel()
+    dref = np.array(closed.jacobian([k1, k2, V1, V2, A0, B0]).subs(at), float)
+    p, x0 = np.array([at[k1], at[k2], at[V1], at[V2]]), np.array([at[A0], at[B0]])
+    C = steady.conservation_laws(two_compartments, p)
+    np.testing.assert_allclose(np.abs(C), [[V / np.hypot(at[V1], at[V2]) for V in (at[V1], at[V2])]], rtol=1e-12)
+    ss = steady.SteadyState(two_compartments)
+    xs, d = ss(p, x0, np.hstack([np.eye(4), np.zeros((4, 2))]), np.hstack([np.zeros((2, 4)), np.eye(2)]))
+    assert ss.route == "newton"
+    np.testing.assert_allclose(xs, ref, rtol=1e-12)
+    np.testing.assert_allclose(d, dref, rtol=1e-10, atol=1e-12)
+    xbar = np.array([0.3, -1.1])
+    ss = steady.SteadyState(two_compartments)
+    np.testing.assert_allclose(ss.states(p, x0), ref, rtol=1e-12)
+    pbar, x0bar = ss.vjp(p, x0, xbar, np.eye(4))
+    assert ss.route == "newton"
+    np.testing.assert_allclose(np.r_[pbar, x0bar], xbar @ dref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_parameter_is_held():
+    """With q = 0 (a condition's knock-out), z' = q (x - z) keeps z at its start: a law at that value only. Held, the
+    Newton route takes it (z_ss = z0, d z_ss / d z0 = 1, x_ss = a / b). When q moves, the Newton route has no column
+    for it (the law breaks as q leaves 0: any q > 0 takes z to x) and the integration route runs instead."""
+    import odeinfer.likelihood.steady as steady
+
+    p, x0 = np.array([2.0, 0.5, 0.0]), np.array([1.0, 0.7])
+    C = steady.conservation_laws(follower, p)
+    np.testing.assert_allclose(np.abs(C), [[0.0, 1.0]], atol=1e-15)
+    ss = steady.SteadyState(follower)
+    held = np.diag([1.0, 1.0, 0.0])
+    xs, d = ss(p, x0, np.hstack([held, np.zeros((3, 2))]), np.hstack([np.zeros((2, 3)), np.eye(2)]))
+    assert ss.route == "newton"
+    np.testing.assert_allclose(xs, [4.0, 0.7], rtol=1e-12)
+    np.testing.assert_allclose(d, [[2.0, -8.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]], atol=1e-12)
+    ss(p, x0, np.eye(3), np.zeros((2, 3)))
+    assert ss.route == "integration"
+    ss = steady.SteadyState(follower)
+    ss.states(p, x0)
+    assert ss.route == "newton"
+    ss.vjp(p, x0, np.array([1.0, 1.0]), np.eye(3))
+    assert ss.route == "integration"
+
+
 # -- what is refused -------------------------------------------------------------------------------
 def test_data_at_inf_needs_steady_state_true_and_a_start():
     with pytest.raises(DataError, match=r"`t` must be finite; received inf at index 1\. .*need "
@@ -483,9 +548,10 @@ def test_a_fit_with_steady_state_rows_plots_and_reloads():
 
 @pytest.mark.parametrize("name", ["Brannmark_JBC2010", "Zheng_PNAS2012"])
 def test_conservation_laws_span_the_sbml_stoichiometrys_left_null_space(name):
-    """The laws found from the right-hand side's terms against the left null space of the SBML file's stoichiometric
-    matrix (read with libsbml, solved exactly by sympy): Brannmark's three (the receptor's five forms, IRS's two, X's
-    two), Zheng's none."""
+    """The laws found from the right-hand side's terms at the pre-equilibration's parameters against the left null
+    space of the SBML file's stoichiometric matrix (read with libsbml, solved exactly by sympy): Brannmark's three
+    (the receptor's five forms, IRS's two, X's two), Zheng's none. Zheng's simulation condition sets its dilution
+    (the one reaction that removes and adds histones) to 0: there the total of its 15 states is a law too."""
     import libsbml
     import sympy
 
@@ -501,7 +567,15 @@ def test_conservation_laws_span_the_sbml_stoichiometrys_left_null_space(name):
             for ref in refs:
                 N[states.index(ref.getSpecies()), j] += sign * sympy.nsimplify(ref.getStoichiometry())
     ref = np.array([[float(v) for v in vec] for vec in N.T.nullspace()]).reshape(-1, len(states))
-    C = conservation_laws(pp.problem.model)
+    obj = pp.objective()
+    run = obj.runs[0]
+    v = run.mapping(obj.natural(pp.u_nominal))[0]
+    op = run.n_p + run.n_q + run.n_s + run.n_d  # where the pre-equilibration's parameters start
+    C = conservation_laws(pp.problem.model, v[op:op + run.n_p])
     assert C.shape == ref.shape == ({"Brannmark_JBC2010": 3, "Zheng_PNAS2012": 0}[name], len(states))
     np.testing.assert_allclose(C @ C.T, np.eye(len(C)), atol=1e-12)
     np.testing.assert_allclose(ref - ref @ C.T @ C, 0.0, atol=1e-12)  # every law of the file's in C's span
+    if name == "Zheng_PNAS2012":
+        p = v[:run.n_p]
+        assert p[pp.problem.model.params.index("dilution")] == 0.0
+        np.testing.assert_allclose(np.abs(conservation_laws(pp.problem.model, p)), 15 ** -0.5, rtol=1e-12)

@@ -13,9 +13,12 @@ dependence.
 Mostly the sensitivities are not integrated (:meth:`SteadyState._by_newton`): the states alone are integrated stage
 by stage until ``|dx/dt|`` passes the test, then Newton's method takes them to the steady state itself (the
 ``t -> inf`` limit, also along modes too slow for the integration's test), and the implicit function theorem gives
-the sensitivities. Linear conservation laws ``C f = 0`` (:func:`conservation_laws`, from the right-hand side's terms)
-are kept: the steady state solves ``f(x) = 0`` and ``C x = C x0``, so ``[J_x; C] d x_ss = [-J_p dp; C dx0]`` (without
-conservation laws ``d x_ss / d x0 = 0``: an isolated, attracting steady state does not move with the start). This
+the sensitivities. Linear conservation laws ``C f = 0`` at the parameters (:class:`ConservationLaws`, from the
+right-hand side's terms) are kept: the steady state solves ``f(x) = 0`` and ``C x = C x0``, so
+``[J_x; C] d x_ss = [-J_p dp; C dx0 - (dC/dp dp) (x_ss - x0)]`` (without conservation laws ``d x_ss / d x0 = 0``: an
+isolated, attracting steady state does not move with the start; ``dC/dp``: laws weighted by compartment volumes).
+A law that holds only at a parameter's value (a rate set to 0) has no derivative along that parameter: a call
+that moves it takes the integration route. This
 route is taken when the eigenvalues of ``J_x`` other than the conservation laws' zeros have negative real parts,
 ``[J_x; C]`` equilibrated has a condition number of at most ``1e10`` and the sensitivities' error (steps of
 iterative refinement) is within the integration route's tolerance; otherwise the integration route below. A
@@ -44,7 +47,7 @@ from odeinfer.model.trace import T_SYMBOL
 from odeinfer.solve import Adjoint, Forward, Problem, Rodas, bind
 from odeinfer.solve.abi import status_message
 
-__all__ = ["SteadyState", "conservation_laws"]
+__all__ = ["ConservationLaws", "SteadyState", "conservation_laws"]
 
 _STAGES = np.r_[0.0, 10.0 ** np.arange(0, 11)]
 _RECENT = 16  # steady states remembered: one per distinct pre-equilibration of an evaluation
@@ -55,30 +58,111 @@ _NEWTON_ITERATIONS = 10
 _REFINEMENTS = 3  # steps of iterative refinement of the Newton route's sensitivities (Brannmark_JBC2010 needs 2)
 
 
-def conservation_laws(model):
-    """``C`` (k, n_states), orthonormal rows: the linear conservation laws ``C f = 0`` that hold identically, from
-    the right-hand side's terms: each ``f_i`` expanded into terms ``a * m`` (``a`` a number, ``m`` a product of
-    states, parameters and functions), ``c`` is a law when ``sum_i c_i a_i(m) = 0`` for every ``m``. The term
-    coefficients are stoichiometric numbers, so the null space is found in floating point to rounding (on the
-    Jacobian it is not: Brannmark_JBC2010's spans 3e8 down to its laws' 1e-12 .. 1e-26). Laws whose weights are
-    parameters (species in compartments of different, estimated volumes) are not found: those models' singular
-    ``J_x`` leaves them to the integration route."""
-    import sympy
+class ConservationLaws:
+    """The linear conservation laws of a model at given parameters: the rows ``c`` with ``c^T f(t, x, p) = 0`` for
+    every ``t`` and ``x``, and how they move with ``p``.
 
-    n = len(model.exprs)
-    index = {}
-    rows, cols, vals = [], [], []
-    for i, e in enumerate(model.exprs):
-        for term in sympy.Add.make_args(sympy.expand(e)):
-            a, m = term.as_coeff_Mul()
-            rows.append(i)
-            cols.append(index.setdefault(m, len(index)))
-            vals.append(float(a))
-    M = np.zeros((n, max(len(index), 1)))
-    np.add.at(M, (rows, cols), vals)
-    U, sv, _ = np.linalg.svd(M)
-    k = n - int(np.sum(sv > _NULL * max(sv[0], 1.0)))
-    return np.ascontiguousarray(U[:, n - k:].T)
+    The right-hand side is written ``f_i = sum_c M_ic(p) m_c(t, x, p)``: each ``f_i`` expanded into terms, each term
+    split into its factors of parameters and numbers alone (``M``'s entry) and the rest (the monomial ``m_c``: states,
+    ``t``, inputs and the functions of them; each distinct one a column). The monomials are independent functions of
+    ``(t, x)``, so the laws at ``p`` are the left null space of ``M(p)``. That covers the stoichiometric numbers of one
+    compartment, compartment volumes as weights where species live in compartments of other sizes
+    (Blasi_CellSystems2016), and laws that hold only at ``p``, where a rate is zero (Isensee_JCB2018's knock-outs).
+    Scaling ``M``'s columns does not move its left null space: they are equilibrated before the SVD (the entries are
+    rates spanning decades; on the Jacobian itself the null space is lost to rounding, Brannmark_JBC2010's singular
+    values span 3e8 down to its laws' 1e-12 .. 1e-26)."""
+
+    def __init__(self, model):
+        import sympy
+
+        from odeinfer.model.codegen import safe_symbols
+
+        params = set(model.param_symbols)
+        entries, columns = {}, {}
+        for i, e in enumerate(model.exprs):
+            for term in sympy.Add.make_args(sympy.expand(e)):
+                coeff, rest = [], []
+                for factor in sympy.Mul.make_args(term):
+                    (coeff if factor.free_symbols <= params else rest).append(factor)
+                key = (i, columns.setdefault(sympy.Mul(*rest), len(columns)))
+                entries[key] = entries.get(key, 0) + sympy.Mul(*coeff)
+        self.shape = (len(model.exprs), max(len(columns), 1))
+        self._rows = np.array([i for i, _ in entries], dtype=np.int64)
+        self._cols = np.array([c for _, c in entries], dtype=np.int64)
+        exprs = list(entries.values())
+        self._values = np.array([float(e) if e.is_number else 0.0 for e in exprs])
+        self._symbolic = np.array([k for k, e in enumerate(exprs) if not e.is_number], dtype=np.int64)
+        index = {s: j for j, s in enumerate(model.param_symbols)}
+        self._d_entry, self._d_param, d_exprs = [], [], []  # the entries' derivatives in the parameters
+        for k in self._symbolic:
+            for s in sorted(exprs[k].free_symbols & params, key=index.get):
+                self._d_entry.append(k)
+                self._d_param.append(index[s])
+                d_exprs.append(sympy.diff(exprs[k], s))
+        self._fn = None
+        if self._symbolic.size:
+            rename = safe_symbols(model.state_symbols, model.param_symbols)
+            args = [rename[s] for s in model.param_symbols]
+            self._fn = sympy.lambdify(args, [exprs[k].xreplace(rename) for k in self._symbolic] +
+                                      [e.xreplace(rename) for e in d_exprs], modules="numpy")
+        self.n_params = len(model.param_symbols)
+        self._last = None
+
+    def at(self, p):
+        """``(C, shift)`` at ``p``: ``C`` (k, n_states) orthonormal rows spanning the laws, and
+        ``shift(dx) -> (D, moved)`` with ``D[:, j] = (dC/dp_j) dx`` (k, n_params) for ``dx = x_ss - x0`` (the
+        constraint ``C (x_ss - x0) = 0`` differentiated: ``C (dx_ss - dx0) = -D dp``; the part of ``dC/dp_j`` inside
+        the laws' span meets ``C dx = 0``) and ``moved`` (n_params,) True where the laws do not persist as ``p_j``
+        moves (a law that holds only at ``p_j``'s value: ``D[:, j]`` is 0 there and means nothing)."""
+        p = np.ascontiguousarray(p, float)
+        if self._last is not None and np.array_equal(self._last[0], p):
+            return self._last[1]
+        values = self._values.copy()
+        derivs = np.zeros(0)
+        if self._fn is not None:
+            out = np.array(self._fn(*p), float).reshape(-1)
+            values[self._symbolic] = out[:self._symbolic.size]
+            derivs = out[self._symbolic.size:]
+        n, n_cols = self.shape
+        M = np.zeros(self.shape)
+        np.add.at(M, (self._rows, self._cols), values)
+        scale = np.abs(M).max(axis=0)
+        scale = 1.0 / np.where(scale > 0.0, scale, 1.0)
+        U, sv, Vt = np.linalg.svd(M * scale)
+        rank = int(np.sum(sv > _NULL * max(sv[0], 1.0))) if sv.size else 0
+        C = np.ascontiguousarray(U[:, rank:].T)
+        entry = np.asarray(self._d_entry, dtype=np.int64)
+        rows, cols, params = self._rows[entry], self._cols[entry], np.asarray(self._d_param, dtype=np.int64)
+
+        def shift(dx):
+            # c^T M = 0 at every p: (dc/dp_j)^T Ms = -c^T (dM/dp_j) S (Ms = M S, S the column scales), solved by
+            # Ms's pseudo-inverse; where c^T (dM/dp_j) S leaves Ms's row space the laws do not persist along p_j
+            D, moved = np.zeros((C.shape[0], self.n_params)), np.zeros(self.n_params, dtype=bool)
+            if C.shape[0] == 0 or params.size == 0:
+                return D, moved
+            A = np.zeros((C.shape[0], n_cols, self.n_params))  # c^T (dM/dp_j) S, per law, column and parameter
+            dms = derivs * scale[cols]
+            np.add.at(A, (slice(None), cols, params), C[:, rows] * dms)
+            size = np.zeros(self.n_params)  # the largest entry of each (dM/dp_j) S: rounding's scale (|c| = 1)
+            np.maximum.at(size, params, np.abs(dms))
+            V = Vt[:rank]
+            w = V.T @ ((U[:, :rank].T @ dx) / sv[:rank])  # Ms^+ dx
+            for j in np.unique(params):
+                a = A[:, :, j]
+                off = a - (a @ V.T) @ V
+                moved[j] = np.abs(off).max() > 1e-8 * size[j]
+                if not moved[j]:
+                    D[:, j] = -(a @ w)
+            return D, moved
+
+        self._last = (p.copy(), (C, shift))
+        return C, shift
+
+
+def conservation_laws(model, p):
+    """``C`` (k, n_states), orthonormal rows: the model's linear conservation laws at the parameters ``p``
+    (:class:`ConservationLaws`)."""
+    return ConservationLaws(model).at(p)[0]
 
 
 def _equilibration(M):
@@ -151,17 +235,22 @@ class SteadyState:
         # Brannmark_JBC2010: 8 experiments, one pre-condition): the steady state and d x_ss / d(p, x0)
         # depend on (p, x0) alone, the chaining through (dp, dx0) is per call
         key = (p.tobytes(), x.tobytes(), held, t0)
-        res = self._recent.get(key)
-        if res is None:
-            res = self._integrate(p, x, held, t0)
-            if len(self._recent) >= _RECENT:
-                self._recent.pop(next(iter(self._recent)))
-            self._recent[key] = res
+        res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0))
+        if not isinstance(res, str) and np.any(dp[res[2]]):  # laws at p that a moving parameter breaks: integrate
+            key += ("integration",)
+            res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0, newton=False))
         if isinstance(res, str):
             return f"{what} {res}"
-        xs, sens = res
+        xs, sens = res[:2]
         n_p = p.size
         return xs.copy(), sens[:, :n_p] @ dp + sens[:, n_p:] @ dx0
+
+    def _keep(self, key, res):
+        """``res``, remembered under ``key`` (the last :data:`_RECENT` results)."""
+        if len(self._recent) >= _RECENT:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[key] = res
+        return res
 
     def _states_key(self, p, x0, t0):
         """``(p, x0, t0, key)`` of a states-only run, as :meth:`states` and :meth:`vjp` keep them."""
@@ -176,10 +265,7 @@ class SteadyState:
         p, x, t0, key = self._states_key(p, x0, t0)
         res = self._recent.get(key)
         if res is None:
-            res = self._run_states(p, x, t0)
-            if len(self._recent) >= _RECENT:
-                self._recent.pop(next(iter(self._recent)))
-            self._recent[key] = res
+            res = self._keep(key, self._run_states(p, x, t0))
             self._recorded = key
         if isinstance(res, str):
             return f"{what} {res}"
@@ -192,11 +278,13 @@ class SteadyState:
         entry of ``pbar`` is zero)."""
         p, x, t0, key = self._states_key(p, x0, t0)
         res = self._recent.get(key)
-        newton = res is not None and not isinstance(res, str) and res[1] == 0  # no steps recorded or needed
-        if not newton and (self._recorded != key or res is None):  # another run's steps are in the records: again
-            self._recent.pop(key, None)
+        if res is None or (not isinstance(res, str) and res[1] > 0 and self._recorded != key):
+            self._recent.pop(key, None)  # another run's steps are in the records: again
             self.states(p, x, what=what, t0=t0)
-        res = self._recent[key]
+            res = self._recent[key]
+        if not isinstance(res, str) and res[1] == 0 and np.any(dp[res[3]]):  # laws at p that dp breaks: integrate
+            res = self._keep(key, self._run_states(p, x, t0, newton=False))
+            self._recorded = key
         if isinstance(res, str):
             return f"{what} {res}"
         x_ss, n_stages = res[:2]
@@ -231,13 +319,13 @@ class SteadyState:
                     "use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
         return G[:n_p], G[n_p:]
 
-    def _run_states(self, p, x, t0):
+    def _run_states(self, p, x, t0, newton=True):
         """``(x_ss, stages used)`` from ``x`` under ``p``, states alone (recorded), or why not; the stages end where
         the states and the probe's directional sensitivities pass the tests (see the module docstring). ``(x_ss, 0,
-        d x_ss / d(p, x0))``: found by the Newton route, nothing recorded."""
-        newton = self._by_newton(p, x, t0)
-        if newton is not None:
-            return newton[0], 0, newton[1]
+        d x_ss / d(p, x0), moved)``: found by the Newton route (unless ``newton`` is false), nothing recorded."""
+        found = self._by_newton(p, x, t0) if newton else None
+        if found is not None:
+            return found[0], 0, found[1], found[2]
         self.route = "integration"
         if t0 not in self._vjps:  # bound directly: a parameter that moves a jump gets no gradient (held, see vjp)
             from odeinfer.solve._inputs import compiled_model
@@ -304,11 +392,13 @@ class SteadyState:
         return self._plain[t0]
 
     def _by_newton(self, p, x0, t0):
-        """``(x_ss, d x_ss / d(p, x0))`` by the Newton route (see the module docstring), the right-hand side taken
+        """``(x_ss, d x_ss / d(p, x0), moved)`` by the Newton route (see the module docstring), the right-hand side taken
         at the time the states passed the test, or None where it does not apply: a failed or unfinished run of the
         states, no :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error
         (estimated by the last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``J_x S + J_p = 0``)
-        stays above ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates."""
+        stays above ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates.
+        ``moved`` (n_params,): the parameters along which the conservation laws at ``p`` do not persist
+        (:meth:`ConservationLaws.at`); their columns are 0 and mean nothing, callers that move them integrate."""
         cm, x = self._compiled(), x0
         for solver in self._plain_solvers(t0):
             y, _, st = solver(p, x)
@@ -319,46 +409,44 @@ class SteadyState:
                 break
         else:
             return None
+        if self._conserved is None:
+            self._conserved = ConservationLaws(self.model)
+        C, shift = self._conserved.at(p)
         for _ in range(_NEWTON_ITERATIONS):
-            lin = self._linearised(p, x, t)
+            lin = self._linearised(x, t, p, C)
             if lin is None:
                 return None
-            C = self._laws()
             dx = -lin[1] @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])  # lin = (J_x, P)
             x = x + dx
             if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
-                lin = self._linearised(p, x, t)
+                lin = self._linearised(x, t, p, C)
                 if lin is None:
                     return None
                 J, P = lin
-                n, jp = x.size, cm.jac_p(t, x, p)
-                sens = np.hstack([-P[:, :n] @ jp, P[:, n:] @ C])
+                n, n_p = x.size, p.size
+                D, moved = shift(x - x0)
+                rhs = np.zeros((n + C.shape[0], n_p + n))  # [J_x; C] d x_ss = [-J_p dp; C dx0 - D dp]
+                rhs[:n, :n_p] = -cm.jac_p(t, x, p)
+                rhs[n:, :n_p] = -D
+                rhs[n:, n_p:] = C
+                sens = P @ rhs
                 for _ in range(_REFINEMENTS):  # iterative refinement: each step's size estimates the error before it
-                    res = J @ sens
-                    res[:, :p.size] += jp
-                    fix = P[:, :n] @ res
+                    fix = P @ (np.vstack([J @ sens, C @ sens]) - rhs)
                     sens -= fix
                     if self._in_tolerances(sens, fix, 100) <= 1.0:
                         break
                 else:
                     return None
                 self.route = "newton"
-                return x, sens
+                return x, sens, moved
         return None
 
-    def _laws(self):
-        """The model's conservation laws ``C`` (:func:`conservation_laws`), found once."""
-        if self._conserved is None:
-            self._conserved = conservation_laws(self.model)
-        return self._conserved
-
-    def _linearised(self, p, x, t):
-        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: :meth:`_laws`; ``P``
+    def _linearised(self, x, t, p, C):
+        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: the laws at ``p``; ``P``
         the pseudo-inverse of the row- and column-equilibrated matrix, scaled back: kinetic models' Jacobians span
         many decades); or None where the Newton route does not apply: an eigenvalue of ``J_x`` besides the
         conservation laws' zeros has a real part >= 0, or ``[J_x; C]`` equilibrated has a condition number above
         :data:`_COND_MAX` (``J_x`` singular beyond its conservation laws)."""
-        C = self._laws()
         J = self._compiled().jac_y(t, x, p)
         if not np.all(np.isfinite(J)):
             return None
@@ -373,14 +461,14 @@ class SteadyState:
             return None
         return J, (c[:, None] * Vt.T / sa) @ (U.T * r)
 
-    def _integrate(self, p, x, held, t0=0.0):
-        """``(x_ss, d x_ss / d(p, x0))`` from ``x`` under ``p``, or why not (a message to follow the
-        steady state's name)."""
-        newton = self._by_newton(p, x, t0)
-        if newton is not None:
-            xs, sens = newton[0], newton[1].copy()
+    def _integrate(self, p, x, held, t0=0.0, newton=True):
+        """``(x_ss, d x_ss / d(p, x0), moved)`` from ``x`` under ``p`` (``moved`` as :meth:`_by_newton`'s, none
+        moved on the integration route), or why not (a message to follow the steady state's name)."""
+        found = self._by_newton(p, x, t0) if newton else None
+        if found is not None:
+            xs, sens, moved = found[0], found[1].copy(), found[2]
             sens[:, list(held)] = 0.0
-            return xs, sens
+            return xs, sens, moved
         self.route = "integration"
         n_p, n = p.size, x.size
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
@@ -403,6 +491,6 @@ class SteadyState:
                 dS[:, :n_p] += cm.jac_p(t, x, p)
                 err = max(err, self._in_tolerances(sens, dS, 100))
                 if err <= 1.0:
-                    return x, sens
+                    return x, sens, np.zeros(n_p, dtype=bool)
             worst = min(worst, err)
         return self._not_reached(t0, worst)
