@@ -323,6 +323,7 @@ def test_a_conservation_law_weighted_by_estimated_volumes_moves_with_them():
     p, x0 = np.array([at[k1], at[k2], at[V1], at[V2]]), np.array([at[A0], at[B0]])
     C = steady.conservation_laws(two_compartments, p)
     np.testing.assert_allclose(np.abs(C), [[V / np.hypot(at[V1], at[V2]) for V in (at[V1], at[V2])]], rtol=1e-12)
+    assert not np.any(steady.ConservationLaws(two_compartments).at(p)[1](ref - x0)[1])  # the law persists along all
     ss = steady.SteadyState(two_compartments)
     xs, d = ss(p, x0, np.hstack([np.eye(4), np.zeros((4, 2))]), np.hstack([np.zeros((2, 4)), np.eye(2)]))
     assert ss.route == "newton"
@@ -345,6 +346,7 @@ def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_paramete
     p, x0 = np.array([2.0, 0.5, 0.0]), np.array([1.0, 0.7])
     C = steady.conservation_laws(follower, p)
     np.testing.assert_allclose(np.abs(C), [[0.0, 1.0]], atol=1e-15)
+    np.testing.assert_array_equal(steady.ConservationLaws(follower).at(p)[1](np.ones(2))[1], [False, False, True])
     ss = steady.SteadyState(follower)
     held = np.diag([1.0, 1.0, 0.0])
     xs, d = ss(p, x0, np.hstack([held, np.zeros((3, 2))]), np.hstack([np.zeros((2, 3)), np.eye(2)]))
