@@ -76,6 +76,7 @@ class ConservationLaws:
         import sympy
 
         from odeinfer.model.codegen import safe_symbols
+        from odeinfer.model.derivatives import differentiate
 
         params = set(model.param_symbols)
         entries, columns = {}, {}
@@ -98,7 +99,7 @@ class ConservationLaws:
             for s in sorted(exprs[k].free_symbols & params, key=index.get):
                 self._d_entry.append(k)
                 self._d_param.append(index[s])
-                d_exprs.append(sympy.diff(exprs[k], s))
+                d_exprs.append(differentiate(exprs[k], s))
         self._fn = None
         if self._symbolic.size:
             rename = safe_symbols(model.state_symbols, model.param_symbols)
