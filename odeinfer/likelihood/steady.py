@@ -396,10 +396,10 @@ class SteadyState:
         return self._plain[t0]
 
     def _by_newton(self, p, x0, t0):
-        """``(x_ss, d x_ss / d(p, x0), moved)`` by the Newton route (see the module docstring), the right-hand side taken
-        at the time the states passed the test, or None where it does not apply: a failed or unfinished run of the
-        states, no :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error
-        (estimated by the last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``J_x S + J_p = 0``)
+        """``(x_ss, d x_ss / d(p, x0), moved)`` by the Newton route (see the module docstring), the right-hand side
+        taken at the time the states passed the test, or None where it does not apply: a failed or unfinished run of
+        the states, no :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error
+        (estimated by the last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``[J_x; C] S = rhs``)
         stays above ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates.
         ``moved`` (n_params,): the parameters along which the conservation laws at ``p`` do not persist
         (:meth:`ConservationLaws.at`); their columns are 0 and mean nothing, callers that move them integrate."""
@@ -417,13 +417,13 @@ class SteadyState:
             self._conserved = ConservationLaws(self.model)
         C, shift = self._conserved.at(p)
         for _ in range(_NEWTON_ITERATIONS):
-            lin = self._linearised(x, t, p, C)
+            lin = self._linearised(p, x, t, C)
             if lin is None:
                 return None
             dx = -lin[1] @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])  # lin = (J_x, P)
             x = x + dx
             if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
-                lin = self._linearised(x, t, p, C)
+                lin = self._linearised(p, x, t, C)
                 if lin is None:
                     return None
                 J, P = lin
@@ -445,9 +445,9 @@ class SteadyState:
                 return x, sens, moved
         return None
 
-    def _linearised(self, x, t, p, C):
-        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: the laws at ``p``; ``P``
-        the pseudo-inverse of the row- and column-equilibrated matrix, scaled back: kinetic models' Jacobians span
+    def _linearised(self, p, x, t, C):
+        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: the laws at ``p``;
+        ``P`` the pseudo-inverse of the row- and column-equilibrated matrix, scaled back: kinetic models' Jacobians span
         many decades); or None where the Newton route does not apply: an eigenvalue of ``J_x`` besides the
         conservation laws' zeros has a real part >= 0, or ``[J_x; C]`` equilibrated has a condition number above
         :data:`_COND_MAX` (``J_x`` singular beyond its conservation laws)."""
