@@ -27,7 +27,7 @@ __all__ = [
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
     "Embedding", "Simultaneous", "AdjointDDE",
-    "IdentifiabilityWarning", "CoverageWarning", "Estimate",
+    "IdentifiabilityWarning", "CoverageWarning", "MultistartWarning", "Estimate",
     # Bayesian stage and views
     "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
     # the standard analysis in one call
@@ -48,6 +48,7 @@ _LAZY = {
     "StochasticGradient": ("odeinfer.estimators", "StochasticGradient"),
     "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
     "CoverageWarning": ("odeinfer.estimators._coverage", "CoverageWarning"),
+    "MultistartWarning": ("odeinfer.inference.multistart", "MultistartWarning"),
     "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
     "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),

@@ -7,6 +7,7 @@ solution of a -> b -> (degradation); scipy's least_squares on the same closed-fo
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -472,6 +473,23 @@ def _spring_problem():
     m = spring.observe({"xo": "x"}, noise={"xo": oi.Normal(sigma=0.1)})
     return oi.FitProblem(m, oi.Data(T, np.cos(T), ["xo"]), {"w": oi.Param(1.0, 0.1, 1e3, "log10")},
                          x0={"x": 1.0, "v": 0.0})
+
+
+def test_a_best_objective_reached_from_one_start_alone_is_warned():
+    """Fitting the spring's frequency is multimodal: from w = 1.05 the fit reaches the truth (w = 1); from 3 and 0.3
+    it stops in other minima, hundreds higher. One start of three at the best warns, with the counts and the fix; two
+    of three do not."""
+    prob = _spring_problem()
+    with pytest.warns(oi.MultistartWarning, match=r"the best negative log-likelihood \(-27\.67\d*\) was reached "
+                      r"from 1 of 3 starts \(3 ended with a finite value; the next best ended \d+ higher\).* "
+                      r"Embedding\(starts=6\)"):
+        fit = oi.Embedding(starts=3).fit(prob, start=np.array([[1.05], [3.0], [0.3]]))
+    assert fit.extras["n_within_0.1_of_best"] == 1 and fit.params["w"] == pytest.approx(1.0, rel=1e-6)
+    assert any("was reached from 1 of 3 starts" in w for w in fit.warnings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", oi.MultistartWarning)
+        fit = oi.Embedding(starts=3).fit(prob, start=np.array([[1.05], [0.95], [3.0]]))
+    assert fit.extras["n_within_0.1_of_best"] == 2
 
 
 @oi.model(states=["x"], params=["r"])

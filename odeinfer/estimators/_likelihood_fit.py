@@ -29,6 +29,7 @@ import numpy as np
 
 from odeinfer.errors import InputError
 from odeinfer.estimators._trust import trust_region
+from odeinfer.inference.multistart import NEAR_BEST, MultistartWarning, best_reached_once
 from odeinfer.likelihood.parameters import dnatural_dscaled, to_scale
 
 __all__ = ["fit_likelihood", "likelihood_solver", "make_objective", "problem_from_embedding", "resolve_priors",
@@ -441,8 +442,12 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
               "scales": dict(zip(names, obj.scales)),
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
-              "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + 0.1) if f_ok else 0,
+              "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + NEAR_BEST) if f_ok else 0,
               "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank, "polish": polished, **getattr(obj, "last", {})}
+    once = best_reached_once(ranked, "negative log-posterior" if priors else "negative log-likelihood")
+    if once:
+        warnings.warn(once, MultistartWarning, stacklevel=4)
+        warns.append(once)
     method = "maximum likelihood"
     if priors:
         extras["prior_nll"] = prior_nll

@@ -1,9 +1,11 @@
-"""Multi-start optimisation helpers: space-filling starts in a box and a process-parallel runner.
+"""Multi-start optimisation helpers: space-filling starts in a box, a process-parallel runner and the
+check of how often the best was reached.
 
 :func:`sample_starts` draws scrambled Sobol or Latin-hypercube points (``scipy.stats.qmc``)
 in a box; :func:`run_starts` runs ``fn(payload, chunk)`` over chunks of starts, in this process,
 on local processes or on any ``concurrent.futures`` executor. A start that raises is recorded as failed
-(its error text kept) by ``fn``, never fatal.
+(its error text kept) by ``fn``, never fatal. :func:`best_reached_once` says when a single start found the
+best objective (:class:`MultistartWarning`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,28 @@ import math
 
 import numpy as np
 
-from odeinfer.errors import InputError
+from odeinfer.errors import InputError, OdeinferWarning
 
-__all__ = ["sample_starts", "run_starts"]
+__all__ = ["sample_starts", "run_starts", "best_reached_once", "MultistartWarning"]
+
+NEAR_BEST = 0.1  # starts whose objective ends within this of the best reached it (PEtab benchmarks' convention)
+
+
+class MultistartWarning(OdeinferWarning):
+    """Of several starts, one alone reached the best objective: a minimum found once may not be the global
+    one; the message gives the counts, the next best start's objective and the fix (more starts)."""
+
+
+def best_reached_once(objectives, what="negative log-likelihood"):
+    """The message of :class:`MultistartWarning` when exactly one of two or more finite ``objectives`` (one per
+    start, NaN for a failed one) ends within :data:`NEAR_BEST` of their minimum, else None."""
+    f = np.asarray(objectives, float)
+    ok = np.sort(f[np.isfinite(f)])
+    if ok.size < 2 or ok[1] <= ok[0] + NEAR_BEST:
+        return None
+    return (f"the best {what} ({ok[0]:.6g}) was reached from 1 of {f.size} starts ({ok.size} ended with a finite "
+            f"value; the next best ended {ok[1] - ok[0]:.3g} higher): a minimum found once may not be the global "
+            f"one. Run more starts (e.g. Embedding(starts={2 * f.size})) and check that the best is reached again.")
 
 
 def sample_starts(lo, hi, n, *, sampler="sobol", rng=None):
