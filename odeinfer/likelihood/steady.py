@@ -94,12 +94,15 @@ class ConservationLaws:
         self._values = np.array([float(e) if e.is_number else 0.0 for e in exprs])
         self._symbolic = np.array([k for k, e in enumerate(exprs) if not e.is_number], dtype=np.int64)
         index = {s: j for j, s in enumerate(model.param_symbols)}
-        self._d_entry, self._d_param, d_exprs = [], [], []  # the entries' derivatives in the parameters
+        d_entry, d_param, d_exprs = [], [], []  # the entries' derivatives in the parameters
         for k in self._symbolic:
             for s in sorted(exprs[k].free_symbols & params, key=index.get):
-                self._d_entry.append(k)
-                self._d_param.append(index[s])
+                d_entry.append(k)
+                d_param.append(index[s])
                 d_exprs.append(differentiate(exprs[k], s))
+        # each derivative's row and column of M and its parameter
+        self._d_rows, self._d_cols = self._rows[d_entry], self._cols[d_entry]
+        self._d_params = np.array(d_param, dtype=np.int64)
         self._fn = None
         if self._symbolic.size:
             rename = safe_symbols(model.state_symbols, model.param_symbols)
@@ -132,8 +135,7 @@ class ConservationLaws:
         U, sv, Vt = np.linalg.svd(M * scale)
         rank = int(np.sum(sv > _NULL * max(sv[0], 1.0))) if sv.size else 0
         C = np.ascontiguousarray(U[:, rank:].T)
-        entry = np.asarray(self._d_entry, dtype=np.int64)
-        rows, cols, params = self._rows[entry], self._cols[entry], np.asarray(self._d_param, dtype=np.int64)
+        rows, cols, params = self._d_rows, self._d_cols, self._d_params
         dms = derivs * scale[cols]  # the entries of each (dM/dp_j) S
         # c^T M = 0 at every p gives (dc/dp_j)^T Ms = -c^T (dM/dp_j) S (Ms = M S, S the column scales), solvable when
         # c^T (dM/dp_j) S is orthogonal to Ms's right null space Z (tested on fixed random combinations of Z's
