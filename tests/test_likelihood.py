@@ -219,7 +219,7 @@ def test_experiments_with_one_pre_condition_share_its_steady_state():
     calls = []
     for name in ("_integrate", "_run_states"):
         run = getattr(obj.steady, name)
-        setattr(obj.steady, name, lambda *args, run=run, name=name: calls.append(name) or run(*args))
+        setattr(obj.steady, name, lambda *args, run=run, name=name, **kw: calls.append(name) or run(*args, **kw))
     u = prob.nominal(prob.estimated)
     preds = obj.predictions(u)
     assert calls == ["_run_states"]

@@ -227,13 +227,15 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
 
 
 def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch):
-    """``y' = -eps y`` with eps = 1e-8 from y0 = 1e-3: |dy/dt| = 1e-11 passes the states' test at once (atol 1e-10),
-    but d y(T) / d eps = -T y0 exp(-eps T) still changes (d/dT = -y0 (1 - eps T) exp(-eps T), about -1e-3). The
+    """``y' = -eps y`` from y0 = 1e-3, measured at t = inf: y_ss = 0 and d y_ss / d eps = 0 (the closed form's
+    t -> inf limit of d y(T) / d eps = -T y0 exp(-eps T)). With eps = 1e-7, |dy/dt| = 1e-10 passes the states' test
+    at once (atol 1e-10), but the sensitivity still changes (d/dT = -y0 (1 - eps T) exp(-eps T), about -1e-3). The
     states-only run's probe (directional sensitivities along random directions) waits for it as the full forward
-    sensitivities do: the adjoint's gradient is the forward one's. With the probe blinded (zero directions), the
-    adjoint's own check refuses the gradient and names the fix. By default J_x = -eps is not singular: Newton's
-    method goes on to the limit itself, y_ss = 0 with d y_ss / d eps = 0 (the closed form's t -> inf limit); the
-    integration route is tested with that route switched off."""
+    sensitivities do: the adjoint's gradient is the forward one's, and both the limit's. With the probe blinded (zero
+    directions), the adjoint's own check refuses the gradient and names the fix. With eps = 1e-8 the sensitivity
+    is -45 at T = 1e9 and reaches its limit only long after the stages' end at 1e10; its rate there passed the test
+    relative to it, and the sensitivity's change over the last stage refuses it now. By default J_x = -eps is not
+    singular: Newton's method goes on to the limit itself; the integration route is tested with it switched off."""
     import odeinfer.likelihood.steady as steady
 
     @oi.model(states=["y"], params=["eps"])
@@ -241,22 +243,28 @@ def test_a_slow_mode_the_states_barely_show_is_waited_for_or_refused(monkeypatch
         return {"y": -p.eps * y.y}
 
     m = slow.observe({"yo": "y"}, noise=oi.Normal(sigma=SD))
-    d = oi.Data([np.inf], [0.0], "yo", t0=0.0, steady_state=True, name="e")
+    d = oi.Data([np.inf], [0.05], "yo", t0=0.0, steady_state=True, name="e")
     prob = oi.FitProblem(m, d, {"eps": oi.Param(1e-8, 1e-10, 1.0, "log10")}, x0={"y": 1e-3})
-    u = np.array([-8.0])
-    nll0 = -stats.norm.logpdf(0.0, 0.0, SD)
-    for gradient in (oi.Forward(), oi.Adjoint()):
-        obj = oi.Objective(prob, solver=tight(), gradient=gradient)
-        ev = obj(u)
-        assert ev.ok and obj.steady.route == "newton", ev.failure
-        assert ev.nll == pytest.approx(nll0, rel=1e-14)
-        assert abs(ev.grad[0]) < 1e-12
+    nll0 = -stats.norm.logpdf(0.05, 0.0, SD)
+    for u in ([-8.0], [-7.0]):
+        for gradient in (oi.Forward(), oi.Adjoint()):
+            obj = oi.Objective(prob, solver=tight(), gradient=gradient)
+            ev = obj(np.array(u))
+            assert ev.ok and obj.steady.route == "newton", ev.failure
+            assert ev.nll == pytest.approx(nll0, rel=1e-14)
+            assert abs(ev.grad[0]) < 1e-12
     monkeypatch.setattr(steady, "_COND_MAX", 0.0)
+    u = np.array([-7.0])
     fwd = oi.Objective(prob, solver=tight())(u)
     adj = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)
     assert fwd.ok and adj.ok, (fwd.failure, adj.failure)
-    assert adj.nll == pytest.approx(fwd.nll, rel=RTOL)
-    np.testing.assert_allclose(adj.grad, fwd.grad, rtol=1e-5)
+    for ev in (fwd, adj):
+        assert ev.nll == pytest.approx(nll0, rel=1e-14)
+        assert abs(ev.grad[0]) < 1e-12
+    for gradient in (oi.Forward(), oi.Adjoint()):
+        ev = oi.Objective(prob, solver=tight(), gradient=gradient)(np.array([-8.0]))
+        assert not ev.ok
+        assert "did not reach a steady state by t=1e+10: its states or their sensitivities still move" in ev.failure
     monkeypatch.setattr(steady, "probe_directions", lambda n: np.zeros((n, steady._PROBES)))
     ev = oi.Objective(prob, solver=tight(), gradient=oi.Adjoint())(u)
     assert not ev.ok
@@ -340,7 +348,8 @@ def test_a_conservation_law_weighted_by_estimated_volumes_moves_with_them():
 def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_parameter_is_held():
     """With q = 0 (a condition's knock-out), z' = q (x - z) keeps z at its start: a law at that value only. Held, the
     Newton route takes it (z_ss = z0, d z_ss / d z0 = 1, x_ss = a / b). When q moves, the Newton route has no column
-    for it (the law breaks as q leaves 0: any q > 0 takes z to x) and the integration route runs instead."""
+    for it (the law breaks as q leaves 0: any q > 0 takes z to x, z_ss jumps) and the integration route runs instead,
+    which finds no limit of d z / d q and says so."""
     import odeinfer.likelihood.steady as steady
 
     p, x0 = np.array([2.0, 0.5, 0.0]), np.array([1.0, 0.7])
@@ -353,13 +362,70 @@ def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_paramete
     assert ss.route == "newton"
     np.testing.assert_allclose(xs, [4.0, 0.7], rtol=1e-12)
     np.testing.assert_allclose(d, [[2.0, -8.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]], atol=1e-12)
-    ss(p, x0, np.eye(3), np.zeros((2, 3)))
+    # d z / d q = (x_ss - z0) T grows without end: the integration route refuses it (its rates alone passed it)
+    res = ss(p, x0, np.eye(3), np.zeros((2, 3)))
     assert ss.route == "integration"
+    assert isinstance(res, str) and "did not reach a steady state by t=1e+10" in res, res
+    assert res.endswith("a parameter may break a conservation law of the model, or the model may oscillate or grow "
+                        "under this condition: check its parameters"), res
     ss = steady.SteadyState(follower)
     ss.states(p, x0)
     assert ss.route == "newton"
-    ss.vjp(p, x0, np.array([1.0, 1.0]), np.eye(3))
+    res = ss.vjp(p, x0, np.array([1.0, 1.0]), np.eye(3))
     assert ss.route == "integration"
+    assert isinstance(res, str) and "did not reach a steady state by t=1e+10" in res, res
+
+
+def test_the_integration_route_tests_only_the_sensitivities_a_call_uses(monkeypatch):
+    """The follower at q = 0 with the Newton route switched off: d z / d q grows as t, but a caller that holds q
+    (PEtab's Raimundez_PCB2020: an inhibitor's level 0 under the pre-condition, not estimated) does not use it. The
+    forward route tests the columns its dp, dx0 move; the states-only run and its adjoint the entries ``moving``
+    names. Both reach the closed form's derivatives (the q column 0); asked for q as well, both refuse."""
+    import odeinfer.likelihood.steady as steady
+
+    monkeypatch.setattr(steady, "_COND_MAX", 0.0)
+    p, x0 = np.array([2.0, 0.5, 0.0]), np.array([1.0, 0.7])
+    dref = np.array([[2.0, -8.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]])  # x_ss = a / b, z_ss = z0
+    ss = steady.SteadyState(follower)
+    dx0 = np.hstack([np.zeros((2, 3)), np.eye(2)])
+    xs, d = ss(p, x0, np.hstack([np.diag([1.0, 1.0, 0.0]), np.zeros((3, 2))]), dx0)
+    assert ss.route == "integration"
+    np.testing.assert_allclose(xs, [4.0, 0.7], rtol=1e-8)
+    np.testing.assert_allclose(d, dref, rtol=1e-6, atol=1e-8)
+    assert isinstance(ss(p, x0, np.hstack([np.eye(3), np.zeros((3, 2))]), dx0), str)
+    xbar = np.array([0.3, -1.1])
+    moving = np.array([True, True, False, True, True])
+    ss = steady.SteadyState(follower)
+    np.testing.assert_allclose(ss.states(p, x0, moving=moving), [4.0, 0.7], rtol=1e-8)
+    pbar, x0bar = ss.vjp(p, x0, xbar, np.diag([1.0, 1.0, 0.0]), moving=moving)
+    assert ss.route == "integration"
+    np.testing.assert_allclose(np.r_[pbar, x0bar], xbar @ dref, rtol=1e-6, atol=1e-8)
+    assert isinstance(ss.vjp(p, x0, xbar, np.eye(3)), str)
+
+
+def test_a_pre_condition_that_holds_a_law_breaking_parameter_gives_the_gradient(monkeypatch):
+    """The follower pre-equilibrated with q = 0 (the condition's knock-out), then run with q estimated: the
+    pre-equilibration's q is held, so its growing d z / d q is never used; the evaluation goes through on the
+    integration route (the Newton route switched off) with forward and adjoint gradients equal to central finite
+    differences."""
+    import odeinfer.likelihood.steady as steady
+
+    monkeypatch.setattr(steady, "_COND_MAX", 0.0)
+    m = follower.observe({"xo": "x", "zo": "z"}, noise=oi.Normal(sigma=SD))
+    t = np.array([0.5, 2.0])
+    d = oi.Data(t, np.array([[3.9, 1.6], [4.1, 3.2]]), ["xo", "zo"], t0=0.0)
+    cond = oi.Condition(preequilibrate=oi.Condition(params={"q": 0.0}))
+    prob = oi.FitProblem(m, oi.Experiments([d], names=["e"], conditions={"e": cond}),
+                         {"a": oi.Param(2.0), "b": oi.Param(0.5), "q": oi.Param(1.0)}, x0={"x": 1.0, "z": 0.7})
+    u = np.array([2.0, 0.5, 1.0])
+    evs = []
+    for gradient in (oi.Forward(), oi.Adjoint()):
+        obj = oi.Objective(prob, solver=tight(), gradient=gradient)
+        ev = obj(u)
+        assert ev.ok and obj.steady.route == "integration", ev.failure
+        np.testing.assert_allclose(ev.grad, fd_grad(obj, u), rtol=1e-5, atol=1e-7)
+        evs.append(ev)
+    assert evs[1].nll == pytest.approx(evs[0].nll, rel=1e-8)
 
 
 # -- what is refused -------------------------------------------------------------------------------

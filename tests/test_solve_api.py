@@ -456,3 +456,27 @@ def test_a_retimed_solver_gives_the_bits_of_a_solver_bound_at_those_times(solver
     assert st == st_r == st_f == 0 and r.tier == b.tier
     assert np.array_equal(y, y_f) and np.array_equal(s, s_f)
     assert r.z is not b.z and np.array_equal(b(p, x0, pdir, s0)[0], y_b)  # buffers of its own
+
+
+@oi.model(states=["y"], params=["a", "b"])
+def production_degradation(t, y, p):
+    return {"y": p.a - p.b * y.y}
+
+
+@pytest.mark.parametrize("solver, span", [(oi.Dopri5(), 1e3), (oi.Rodas(), 9.0), (oi.Rodas(rtol=1e-10, atol=1e-12), 9.0)],
+                         ids=["dopri5", "rodas", "rodas-tight"])
+def test_a_solve_that_starts_at_rest_late_in_time_takes_steps_t_can_resolve(solver, span):
+    """From the exact steady state (y = a / b = 4, f = 0 in floating point) at t0 = 1e9, Hairer's initial-step
+    heuristic gives 1e-6 (no derivative to scale it by), below what t = 1e9 resolves (10 rounding units: 2.2e-6):
+    the first step was refused as too small (a steady state's last stage, from 1e9 to 1e10). The first step is at
+    least 100 rounding units of t0 now; the solution stays at rest, as in closed form, with and without
+    sensitivities. (The stiff solver runs to 10 t0; Dormand-Prince, whose steps stability bounds by about 3.3 / b,
+    over 1000.)"""
+    for t0 in (1e9, 1e12, -1e12):
+        prob = oi.Problem(production_degradation, [t0 + (span * abs(t0) if span < 100 else span)], x0=[4.0], t0=t0)
+        for gradient in (None, oi.Forward()):
+            sol = oi.solve(prob, [2.0, 0.5], solver=solver, gradient=gradient)
+            assert sol.status == Status.SUCCESS
+            np.testing.assert_allclose(sol.y[-1], [4.0], rtol=1e-12)
+            if gradient is not None:  # d y / d (a, b, y0) = ((1 - e^-bt) / b, -a (1 - e^-bt) / b^2, e^-bt): 2, -8, 0
+                np.testing.assert_allclose(sol.sens[-1, 0], [2.0, -8.0, 0.0], rtol=1e-6, atol=1e-6)

@@ -152,7 +152,9 @@ class _Run:
         self.preeq = obj.steady if plan.preequilibrate else None
         if self.preeq is not None:  # the pre-equilibration cuts no switch: its jumps' parameters must be held
             op = self.n_p + self.n_q + self.n_s + self.n_d
-            self.preeq.prepare([k for k in range(self.n_p) if all(e == 0 for e in jac.row(op + k))])
+            # the entries of (p, x0) under the pre-condition that the estimated parameters move
+            self.preeq_moving = np.array([any(e != 0 for e in jac.row(op + k)) for k in range(self.n_p + self.n_s)])
+            self.preeq.prepare(list(np.flatnonzero(~self.preeq_moving[:self.n_p])))
         self.keep_x0 = plan.keep_x0
         # --- output times and segments ---------------------------------------------------------
         t0 = plan.t0
@@ -170,6 +172,7 @@ class _Run:
         # measurements at t = inf: the steady state reached from the end of the finite-time trajectory
         # under the experiment's parameters (no switch is cut there either: their parameters must be held)
         self.steady = obj.steady if self.at_inf.size else None
+        self.inf_moving = np.r_[[k not in held for k in range(self.n_p)], np.ones(self.n_s, bool)]
         if self.steady is not None:
             try:
                 self.steady.prepare(held)
@@ -340,7 +343,7 @@ class _Run:
                 res = self.preeq(v[op:op + n_p], v[op + n_p:op + n_p + n_s], Jv[op:op + n_p],
                                  Jv[op + n_p:op + n_p + n_s])
             else:  # the states alone (recorded for the adjoint)
-                res = self.preeq.states(v[op:op + n_p], v[op + n_p:op + n_p + n_s])
+                res = self.preeq.states(v[op:op + n_p], v[op + n_p:op + n_p + n_s], moving=self.preeq_moving)
                 res = res if isinstance(res, str) else (res, np.zeros((n_s, 0)))
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
@@ -415,7 +418,7 @@ class _Run:
         if self.at_inf.size:
             what = "the run to steady state (measurements at t = inf)"
             res = (self.steady(p, x, dp, dx, what=what, t0=self.t_end) if sens else
-                   self.steady.states(p, x, what=what, t0=self.t_end))
+                   self.steady.states(p, x, what=what, t0=self.t_end, moving=self.inf_moving))
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
             if sens:
@@ -461,7 +464,7 @@ class _Run:
             x_end = segs[-1][3].copy()
             apply_doses(x_end, None, segs[-1][0].jumps, v[od:], None)
             wbar = Xbar[self.at_inf].sum(axis=0)
-            res = self.steady.vjp(p, x_end, wbar, dp, t0=self.t_end,
+            res = self.steady.vjp(p, x_end, wbar, dp, t0=self.t_end, moving=self.inf_moving,
                                   what="the run to steady state (measurements at t = inf)")
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
@@ -498,7 +501,8 @@ class _Run:
         if self.preeq is not None:  # x0 = keep x0 + (1 - keep) x_ss(p_pre, x_pre)
             keep = self.keep_x0
             op = od + self.n_d
-            res = self.preeq.vjp(v[op:op + n_p], v[op + n_p:op + n_p + n_s], np.where(keep, 0.0, xbar), Jv[op:op + n_p])
+            res = self.preeq.vjp(v[op:op + n_p], v[op + n_p:op + n_p + n_s], np.where(keep, 0.0, xbar), Jv[op:op + n_p],
+                                 moving=self.preeq_moving)
             if isinstance(res, str):
                 return f"experiment {self.name!r}: {res}"
             tbar += Jv[op:op + n_p].T @ res[0] + Jv[op + n_p:op + n_p + n_s].T @ res[1]

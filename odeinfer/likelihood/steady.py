@@ -5,10 +5,12 @@ measurements at ``t = inf`` see (from the end of its finite-time trajectory).
 The model and its forward sensitivities are integrated with the stiff solver and read at the
 times ``t0 + 10^k`` (``k = 0 .. 10``, one stage each; ``t0`` matters only to a model whose right-hand
 side depends on ``t``); the first time at which both ``|dx/dt|`` and the time
-derivative of the sensitivities ``|J_x S + J_p|`` are below ``atol + rtol |.|`` gives the steady
-state and its sensitivities ``d x_ss / d(p, x0)``. Integrating keeps models with conservation laws (singular
-``J_x``) right: their steady state depends on the initial state, and the integrated sensitivities carry that
-dependence.
+derivative of the sensitivities ``|J_x S + J_p|`` are below ``atol + rtol |.|`` (``100 atol + 100 rtol |S|`` for the
+sensitivities), and so are their changes over the stage just run, gives the steady state and its sensitivities
+``d x_ss / d(p, x0)``. The rates alone would pass a sensitivity that grows as ``t`` (a parameter that breaks a
+conservation law) once ``t > 1 / (100 rtol)``; the changes cost one more stage where a steady state is reached.
+Integrating keeps models with conservation laws (singular ``J_x``) right: their steady state depends on the initial
+state, and the integrated sensitivities carry that dependence.
 
 Mostly the sensitivities are not integrated (:meth:`SteadyState._by_newton`): the states alone are integrated stage
 by stage until ``|dx/dt|`` passes the test, then Newton's method takes them to the steady state itself (the
@@ -29,8 +31,9 @@ parameters) took 0.03-0.65 s along a fit; this route takes a few ms.
 Without sensitivities (:meth:`SteadyState.states`, for the likelihood's value and its adjoint) the Newton route
 is tried first. Where it does not apply, the states are integrated stage by stage with their steps recorded, and
 beside them two directional sensitivities ``S w`` along fixed random directions ``w`` of ``(p, x0)``: the run stops
-where ``|dx/dt|`` and ``|J_x S w + J_p w_p|`` pass the tests above (a slow mode the states barely show, e.g. along a
-conservation law's complement, still moves the sensitivities; the probe waits for it as the full sensitivities do).
+where ``|dx/dt|``, ``|J_x S w + J_p w_p|`` and their changes over the stage pass the tests above (a slow mode the
+states barely show, e.g. along a conservation law's complement, still moves the sensitivities; the probe waits for it
+as the full sensitivities do).
 The adjoint (:meth:`SteadyState.vjp`) gives ``xbar^T d x_ss / d(p, x0)`` for one ``xbar``: on the Newton route
 ``xbar^T`` times the sensitivities that route computed, otherwise the discrete adjoint of the stages' Rodas steps,
 run back from the last stage to the first. Its convergence test is the forward one contracted with ``xbar``: the
@@ -240,11 +243,12 @@ class SteadyState:
         # experiments that pre-equilibrate under the same condition share one integration (PEtab's
         # Brannmark_JBC2010: 8 experiments, one pre-condition): the steady state and d x_ss / d(p, x0)
         # depend on (p, x0) alone, the chaining through (dp, dx0) is per call
-        key = (p.tobytes(), x.tobytes(), held, t0)
-        res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0))
+        moving = np.r_[np.any(dp, axis=1), np.any(dx0, axis=1)]  # the columns of d x_ss / d(p, x0) the call uses
+        key = (p.tobytes(), x.tobytes(), held, t0, moving.tobytes())
+        res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0, moving=moving))
         if not isinstance(res, str) and np.any(dp[res[2]]):  # laws at p that a moving parameter breaks: integrate
             key += ("integration",)
-            res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0, newton=False))
+            res = self._recent.get(key) or self._keep(key, self._integrate(p, x, held, t0, False, moving))
         if isinstance(res, str):
             return f"{what} {res}"
         xs, sens = res[:2]
@@ -258,38 +262,41 @@ class SteadyState:
         self._recent[key] = res
         return res
 
-    def _states_key(self, p, x0, t0):
-        """``(p, x0, t0, key)`` of a states-only run, as :meth:`states` and :meth:`vjp` keep them."""
+    def _states_key(self, p, x0, t0, moving):
+        """``(p, x0, t0, moving, key)`` of a states-only run, as :meth:`states` and :meth:`vjp` keep them."""
         p = np.ascontiguousarray(p, float)
         x = np.ascontiguousarray(x0, float)
         t0 = float(t0) if self._timed else 0.0
-        return p, x, t0, ("states", p.tobytes(), x.tobytes(), t0)
+        moving = np.ones(p.size + x.size, bool) if moving is None else np.asarray(moving, bool)
+        return p, x, t0, moving, ("states", p.tobytes(), x.tobytes(), t0, moving.tobytes())
 
-    def states(self, p, x0, *, what="pre-equilibration", t0=0.0):
+    def states(self, p, x0, *, what="pre-equilibration", t0=0.0, moving=None):
         """The steady state reached from ``x0`` under ``p``, from solves of the states alone (their steps
-        recorded for :meth:`vjp`), or a message when it is not reached."""
-        p, x, t0, key = self._states_key(p, x0, t0)
+        recorded for :meth:`vjp`), or a message when it is not reached. ``moving`` (n_params + n_states,
+        bool; default all): the entries of ``(p, x0)`` whose gradient :meth:`vjp` will be asked for (the others
+        may have none: a parameter that breaks a conservation law at its value here)."""
+        p, x, t0, moving, key = self._states_key(p, x0, t0, moving)
         res = self._recent.get(key)
         if res is None:
-            res = self._keep(key, self._run_states(p, x, t0))
+            res = self._keep(key, self._run_states(p, x, t0, moving=moving))
             self._recorded = key
         if isinstance(res, str):
             return f"{what} {res}"
         return res[0].copy()
 
-    def vjp(self, p, x0, xbar, dp, *, what="pre-equilibration", t0=0.0):
+    def vjp(self, p, x0, xbar, dp, *, what="pre-equilibration", t0=0.0, moving=None):
         """``(pbar, x0bar)``: ``xbar^T`` times the derivatives of :meth:`states`' steady state with respect to ``p``
         and ``x0``, or a message when the steady state or its gradient does not converge. ``dp`` (n_params, k): how
         the parameters move (as in a call); a parameter that moves a jump of the right-hand side must not (its
-        entry of ``pbar`` is zero)."""
-        p, x, t0, key = self._states_key(p, x0, t0)
+        entry of ``pbar`` is zero), nor an entry outside ``moving`` (as :meth:`states`')."""
+        p, x, t0, moving, key = self._states_key(p, x0, t0, moving)
         res = self._recent.get(key)
         if res is None or (not isinstance(res, str) and res[1] > 0 and self._recorded != key):
             self._recent.pop(key, None)  # another run's steps are in the records: again
-            self.states(p, x, what=what, t0=t0)
+            self.states(p, x, what=what, t0=t0, moving=moving)
             res = self._recent[key]
         if not isinstance(res, str) and res[1] == 0 and np.any(dp[res[3]]):  # laws at p that dp breaks: integrate
-            res = self._keep(key, self._run_states(p, x, t0, newton=False))
+            res = self._keep(key, self._run_states(p, x, t0, newton=False, moving=moving))
             self._recorded = key
         if isinstance(res, str):
             return f"{what} {res}"
@@ -317,6 +324,7 @@ class SteadyState:
         G, dG = grads
         dG[:n_p] += cm.jac_p(t, x_ss, p).T @ xbar
         G[held] = dG[held] = 0.0
+        G[~moving] = dG[~moving] = 0.0
         scale = 100 * (self.atol * np.abs(xbar).sum() + self.rtol * np.abs(G))
         if np.any(np.abs(dG) > scale):
             j = int(np.argmax(np.abs(dG) / np.maximum(scale, 1e-300)))
@@ -325,10 +333,11 @@ class SteadyState:
                     "use gradient=oi.Forward(), whose steady state waits for the sensitivities too")
         return G[:n_p], G[n_p:]
 
-    def _run_states(self, p, x, t0, newton=True):
+    def _run_states(self, p, x, t0, newton=True, moving=None):
         """``(x_ss, stages used)`` from ``x`` under ``p``, states alone (recorded), or why not; the stages end where
-        the states and the probe's directional sensitivities pass the tests (see the module docstring). ``(x_ss, 0,
-        d x_ss / d(p, x0), moved)``: found by the Newton route (unless ``newton`` is false), nothing recorded."""
+        the states and the probe's directional sensitivities (along the entries of ``(p, x0)`` in ``moving``) pass
+        the tests (see the module docstring). ``(x_ss, 0, d x_ss / d(p, x0), moved)``: found by the Newton route
+        (unless ``newton`` is false), nothing recorded."""
         found = self._by_newton(p, x, t0) if newton else None
         if found is not None:
             return found[0], 0, found[1], found[2]
@@ -348,20 +357,23 @@ class SteadyState:
         n_p = p.size
         w = probe_directions(n_p + x.size)
         w[list(self._switching)] = 0.0
+        if moving is not None:
+            w[~moving] = 0.0
         pdir, S, xp = np.ascontiguousarray(w[:n_p]), np.ascontiguousarray(w[n_p:]), x.copy()
         worst = np.inf
         for k, (vjp, probe) in enumerate(zip(self._vjps[t0], self._probes[t0])):
             st = vjp.record(p, x)
             if st == 0:
                 y, sens, st = probe(p, xp, pdir, S)
-                xp, S = y[0].copy(), np.ascontiguousarray(sens[0])
+                xp, S_before, S = y[0].copy(), S, np.ascontiguousarray(sens[0])
             if st != 0:
                 return self._stopped(st, vjp.info if vjp.info[0] < vjp.t[0] else probe.info, vjp.max_steps, worst)
-            x = vjp.y[0].copy()
+            x_before, x = x, vjp.y[0].copy()
             t, cm = vjp.t[0], vjp.compiled
-            err = self._in_tolerances(x, cm.f(t, x, p))
+            err = self._settled(x, x_before, cm.f(t, x, p))
             if err <= 1.0:
-                err = max(err, self._in_tolerances(S, cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir, 100))
+                dS = cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir
+                err = max(err, self._settled(S, S_before, dS, 100))
                 if err <= 1.0:
                     return x, k + 1
             worst = min(worst, err)
@@ -370,18 +382,28 @@ class SteadyState:
     def _in_tolerances(self, v, dv, factor=1):
         """``max |dv| / (factor atol + factor rtol |v|)``: how fast ``v`` still moves, in units of the tolerance
         (``factor`` 100 for the sensitivities); at most 1 passes the test."""
-        return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)))
+        return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)), initial=0.0)
+
+    def _settled(self, v, v_before, dv, factor=1):
+        """The integration route's test of ``v`` at the end of a stage, in units of the tolerance (at most 1
+        passes): its rate ``dv`` and its change over the stage (from ``v_before``, a tenth of the time before).
+        The rate alone passes anything that grows linearly once ``t > 1 / (factor rtol)``: a sensitivity along a
+        parameter that breaks a conservation law (``z' = q (x - z)`` at ``q = 0``: ``d z / d q`` grows as ``t``), or
+        one of a mode too slow to have decayed by the end of the stages."""
+        return max(self._in_tolerances(v, dv, factor), self._in_tolerances(v, v - v_before, factor))
 
     @staticmethod
     def _stopped(st, info, max_steps, worst):
         return (f"did not reach a steady state: the solver stopped at t={info[0]:.6g} "
-                f"({status_message(st, t_reached=info[0], max_steps=max_steps)}); the smallest "
-                f"|dx/dt| seen was {worst:.3g} times the tolerance")
+                f"({status_message(st, t_reached=info[0], max_steps=max_steps)}); the closest it came "
+                f"(|dx/dt| and the change over a stage) was {worst:.3g} times the tolerance")
 
     def _not_reached(self, t0, worst):
-        return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: |dx/dt| is still "
-                f"{worst:.3g} times the tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|); the model may "
-                "oscillate or grow under this condition: check its parameters")
+        return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: its states or their sensitivities still "
+                f"move, their rate |dx/dt| or their change over the last tenfold time at best {worst:.3g} times the "
+                f"tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|, 100 times that for the sensitivities); a "
+                "parameter may break a conservation law of the model, or the model may oscillate or grow under this "
+                "condition: check its parameters")
 
     def _compiled(self):
         """The model's compiled right-hand side and Jacobians (``f``, ``jac_y``, ``jac_p`` at a point)."""
@@ -467,9 +489,11 @@ class SteadyState:
             return None
         return J, (c[:, None] * Vt.T / sa) @ (U.T * r)
 
-    def _integrate(self, p, x, held, t0=0.0, newton=True):
+    def _integrate(self, p, x, held, t0=0.0, newton=True, moving=None):
         """``(x_ss, d x_ss / d(p, x0), moved)`` from ``x`` under ``p`` (``moved`` as :meth:`_by_newton`'s, none
-        moved on the integration route), or why not (a message to follow the steady state's name)."""
+        moved on the integration route), or why not (a message to follow the steady state's name). On the
+        integration route only the columns of ``d x_ss / d(p, x0)`` in ``moving`` (default all) are tested, the
+        others are 0: a parameter held at a value where it breaks a conservation law has none (it grows as ``t``)."""
         found = self._by_newton(p, x, t0) if newton else None
         if found is not None:
             xs, sens, moved = found[0], found[1].copy(), found[2]
@@ -477,6 +501,7 @@ class SteadyState:
             return xs, sens, moved
         self.route = "integration"
         n_p, n = p.size, x.size
+        moving = np.ones(n_p + n, bool) if moving is None else moving
         sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
         worst = np.inf
         for solver in self._solvers(held, t0):
@@ -487,16 +512,17 @@ class SteadyState:
             t = solver.t[0]
             if st != 0:
                 return self._stopped(st, solver.info, solver.max_steps, worst)
-            x = y[0].copy()
-            sens = S[0][:, n_p:] @ sens
+            x_before, x = x, y[0].copy()
+            sens_before, sens = sens, S[0][:, n_p:] @ sens
             sens[:, :n_p] += S[0][:, :n_p]
             cm = solver.compiled
-            err = self._in_tolerances(x, cm.f(t, x, p))
+            err = self._settled(x, x_before, cm.f(t, x, p))
             if err <= 1.0:
                 dS = cm.jac_y(t, x, p) @ sens
                 dS[:, :n_p] += cm.jac_p(t, x, p)
-                err = max(err, self._in_tolerances(sens, dS, 100))
+                err = max(err, self._settled(sens[:, moving], sens_before[:, moving], dS[:, moving], 100))
                 if err <= 1.0:
+                    sens[:, ~moving] = 0.0
                     return x, sens, np.zeros(n_p, dtype=bool)
             worst = min(worst, err)
         return self._not_reached(t0, worst)

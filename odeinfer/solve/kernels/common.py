@@ -313,7 +313,7 @@ def initial_step(mh, t0, z, f0, p, k, pdir, nc, order, hmax, rtol, atol,
     """
     h, dnf = initial_step_euler(z, f0, nc, hmax, rtol, atol, z1)
     aug_rhs(mh, t0 + h, z1, z1y, p, k, pdir, jy, jp, f1, f1y)
-    return initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol)
+    return initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol, t0)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
@@ -338,22 +338,24 @@ def initial_step_euler(z, f0, nc, hmax, rtol, atol, z1):
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")
-def initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol):
+def initial_step_finish(h, dnf, z, f0, f1, nc, order, hmax, rtol, atol, t0):
     """Second half of :func:`initial_step`, from ``f1`` = the right-hand side at the Euler
-    step: the initial step."""
+    step: the initial step, at least 100 rounding units of ``t0`` (a start at rest, ``f0 = 0``,
+    gives ``1e-6`` in any time unit, which ``t0 = 1e9`` no longer resolves) and at most ``hmax``."""
     der2 = 0.0
     for q in range(nc):
         sk = atol + rtol * abs(z[q])
         der2 += ((f1[q] - f0[q]) / sk) ** 2
     der2 = math.sqrt(der2) / h
     der12 = max(abs(der2), math.sqrt(dnf))
+    floor = 100.0 * UROUND * abs(t0)
     if not math.isfinite(der12):
-        return min(h, 1.0e-6 * max(1.0, hmax))
+        return min(max(min(h, 1.0e-6 * max(1.0, hmax)), floor), hmax)
     if der12 <= 1e-15:
         h1 = max(1.0e-6, h * 1.0e-3)
     else:
         h1 = (0.01 / der12) ** (1.0 / order)
-    return min(100.0 * h, h1, hmax)
+    return min(max(min(100.0 * h, h1), floor), hmax)
 
 
 @njit(cache=True, error_model="numpy", fastmath=False, inline="always")

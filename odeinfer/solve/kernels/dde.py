@@ -404,7 +404,7 @@ def _dde_run(mh, t0, t_eval, p, hkind, phi, hb, hc, k, sens_err, rtol, atol, fir
         h, dnf = initial_step_euler(z, k1, nc, hmax, rtol, atol, z1)
         _dde_rhs(mh, t0 + h, stage, z1, z1y, p, k, t0, eps, hkind, phi, hb, hc, buf, nbuf, w, k2, k2y)
         n_rhs += 1
-        h = initial_step_finish(h, dnf, z, k1, k2, nc, RK_ORDER, hmax, rtol, atol)
+        h = initial_step_finish(h, dnf, z, k1, k2, nc, RK_ORDER, hmax, rtol, atol, t0)
 
     t = t0
     lfacold = RK_LOG_FACOLD_MIN  # log(facold), facold = max(err, 1e-4)
