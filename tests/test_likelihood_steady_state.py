@@ -208,7 +208,7 @@ def test_a_steady_state_that_is_not_reached_fails_the_evaluation_with_why():
     prob = _prod_deg_problem(True)
     obj = oi.Objective(prob, solver=tight())
     stages, plain = obj.steady._solvers, obj.steady._plain_solvers
-    obj.steady._solvers = lambda held, t0=0.0: stages(held, t0)[:1]
+    obj.steady._solvers = lambda held, t0=0.0, k=1: stages(held, t0, k)[:1]
     obj.steady._plain_solvers = lambda t0: plain(t0)[:1]  # the Newton route's run of the states alone
     ev = obj(np.array([math.log(2.0), 1.0]))
     assert ev.failure.startswith("experiment 'e': the run to steady state (measurements at t = inf) did not reach a "

@@ -218,12 +218,12 @@ class SteadyState:
         self.route = None  # "newton" or "integration": how the last steady state was computed
         self._conserved = None  # the model's conservation laws, C (k, n_states), once needed
 
-    def _solvers(self, held, t0=0.0):
-        """The stages' solvers from ``t0`` without sensitivities for the parameters ``held`` (indices):
-        those that move a jump of the right-hand side are fine while the caller holds them fixed."""
-        key = (held, t0)
+    def _solvers(self, held, t0=0.0, k=1):
+        """The stages' solvers from ``t0`` with ``k`` directional sensitivities, none for the parameters ``held``
+        (indices): those that move a jump of the right-hand side are fine while the caller holds them fixed."""
+        key = (held, t0, k)
         if key not in self._bound:
-            gradient = Forward(exclude=tuple(self.model.params[k] for k in held))
+            gradient = Forward(directions=k, exclude=tuple(self.model.params[j] for j in held))
             stages = _STAGES + t0
             self._bound[key] = [bind(Problem(self.model, [b], t0=a), solver=self.solver, gradient=gradient)
                                 for a, b in zip(stages[:-1], stages[1:])]
@@ -492,8 +492,9 @@ class SteadyState:
     def _integrate(self, p, x, held, t0=0.0, newton=True, moving=None):
         """``(x_ss, d x_ss / d(p, x0), moved)`` from ``x`` under ``p`` (``moved`` as :meth:`_by_newton`'s, none
         moved on the integration route), or why not (a message to follow the steady state's name). On the
-        integration route only the columns of ``d x_ss / d(p, x0)`` in ``moving`` (default all) are tested, the
-        others are 0: a parameter held at a value where it breaks a conservation law has none (it grows as ``t``)."""
+        integration route only the columns of ``d x_ss / d(p, x0)`` in ``moving`` (default all) are integrated (as
+        directional sensitivities) and tested, the others are 0: a parameter held at a value where it breaks a
+        conservation law has none (it grows as ``t``)."""
         found = self._by_newton(p, x, t0) if newton else None
         if found is not None:
             xs, sens, moved = found[0], found[1].copy(), found[2]
@@ -501,28 +502,28 @@ class SteadyState:
             return xs, sens, moved
         self.route = "integration"
         n_p, n = p.size, x.size
-        moving = np.ones(n_p + n, bool) if moving is None else moving
-        sens = np.hstack([np.zeros((n, n_p)), np.eye(n)])  # d x / d(p, x0)
+        cols = np.flatnonzero(np.ones(n_p + n, bool) if moving is None else moving)
+        pc = cols[cols < n_p]  # the moving parameters: the first pc.size directions
+        W = np.zeros((n_p + n, max(cols.size, 1)))  # the directions: the moving columns of d x / d(p, x0)
+        W[cols, np.arange(cols.size)] = 1.0
+        pdir, S = np.ascontiguousarray(W[:n_p]), np.ascontiguousarray(W[n_p:])
         worst = np.inf
-        for solver in self._solvers(held, t0):
-            y, S, st = solver(p, x)
-            if held:
-                S = S.copy()
-                S[:, :, list(held)] = 0.0
+        for solver in self._solvers(held, t0, W.shape[1]):
+            y, sens, st = solver(p, x, pdir, S)
             t = solver.t[0]
             if st != 0:
                 return self._stopped(st, solver.info, solver.max_steps, worst)
             x_before, x = x, y[0].copy()
-            sens_before, sens = sens, S[0][:, n_p:] @ sens
-            sens[:, :n_p] += S[0][:, :n_p]
+            S_before, S = S, np.ascontiguousarray(sens[0])
             cm = solver.compiled
             err = self._settled(x, x_before, cm.f(t, x, p))
             if err <= 1.0:
-                dS = cm.jac_y(t, x, p) @ sens
-                dS[:, :n_p] += cm.jac_p(t, x, p)
-                err = max(err, self._settled(sens[:, moving], sens_before[:, moving], dS[:, moving], 100))
+                dS = cm.jac_y(t, x, p) @ S
+                dS[:, :pc.size] += cm.jac_p(t, x, p)[:, pc]
+                err = max(err, self._settled(S, S_before, dS, 100))
                 if err <= 1.0:
-                    sens[:, ~moving] = 0.0
+                    sens = np.zeros((n, n_p + n))
+                    sens[:, cols] = S[:, :cols.size]
                     return x, sens, np.zeros(n_p, dtype=bool)
             worst = min(worst, err)
         return self._not_reached(t0, worst)
