@@ -403,6 +403,49 @@ def test_the_integration_route_tests_only_the_sensitivities_a_call_uses(monkeypa
     assert isinstance(ss.vjp(p, x0, xbar, np.eye(3)), str)
 
 
+@oi.model(states=["a", "c", "s"], params=["k1", "k2", "kon", "L", "koff", "kdeg"])
+def ligand(t, y, p):
+    bind = p.kon * p.L * y.a - p.koff * y.c
+    return {"a": p.k1 - p.k2 * y.a - bind, "c": bind - p.kdeg * y.c, "s": p.kdeg * y.c}
+
+
+def test_states_that_stay_zero_are_left_out_of_the_newton_route():
+    """Without the ligand (L = 0, held), the complex c and the sink s it feeds stay at their start 0: s has a zero
+    column in J_x (an eigenvalue 0 that is no conservation law), which made the Newton route refuse (PEtab's
+    Raimundez_PCB2020). Left out, the rest is a = k1 / k2 with its derivatives from the closed form (sympy), forward
+    and adjoint; c and s stay 0 with derivative 0 along everything that moves. When L moves, d s / d L grows as t:
+    neither route gives it, and the integration route says so."""
+    import sympy
+
+    import odeinfer.likelihood.steady as steady
+
+    k1, k2 = sympy.symbols("k1 k2", positive=True)
+    at = {k1: 0.8, k2: 0.3}
+    p = np.array([0.8, 0.3, 2.0, 0.0, 0.4, 0.7])
+    x0 = np.array([0.5, 0.0, 0.0])
+    dref = np.zeros((3, 9))
+    dref[0, :2] = np.array(sympy.Matrix([k1 / k2]).jacobian([k1, k2]).subs(at), float)
+    moving = np.array([True, True, True, False, True, True, True, False, False])
+    dp, dx0 = np.eye(9)[:6] * moving, np.eye(9)[6:] * moving
+    ss = steady.SteadyState(ligand)
+    assert ss._zeros(p, x0, moving) == (1, 2)
+    xs, d = ss(p, x0, dp, dx0)
+    assert ss.route == "newton"
+    np.testing.assert_allclose(xs, [0.8 / 0.3, 0.0, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(d, dref, rtol=1e-10, atol=1e-12)
+    xbar = np.array([0.3, -1.1, 2.0])
+    ss = steady.SteadyState(ligand)
+    np.testing.assert_allclose(ss.states(p, x0, moving=moving), [0.8 / 0.3, 0.0, 0.0], rtol=1e-12)
+    pbar, x0bar = ss.vjp(p, x0, xbar, dp[:, :6], moving=moving)
+    assert ss.route == "newton"
+    np.testing.assert_allclose(np.r_[pbar, x0bar], xbar @ dref, rtol=1e-10, atol=1e-12)
+    ss = steady.SteadyState(ligand)
+    assert ss._zeros(p, x0, np.ones(9, bool)) == ()
+    res = ss(p, x0, np.eye(9)[:6], dx0)
+    assert ss.route == "integration"
+    assert isinstance(res, str) and "did not reach a steady state by t=1e+10" in res, res
+
+
 def test_a_pre_condition_that_holds_a_law_breaking_parameter_gives_the_gradient(monkeypatch):
     """The follower pre-equilibrated with q = 0 (the condition's knock-out), then run with q estimated: the
     pre-equilibration's q is held, so its growing d z / d q is never used; the evaluation goes through on the

@@ -20,10 +20,12 @@ right-hand side's terms) are kept: the steady state solves ``f(x) = 0`` and ``C 
 ``[J_x; C] d x_ss = [-J_p dp; C dx0 - (dC/dp dp) (x_ss - x0)]`` (without conservation laws ``d x_ss / d x0 = 0``: an
 isolated, attracting steady state does not move with the start; ``dC/dp``: laws weighted by compartment volumes).
 A law that holds only at a parameter's value (a rate set to 0) has no derivative along that parameter: a call
-that moves it takes the integration route. This
-route is taken when the eigenvalues of ``J_x`` other than the conservation laws' zeros have negative real parts,
-``[J_x; C]`` equilibrated has a condition number of at most ``1e10`` and the sensitivities' error (steps of
-iterative refinement) is within the integration route's tolerance; otherwise the integration route below. A
+that moves it takes the integration route. States that start at 0 and stay there whatever the call moves (a ligand's
+complexes where a condition holds the ligand at 0, and a sink they feed: :meth:`SteadyState._zeros`) are left out of
+the system, 0 with derivatives 0. This route is taken when the eigenvalues of ``J_x`` other than the conservation
+laws' zeros have negative real parts, ``[J_x; C]`` equilibrated has a condition number of at most ``1e10`` and the
+sensitivities' error (steps of iterative refinement) is within the integration route's tolerance; otherwise the
+integration route below. A
 right-hand side that depends on ``t`` (inputs) is taken at the time where the states passed the test, as the
 integration route's tests take it. One sensitivity solve of Zheng_PNAS2012's pre-equilibration (15 states, 46
 parameters) took 0.03-0.65 s along a fit; this route takes a few ms.
@@ -82,6 +84,7 @@ class ConservationLaws:
         from odeinfer.model.derivatives import differentiate
 
         params = set(model.param_symbols)
+        states = {x: i for i, x in enumerate(model.state_symbols)}
         entries, columns = {}, {}
         for i, e in enumerate(model.exprs):
             for term in sympy.Add.make_args(sympy.expand(e)):
@@ -91,6 +94,9 @@ class ConservationLaws:
                 key = (i, columns.setdefault(sympy.Mul(*rest), len(columns)))
                 entries[key] = entries.get(key, 0) + sympy.Mul(*coeff)
         self.shape = (len(model.exprs), max(len(columns), 1))
+        # per column, the states whose zero makes its monomial zero (a factor x or x**k, k > 0)
+        self._zeroing = [frozenset(states[b] for b, e in (f.as_base_exp() for f in sympy.Mul.make_args(m))
+                                   if b in states and e.is_positive) for m in columns]
         self._rows = np.array([i for i, _ in entries], dtype=np.int64)
         self._cols = np.array([c for _, c in entries], dtype=np.int64)
         exprs = list(entries.values())
@@ -115,30 +121,42 @@ class ConservationLaws:
         self.n_params = len(model.param_symbols)
         self._last = None
 
-    def at(self, p):
+    def at(self, p, zero=()):
         """``(C, shift)`` at ``p``: ``C`` (k, n_states) orthonormal rows spanning the laws, and
         ``shift(dx) -> (D, moved)`` with ``D[:, j] = (dC/dp_j) dx`` (k, n_params) for ``dx = x_ss - x0`` (the
         constraint ``C (x_ss - x0) = 0`` differentiated: ``C (dx_ss - dx0) = -D dp``; the part of ``dC/dp_j`` inside
         the laws' span meets ``C dx = 0``) and ``moved`` (n_params,) True where the laws do not persist as ``p_j``
-        moves (a law that holds only at ``p_j``'s value: ``D[:, j]`` is 0 there and means nothing)."""
+        moves (a law that holds only at ``p_j``'s value: ``D[:, j]`` is 0 there and means nothing).
+
+        ``zero``: states held at 0 (:meth:`SteadyState._zeros`); the laws are then those of the other states (``C``
+        has a column for each of them, ``dx`` is theirs), on the monomials that do not vanish with those states."""
         p = np.ascontiguousarray(p, float)
-        if self._last is not None and np.array_equal(self._last[0], p):
-            return self._last[1]
+        zero = tuple(zero)
+        if self._last is not None and np.array_equal(self._last[0], p) and self._last[1] == zero:
+            return self._last[2]
         values = self._values.copy()
         derivs = np.zeros(0)
         if self._fn is not None:
             out = np.array(self._fn(*p), float).reshape(-1)
             values[self._symbolic] = out[:self._symbolic.size]
             derivs = out[self._symbolic.size:]
-        n, n_cols = self.shape
-        M = np.zeros(self.shape)
-        np.add.at(M, (self._rows, self._cols), values)
+        row_at = np.full(self.shape[0], -1)  # each state's row in the laws' system, -1 for the zero states
+        kept = np.setdiff1d(np.arange(self.shape[0]), zero)
+        row_at[kept] = np.arange(kept.size)
+        col_kept = np.array([not (z & set(zero)) for z in self._zeroing] or [True])
+        col_at = np.cumsum(col_kept) - 1
+        n, n_cols = kept.size, max(int(col_kept.sum()), 1)
+        use = (row_at[self._rows] >= 0) & col_kept[self._cols]
+        M = np.zeros((n, n_cols))
+        np.add.at(M, (row_at[self._rows[use]], col_at[self._cols[use]]), values[use])
         scale = np.abs(M).max(axis=0)
         scale = 1.0 / np.where(scale > 0.0, scale, 1.0)
         U, sv, Vt = np.linalg.svd(M * scale)
         rank = int(np.sum(sv > _NULL * max(sv[0], 1.0))) if sv.size else 0
         C = np.ascontiguousarray(U[:, rank:].T)
-        rows, cols, params = self._d_rows, self._d_cols, self._d_params
+        use = (row_at[self._d_rows] >= 0) & col_kept[self._d_cols]
+        rows, cols, params = row_at[self._d_rows[use]], col_at[self._d_cols[use]], self._d_params[use]
+        derivs = derivs[use]
         dms = derivs * scale[cols]  # the entries of each (dM/dp_j) S
         # c^T M = 0 at every p gives (dc/dp_j)^T Ms = -c^T (dM/dp_j) S (Ms = M S, S the column scales), solvable when
         # c^T (dM/dp_j) S is orthogonal to Ms's right null space Z (tested on fixed random combinations of Z's
@@ -158,7 +176,7 @@ class ConservationLaws:
             D[:, moved] = 0.0
             return D, moved
 
-        self._last = (p.copy(), (C, shift))
+        self._last = (p.copy(), zero, (C, shift))
         return C, shift
 
 
@@ -217,6 +235,7 @@ class SteadyState:
         self._plain = {}  # t0 -> the stages' solvers of the states alone (the Newton route's start)
         self.route = None  # "newton" or "integration": how the last steady state was computed
         self._conserved = None  # the model's conservation laws, C (k, n_states), once needed
+        self._zero_sets = {}  # (states starting at 0, held parameters at 0) -> the states that stay 0 (_zeros)
 
     def _solvers(self, held, t0=0.0, k=1):
         """The stages' solvers from ``t0`` with ``k`` directional sensitivities, none for the parameters ``held``
@@ -307,6 +326,7 @@ class SteadyState:
         if n_stages == 0:  # the Newton route: its sensitivities res[2] (see the module docstring)
             G = res[2].T @ xbar
             G[held] = 0.0
+            G[~moving] = 0.0
             return G[:n_p], G[n_p:]
         vjps = self._vjps[t0][:n_stages]
         t = vjps[-1].t[0]
@@ -338,7 +358,7 @@ class SteadyState:
         the states and the probe's directional sensitivities (along the entries of ``(p, x0)`` in ``moving``) pass
         the tests (see the module docstring). ``(x_ss, 0, d x_ss / d(p, x0), moved)``: found by the Newton route
         (unless ``newton`` is false), nothing recorded."""
-        found = self._by_newton(p, x, t0) if newton else None
+        found = self._by_newton(p, x, t0, moving) if newton else None
         if found is not None:
             return found[0], 0, found[1], found[2]
         self.route = "integration"
@@ -419,14 +439,43 @@ class SteadyState:
                                for a, b in zip(stages[:-1], stages[1:])]
         return self._plain[t0]
 
-    def _by_newton(self, p, x0, t0):
+    def _zeros(self, p, x0, moving):
+        """The states that stay 0 whatever the moving entries of ``(p, x0)`` (``moving``, None: all move): the largest
+        set Z of states that start at 0 (their starts held) whose right-hand sides vanish when Z's states and the held
+        parameters whose value is 0 are set to 0 (sympy; the other parameters, ``t`` and the inputs stay symbols).
+        From such a start ``x_Z`` stays 0 and so do its sensitivities along the moving entries: e.g. the complexes
+        of a ligand absent from a pre-condition, and a sink fed by them only, whose zero column of ``J_x`` would
+        make the Newton route refuse (PEtab's Raimundez_PCB2020)."""
+        if moving is None:
+            return ()
+        n_p, n = p.size, x0.size
+        start = tuple(i for i in range(n) if x0[i] == 0.0 and not moving[n_p + i])
+        held = tuple(j for j in range(n_p) if p[j] == 0.0 and not moving[j])
+        if not start:
+            return ()
+        key = (start, held)
+        if key not in self._zero_sets:
+            import sympy
+
+            m = self.model
+            Z, before = set(start), None
+            while Z != before:
+                before = set(Z)
+                to_zero = {m.state_symbols[i]: 0 for i in Z} | {m.param_symbols[j]: 0 for j in held}
+                Z = {i for i in Z if sympy.expand(m.exprs[i].xreplace(to_zero)) == 0}
+            self._zero_sets[key] = tuple(sorted(Z))
+        return self._zero_sets[key]
+
+    def _by_newton(self, p, x0, t0, moving=None):
         """``(x_ss, d x_ss / d(p, x0), moved)`` by the Newton route (see the module docstring), the right-hand side
         taken at the time the states passed the test, or None where it does not apply: a failed or unfinished run of
         the states, no :meth:`_linearised` system, Newton's method not converging, or sensitivities whose error
         (estimated by the last of up to :data:`_REFINEMENTS` steps of iterative refinement on ``[J_x; C] S = rhs``)
         stays above ``100 (atol + rtol |S|)``, the integration route's tolerance; the caller then integrates.
         ``moved`` (n_params,): the parameters along which the conservation laws at ``p`` do not persist
-        (:meth:`ConservationLaws.at`); their columns are 0 and mean nothing, callers that move them integrate."""
+        (:meth:`ConservationLaws.at`); their columns are 0 and mean nothing, callers that move them integrate.
+        The states that stay 0 (:meth:`_zeros`, given ``moving``) are left out of the system: 0, with sensitivities
+        0 (those along the entries that do not move mean nothing)."""
         cm, x = self._compiled(), x0
         for solver in self._plain_solvers(t0):
             y, _, st = solver(p, x)
@@ -439,24 +488,28 @@ class SteadyState:
             return None
         if self._conserved is None:
             self._conserved = ConservationLaws(self.model)
-        C, shift = self._conserved.at(p)
+        zero = self._zeros(p, x0, moving)
+        C, shift = self._conserved.at(p, zero)
+        R = np.setdiff1d(np.arange(x.size), zero)  # the states of the system solved
+        x = x.copy()
+        x[list(zero)] = 0.0
         for _ in range(_NEWTON_ITERATIONS):
-            lin = self._linearised(p, x, t, C)
+            lin = self._linearised(p, x, t, C, R)
             if lin is None:
                 return None
-            dx = -lin[1] @ np.concatenate([cm.f(t, x, p), C @ (x - x0)])  # lin = (J_x, P)
-            x = x + dx
-            if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x))) <= 1.0:
-                lin = self._linearised(p, x, t, C)
+            dx = -lin[1] @ np.concatenate([cm.f(t, x, p)[R], C @ (x[R] - x0[R])])  # lin = (J_x on R, P)
+            x[R] += dx
+            if np.max(np.abs(dx) / (self.atol + self.rtol * np.abs(x[R]))) <= 1.0:
+                lin = self._linearised(p, x, t, C, R)
                 if lin is None:
                     return None
                 J, P = lin
-                n, n_p = x.size, p.size
-                D, moved = shift(x - x0)
-                rhs = np.zeros((n + C.shape[0], n_p + n))  # [J_x; C] d x_ss = [-J_p dp; C dx0 - D dp]
-                rhs[:n, :n_p] = -cm.jac_p(t, x, p)
+                n, n_p = R.size, p.size
+                D, moved = shift(x[R] - x0[R])
+                rhs = np.zeros((n + C.shape[0], n_p + x.size))  # [J_x; C] d x_ss = [-J_p dp; C dx0 - D dp] on R
+                rhs[:n, :n_p] = -cm.jac_p(t, x, p)[R]
                 rhs[n:, :n_p] = -D
-                rhs[n:, n_p:] = C
+                rhs[n:, n_p + R] = C
                 sens = P @ rhs
                 for _ in range(_REFINEMENTS):  # iterative refinement: each step's size estimates the error before it
                     fix = P @ (np.vstack([J @ sens, C @ sens]) - rhs)
@@ -466,17 +519,20 @@ class SteadyState:
                 else:
                     return None
                 self.route = "newton"
-                return x, sens, moved
+                full = np.zeros((x.size, sens.shape[1]))
+                full[R] = sens
+                return x, full, moved
         return None
 
-    def _linearised(self, p, x, t, C):
-        """``(J_x, P)`` at ``x``: ``P`` (n, n + k) solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: the laws at ``p``;
-        ``P`` the pseudo-inverse of the row- and column-equilibrated matrix, scaled back: kinetic models' Jacobians span
-        many decades); or None where the Newton route does not apply: an eigenvalue of ``J_x`` besides the
-        conservation laws' zeros has a real part >= 0, or ``[J_x; C]`` equilibrated has a condition number above
-        :data:`_COND_MAX` (``J_x`` singular beyond its conservation laws)."""
-        J = self._compiled().jac_y(t, x, p)
-        if not np.all(np.isfinite(J)):
+    def _linearised(self, p, x, t, C, R):
+        """``(J_x, P)`` at ``x``, ``J_x``'s rows and columns of the states ``R`` (:meth:`_zeros`' left out): ``P``
+        solves ``[J_x; C] y = b`` as ``y = P b`` (``C``: the laws at ``p``; ``P`` the pseudo-inverse of the row- and
+        column-equilibrated matrix, scaled back: kinetic models' Jacobians span many decades); or None where the
+        Newton route does not apply: no state in ``R``, an eigenvalue of ``J_x`` besides the conservation laws' zeros
+        with a real part >= 0, or ``[J_x; C]`` equilibrated with a condition number above :data:`_COND_MAX` (``J_x``
+        singular beyond its conservation laws)."""
+        J = self._compiled().jac_y(t, x, p)[np.ix_(R, R)]
+        if R.size == 0 or not np.all(np.isfinite(J)):
             return None
         eig = np.linalg.eigvals(J)
         eig = eig[np.argsort(np.abs(eig))[C.shape[0]:]]
@@ -495,7 +551,7 @@ class SteadyState:
         integration route only the columns of ``d x_ss / d(p, x0)`` in ``moving`` (default all) are integrated (as
         directional sensitivities) and tested, the others are 0: a parameter held at a value where it breaks a
         conservation law has none (it grows as ``t``)."""
-        found = self._by_newton(p, x, t0) if newton else None
+        found = self._by_newton(p, x, t0, moving) if newton else None
         if found is not None:
             xs, sens, moved = found[0], found[1].copy(), found[2]
             sens[:, list(held)] = 0.0
