@@ -458,11 +458,15 @@ class SteadyState:
             import sympy
 
             m = self.model
-            Z, before = set(start), None
-            while Z != before:
-                before = set(Z)
-                to_zero = {m.state_symbols[i]: 0 for i in Z} | {m.param_symbols[j]: 0 for j in held}
-                Z = {i for i in Z if sympy.expand(m.exprs[i].xreplace(to_zero)) == 0}
+            Z = set(start)
+            to_zero = {m.state_symbols[i]: 0 for i in Z} | {m.param_symbols[j]: 0 for j in held}
+            pending = set(Z)
+            while pending:  # a state leaves Z when its right-hand side does not vanish: check those that read it
+                i = pending.pop()
+                if sympy.expand(m.exprs[i].xreplace(to_zero)) != 0:
+                    Z.discard(i)
+                    del to_zero[m.state_symbols[i]]
+                    pending |= {j for j in Z if m.state_symbols[i] in m.exprs[j].free_symbols}
             self._zero_sets[key] = tuple(sorted(Z))
         return self._zero_sets[key]
 
