@@ -366,6 +366,7 @@ def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_paramete
     res = ss(p, x0, np.eye(3), np.zeros((2, 3)))
     assert ss.route == "integration"
     assert isinstance(res, str) and "did not reach a steady state by t=1e+10" in res, res
+    assert "furthest the derivative of 'z' along q;" in res, res
     assert res.endswith("a parameter may break a conservation law of the model, or the model may oscillate or grow "
                         "under this condition: check its parameters"), res
     ss = steady.SteadyState(follower)
@@ -374,6 +375,7 @@ def test_a_law_that_holds_only_at_a_parameters_value_is_used_while_that_paramete
     res = ss.vjp(p, x0, np.array([1.0, 1.0]), np.eye(3))
     assert ss.route == "integration"
     assert isinstance(res, str) and "did not reach a steady state by t=1e+10" in res, res
+    assert "furthest the sensitivities of the state 'z';" in res, res
 
 
 def test_the_integration_route_tests_only_the_sensitivities_a_call_uses(monkeypatch):

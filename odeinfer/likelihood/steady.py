@@ -381,6 +381,7 @@ class SteadyState:
             w[~moving] = 0.0
         pdir, S, xp = np.ascontiguousarray(w[:n_p]), np.ascontiguousarray(w[n_p:]), x.copy()
         worst = np.inf
+        states = self.model.states
         for k, (vjp, probe) in enumerate(zip(self._vjps[t0], self._probes[t0])):
             st = vjp.record(p, x)
             if st == 0:
@@ -390,14 +391,17 @@ class SteadyState:
                 return self._stopped(st, vjp.info if vjp.info[0] < vjp.t[0] else probe.info, vjp.max_steps, worst)
             x_before, x = x, vjp.y[0].copy()
             t, cm = vjp.t[0], vjp.compiled
-            err = self._settled(x, x_before, cm.f(t, x, p))
+            err, at = self._settled(x, x_before, cm.f(t, x, p))
+            where = f"the state {states[at[0]]!r}"
             if err <= 1.0:
                 dS = cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir
-                err = max(err, self._settled(S, S_before, dS, 100))
+                err_s, at = self._settled(S, S_before, dS, 100)
+                if err_s > err:
+                    err, where = err_s, f"the sensitivities of the state {states[at[0]]!r}"
                 if err <= 1.0:
                     return x, k + 1
-            worst = min(worst, err)
-        return self._not_reached(t0, worst)
+            worst, last = min(worst, err), (err, where)
+        return self._not_reached(t0, worst, last)
 
     def _in_tolerances(self, v, dv, factor=1):
         """``max |dv| / (factor atol + factor rtol |v|)``: how fast ``v`` still moves, in units of the tolerance
@@ -405,12 +409,17 @@ class SteadyState:
         return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)), initial=0.0)
 
     def _settled(self, v, v_before, dv, factor=1):
-        """The integration route's test of ``v`` at the end of a stage, in units of the tolerance (at most 1
-        passes): its rate ``dv`` and its change over the stage (from ``v_before``, a tenth of the time before).
-        The rate alone passes anything that grows linearly once ``t > 1 / (factor rtol)``: a sensitivity along a
-        parameter that breaks a conservation law (``z' = q (x - z)`` at ``q = 0``: ``d z / d q`` grows as ``t``), or
-        one of a mode too slow to have decayed by the end of the stages."""
-        return max(self._in_tolerances(v, dv, factor), self._in_tolerances(v, v - v_before, factor))
+        """The integration route's test of ``v`` at the end of a stage: ``(error, index)``, the error in units of
+        the tolerance (at most 1 passes) from its rate ``dv`` and its change over the stage (from ``v_before``, a
+        tenth of the time before), and the index of ``v``'s entry furthest from passing. The rate alone passes
+        anything that grows linearly once ``t > 1 / (factor rtol)``: a sensitivity along a parameter that breaks a
+        conservation law (``z' = q (x - z)`` at ``q = 0``: ``d z / d q`` grows as ``t``), or one of a mode too slow to
+        have decayed by the end of the stages."""
+        ratio = np.maximum(np.abs(dv), np.abs(v - v_before)) / (factor * self.atol + factor * self.rtol * np.abs(v))
+        if not ratio.size:
+            return 0.0, None
+        at = np.unravel_index(np.argmax(ratio), ratio.shape)
+        return float(ratio[at]), at
 
     @staticmethod
     def _stopped(st, info, max_steps, worst):
@@ -418,12 +427,14 @@ class SteadyState:
                 f"({status_message(st, t_reached=info[0], max_steps=max_steps)}); the closest it came "
                 f"(|dx/dt| and the change over a stage) was {worst:.3g} times the tolerance")
 
-    def _not_reached(self, t0, worst):
+    def _not_reached(self, t0, worst, last):
+        """The message of a run whose stages ended unsettled: ``worst`` the smallest error of a stage, ``last`` the last
+        stage's ``(error, the entry furthest from passing)``."""
         return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: its states or their sensitivities still "
                 f"move, their rate |dx/dt| or their change over the last tenfold time at best {worst:.3g} times the "
-                f"tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|, 100 times that for the sensitivities); a "
-                "parameter may break a conservation law of the model, or the model may oscillate or grow under this "
-                "condition: check its parameters")
+                f"tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|, 100 times that for the sensitivities), at "
+                f"the end {last[0]:.3g} times, furthest {last[1]}; a parameter may break a conservation law of the "
+                "model, or the model may oscillate or grow under this condition: check its parameters")
 
     def _compiled(self):
         """The model's compiled right-hand side and Jacobians (``f``, ``jac_y``, ``jac_p`` at a point)."""
@@ -568,6 +579,7 @@ class SteadyState:
         W[cols, np.arange(cols.size)] = 1.0
         pdir, S = np.ascontiguousarray(W[:n_p]), np.ascontiguousarray(W[n_p:])
         worst = np.inf
+        names = list(self.model.params) + [f"the start of {s!r}" for s in self.model.states]
         for solver in self._solvers(held, t0, W.shape[1]):
             y, sens, st = solver(p, x, pdir, S)
             t = solver.t[0]
@@ -576,14 +588,17 @@ class SteadyState:
             x_before, x = x, y[0].copy()
             S_before, S = S, np.ascontiguousarray(sens[0])
             cm = solver.compiled
-            err = self._settled(x, x_before, cm.f(t, x, p))
+            err, at = self._settled(x, x_before, cm.f(t, x, p))
+            where = f"the state {self.model.states[at[0]]!r}"
             if err <= 1.0:
                 dS = cm.jac_y(t, x, p) @ S
                 dS[:, :pc.size] += cm.jac_p(t, x, p)[:, pc]
-                err = max(err, self._settled(S, S_before, dS, 100))
+                err_s, at = self._settled(S, S_before, dS, 100)
+                if err_s > err:
+                    err, where = err_s, f"the derivative of {self.model.states[at[0]]!r} along {names[cols[at[1]]]}"
                 if err <= 1.0:
                     sens = np.zeros((n, n_p + n))
                     sens[:, cols] = S[:, :cols.size]
                     return x, sens, np.zeros(n_p, dtype=bool)
-            worst = min(worst, err)
-        return self._not_reached(t0, worst)
+            worst, last = min(worst, err), (err, where)
+        return self._not_reached(t0, worst, last)
