@@ -719,6 +719,27 @@ def test_panel_figures_quoted_by_the_warning_match_the_reference_file():
                 assert rows[(name, setting, method)] == pytest.approx(figures, abs=5e-4), (name, setting, method)
 
 
+def test_the_intervals_the_warnings_point_to_covered_where_they_say():
+    """The warnings send users to Embedding's percentile-bootstrap intervals ("covered in every setting of the panel")
+    and its profile intervals, naming the settings where those did not cover: both against the verdict column of
+    tests/reference/coverage.md."""
+    from odeinfer.estimators._coverage import BOOTSTRAP_RECORDED, embedding_profile_note
+
+    verdicts = {}
+    for line in PANEL.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and cells[1] == "Embedding":
+            verdicts[(cells[2], cells[0])] = cells[8]
+    percentile = [s for (m, s) in verdicts if m == "bootstrap-percentile"]
+    assert len(percentile) == 10 and all(verdicts[("bootstrap-percentile", s)] == "met" for s in percentile)
+    assert set(percentile) == set(BOOTSTRAP_RECORDED[("Embedding", "percentile")])
+    missed = [s for (m, s), v in verdicts.items() if m == "profile" and v != "met"]
+    note = embedding_profile_note()
+    assert note.startswith(f"its profile intervals covered in {10 - len(missed)} of 10 settings"), note
+    assert all(f"{s} (" in note for s in missed), (missed, note)
+    assert note.count(", R = ") == len(missed)
+
+
 @pytest.mark.parametrize("cls", [NewtonRaphson, StochasticGradient])
 def test_default_fit_warns_that_its_intervals_undercover(cls, pinene_400):
     """Every estimate with a covariance says its Wald intervals under-cover, with the panel's figures
