@@ -8,8 +8,6 @@ that the two agree.
 
 from __future__ import annotations
 
-import math
-
 from odeinfer.errors import OdeinferWarning
 
 __all__ = ["RECORDED", "CoverageWarning", "coverage_label", "coverage_message", "coverage_note"]
@@ -202,9 +200,11 @@ PROFILE_RECORDED = {
 
 
 def _met(lo, hi, joint, reps):
-    """The panel's verdict: every coverage within ``0.95 +- (0.03 + 2 binomial s.e.)`` at ``reps`` replicates."""
-    band = TOLERANCE + 2.0 * math.sqrt(0.95 * 0.05 / reps)
-    return all(abs(c - 0.95) <= band for c in (lo, hi, joint))
+    """The panel's verdict (:func:`odeinfer.studies.coverage.verdict`) on a recorded cell's figures."""
+    from odeinfer.studies.coverage import verdict
+
+    row = {"R": reps, "params": {"lowest": {"coverage": lo}, "highest": {"coverage": hi}}, "joint": {"coverage": joint}}
+    return verdict(row) == "met"
 
 
 def embedding_profile_note(settings=None):
