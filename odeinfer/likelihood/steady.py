@@ -381,7 +381,6 @@ class SteadyState:
             w[~moving] = 0.0
         pdir, S, xp = np.ascontiguousarray(w[:n_p]), np.ascontiguousarray(w[n_p:]), x.copy()
         worst = np.inf
-        states = self.model.states
         for k, (vjp, probe) in enumerate(zip(self._vjps[t0], self._probes[t0])):
             st = vjp.record(p, x)
             if st == 0:
@@ -391,22 +390,17 @@ class SteadyState:
                 return self._stopped(st, vjp.info if vjp.info[0] < vjp.t[0] else probe.info, vjp.max_steps, worst)
             x_before, x = x, vjp.y[0].copy()
             t, cm = vjp.t[0], vjp.compiled
-            err, at = self._settled(x, x_before, cm.f(t, x, p))
-            where = f"the state {states[at[0]]!r}"
+            err, at = self._stage_error(x, x_before, cm.f(t, x, p), S, S_before,
+                                        lambda: cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir)
             if err <= 1.0:
-                dS = cm.jac_y(t, xp, p) @ S + cm.jac_p(t, xp, p) @ pdir
-                err_s, at = self._settled(S, S_before, dS, 100)
-                if err_s > err:
-                    err, where = err_s, f"the sensitivities of the state {states[at[0]]!r}"
-                if err <= 1.0:
-                    return x, k + 1
-            worst, last = min(worst, err), (err, where)
+                return x, k + 1
+            worst, last = min(worst, err), (err, at)
         return self._not_reached(t0, worst, last)
 
     def _in_tolerances(self, v, dv, factor=1):
         """``max |dv| / (factor atol + factor rtol |v|)``: how fast ``v`` still moves, in units of the tolerance
         (``factor`` 100 for the sensitivities); at most 1 passes the test."""
-        return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)), initial=0.0)
+        return np.max(np.abs(dv) / (factor * self.atol + factor * self.rtol * np.abs(v)))
 
     def _settled(self, v, v_before, dv, factor=1):
         """The integration route's test of ``v`` at the end of a stage: ``(error, index)``, the error in units of
@@ -421,19 +415,41 @@ class SteadyState:
         at = np.unravel_index(np.argmax(ratio), ratio.shape)
         return float(ratio[at]), at
 
+    def _stage_error(self, x, x_before, dx, S, S_before, dS):
+        """``(error, at)`` at the end of a stage: the states' :meth:`_settled` test, and once they pass, the
+        sensitivities' (``dS()`` their rate); ``at`` = ``("state", (i,))`` or ``("sens", (i, j))`` names the entry
+        furthest from passing."""
+        err, at = self._settled(x, x_before, dx)
+        where = ("state", at)
+        if err <= 1.0:
+            err_s, at_s = self._settled(S, S_before, dS(), 100)
+            if err_s > err:
+                err, where = err_s, ("sens", at_s)
+        return err, where
+
     @staticmethod
     def _stopped(st, info, max_steps, worst):
         return (f"did not reach a steady state: the solver stopped at t={info[0]:.6g} "
                 f"({status_message(st, t_reached=info[0], max_steps=max_steps)}); the closest it came "
                 f"(|dx/dt| and the change over a stage) was {worst:.3g} times the tolerance")
 
-    def _not_reached(self, t0, worst, last):
+    def _not_reached(self, t0, worst, last, cols=None):
         """The message of a run whose stages ended unsettled: ``worst`` the smallest error of a stage, ``last`` the last
-        stage's ``(error, the entry furthest from passing)``."""
+        stage's :meth:`_stage_error`; ``cols``: the columns of ``d x / d(p, x0)`` the sensitivities are (None: the
+        probe's directions)."""
+        err, (kind, at) = last
+        states = self.model.states
+        if kind == "state":
+            where = f"the state {states[at[0]]!r}"
+        elif cols is None:
+            where = f"the sensitivities of the state {states[at[0]]!r}"
+        else:
+            names = list(self.model.params) + [f"the start of {x!r}" for x in states]
+            where = f"the derivative of {states[at[0]]!r} along {names[cols[at[1]]]}"
         return (f"did not reach a steady state by t={t0 + _STAGES[-1]:.0e}: its states or their sensitivities still "
                 f"move, their rate |dx/dt| or their change over the last tenfold time at best {worst:.3g} times the "
                 f"tolerance (atol={self.atol:g} + rtol={self.rtol:g} |x|, 100 times that for the sensitivities), at "
-                f"the end {last[0]:.3g} times, furthest {last[1]}; a parameter may break a conservation law of the "
+                f"the end {err:.3g} times, furthest {where}; a parameter may break a conservation law of the "
                 "model, or the model may oscillate or grow under this condition: check its parameters")
 
     def _compiled(self):
@@ -574,12 +590,11 @@ class SteadyState:
         self.route = "integration"
         n_p, n = p.size, x.size
         cols = np.flatnonzero(np.ones(n_p + n, bool) if moving is None else moving)
-        pc = cols[cols < n_p]  # the moving parameters: the first pc.size directions
+        pc = cols[cols < n_p]  # the moving parameters
         W = np.zeros((n_p + n, max(cols.size, 1)))  # the directions: the moving columns of d x / d(p, x0)
         W[cols, np.arange(cols.size)] = 1.0
         pdir, S = np.ascontiguousarray(W[:n_p]), np.ascontiguousarray(W[n_p:])
         worst = np.inf
-        names = list(self.model.params) + [f"the start of {s!r}" for s in self.model.states]
         for solver in self._solvers(held, t0, W.shape[1]):
             y, sens, st = solver(p, x, pdir, S)
             t = solver.t[0]
@@ -588,17 +603,11 @@ class SteadyState:
             x_before, x = x, y[0].copy()
             S_before, S = S, np.ascontiguousarray(sens[0])
             cm = solver.compiled
-            err, at = self._settled(x, x_before, cm.f(t, x, p))
-            where = f"the state {self.model.states[at[0]]!r}"
+            err, at = self._stage_error(x, x_before, cm.f(t, x, p), S, S_before,
+                                        lambda: cm.jac_y(t, x, p) @ S + cm.jac_p(t, x, p)[:, pc] @ pdir[pc])
             if err <= 1.0:
-                dS = cm.jac_y(t, x, p) @ S
-                dS[:, :pc.size] += cm.jac_p(t, x, p)[:, pc]
-                err_s, at = self._settled(S, S_before, dS, 100)
-                if err_s > err:
-                    err, where = err_s, f"the derivative of {self.model.states[at[0]]!r} along {names[cols[at[1]]]}"
-                if err <= 1.0:
-                    sens = np.zeros((n, n_p + n))
-                    sens[:, cols] = S[:, :cols.size]
-                    return x, sens, np.zeros(n_p, dtype=bool)
-            worst, last = min(worst, err), (err, where)
-        return self._not_reached(t0, worst, last)
+                sens = np.zeros((n, n_p + n))
+                sens[:, cols] = S[:, :cols.size]
+                return x, sens, np.zeros(n_p, dtype=bool)
+            worst, last = min(worst, err), (err, at)
+        return self._not_reached(t0, worst, last, cols)
