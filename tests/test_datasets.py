@@ -215,3 +215,39 @@ def test_installed_package_data_is_preferred(tmp_path, monkeypatch):
     assert df.shape == (1, 3) and df["hare"].tolist() == [1.5]
     # a file absent from _data falls back to the repository's data/ folder
     assert len(datasets.load_frame("alpha_pinene")) == 8
+
+
+PETAB_DIR = Path(__file__).resolve().parent / "data" / "petab"
+
+
+def test_petab_problems_are_the_test_copies():
+    """The bundled PEtab problems are the folders of tests/data/petab (the wheel ships that folder); each name
+    gives its YAML file, which odeinfer.petab.load reads."""
+    import odeinfer as oi
+
+    folders = sorted(d.name for d in PETAB_DIR.iterdir() if d.is_dir())
+    assert datasets.petab_problems() == tuple(folders) and len(folders) == 11
+    path = datasets.petab_problem("Perelson_Science1996")
+    assert path == PETAB_DIR / "Perelson_Science1996" / "Perelson_Science1996.yaml"
+    pp = oi.petab.load(path)
+    assert pp.name == "Perelson_Science1996" and len(pp.problem.estimated) == 3
+
+
+def test_unknown_petab_problem():
+    with pytest.raises(DataError, match=r"unknown PEtab problem `name` 'Boehm_JProteomeRes'; the bundled problems "
+                                        r"are \['Boehm_JProteomeRes2014', .*\]\. Did you mean 'Boehm_JProteomeRes2014'"):
+        datasets.petab_problem("Boehm_JProteomeRes")
+    with pytest.raises(DataError, match=r"unknown PEtab problem `name` 3"):
+        datasets.petab_problem(3)
+
+
+def test_installed_petab_problems_are_preferred(tmp_path, monkeypatch):
+    """In a wheel the problems live in odeinfer/datasets/_data/petab/; a folder without its YAML is no problem."""
+    (tmp_path / "_data" / "petab" / "Mine").mkdir(parents=True)
+    (tmp_path / "_data" / "petab" / "Mine" / "Mine.yaml").write_text("format_version: 1\n")
+    (tmp_path / "_data" / "petab" / "Empty").mkdir()
+    import odeinfer.datasets._files as files
+
+    monkeypatch.setattr(files.importlib.resources, "files", lambda package: tmp_path)
+    assert datasets.petab_problems() == ("Mine",)
+    assert datasets.petab_problem("Mine") == tmp_path / "_data" / "petab" / "Mine" / "Mine.yaml"

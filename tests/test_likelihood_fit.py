@@ -486,10 +486,41 @@ def test_a_best_objective_reached_from_one_start_alone_is_warned():
         fit = oi.Embedding(starts=3).fit(prob, start=np.array([[1.05], [3.0], [0.3]]))
     assert fit.extras["n_within_0.1_of_best"] == 1 and fit.params["w"] == pytest.approx(1.0, rel=1e-6)
     assert any("was reached from 1 of 3 starts" in w for w in fit.warnings)
+    _check_waterfall(fit)
     with warnings.catch_warnings():
         warnings.simplefilter("error", oi.MultistartWarning)
         fit = oi.Embedding(starts=3).fit(prob, start=np.array([[1.05], [0.95], [3.0]]))
     assert fit.extras["n_within_0.1_of_best"] == 2
+
+
+def _check_waterfall(fit):
+    """oi.plots.waterfall of the spring's three starts: the starts' NLLs minus the best, sorted (from the fit's own
+    table of starts, read here independently), one filled marker per converged start, the title's counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    nll = np.sort(np.asarray(fit.extras["starts"]["nll"], float))
+    fig = oi.plots.waterfall(fit, reference=-27.0)
+    ax = fig.axes[0]
+    line, filled, hollow, ref = ax.get_lines()
+    assert np.array_equal(line.get_ydata(), nll - nll[0]) and list(line.get_xdata()) == [1, 2, 3]
+    assert filled.get_ydata().size + hollow.get_ydata().size == 3
+    assert ref.get_ydata()[0] == pytest.approx(-27.0 - nll[0])
+    assert ax.get_yscale() == "symlog"
+    assert ax.get_title() == f"best {nll[0]:.6g}: 1 of 3 starts within 0.1"
+    # a start without a finite NLL is counted in the title, not drawn
+    from types import SimpleNamespace
+
+    table = {"nll": [5.0, math.nan, 5.05, 9.0], "status": ["converged", "failed", "max_iter", "converged"]}
+    ax = oi.plots.waterfall(SimpleNamespace(extras={"starts": table})).axes[0]
+    assert ax.get_title() == "best 5: 2 of 4 starts within 0.1; 1 failed"
+    assert list(ax.get_lines()[1].get_ydata()) == [0.0, 4.0] and ax.get_lines()[2].get_ydata()[0] == pytest.approx(0.05)
+    with pytest.raises(InputError, match=r"within: expected a positive number, got -1"):
+        oi.plots.waterfall(fit, within=-1)
+    with pytest.raises(InputError, match=r"reference: expected a finite number, got nan"):
+        oi.plots.waterfall(fit, reference=math.nan)
+    with pytest.raises(InputError, match=r"fit: expected a multistart likelihood fit .* got str without one"):
+        oi.plots.waterfall("fit")
 
 
 @oi.model(states=["x"], params=["r"])

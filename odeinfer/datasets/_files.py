@@ -16,7 +16,7 @@ from odeinfer._lazy import pandas as pd
 from ..data._validate import close_matches
 from ..errors import DataError
 
-__all__ = ["available", "load_frame", "citation", "provenance"]
+__all__ = ["available", "load_frame", "citation", "provenance", "petab_problems", "petab_problem"]
 
 # name -> (provenance file, reference keys found at the start of SOURCES.md's reference lines)
 _DATASETS = {
@@ -69,6 +69,67 @@ def _resource(filename):
         f"package (odeinfer/datasets/_data/) nor in the source checkout's data/ folder. "
         f"Reinstall odeinfer, or restore the data/ folder of the repository."
     )
+
+
+def _petab_folder():
+    """The folder of the bundled PEtab problems: the installed package's ``_data/petab/`` (the wheel ships the
+    repository's ``tests/data/petab/`` there), else the source checkout's ``tests/data/petab/``."""
+    try:
+        candidate = importlib.resources.files("odeinfer.datasets") / "_data" / "petab"
+        if isinstance(candidate, Path) and candidate.is_dir():
+            return candidate
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    path = Path(__file__).resolve().parents[2] / "tests" / "data" / "petab"
+    if path.is_dir():
+        return path
+    raise FileNotFoundError(
+        "odeinfer's bundled PEtab problems were not found, neither in the installed package "
+        "(odeinfer/datasets/_data/petab/) nor in the source checkout's tests/data/petab/ folder. Reinstall odeinfer."
+    )
+
+
+def petab_problems():
+    """Names of the bundled PEtab problems: real models with real data and published best fits, from the
+    public Benchmark-Models-PEtab collection (BSD-3-Clause; the folder's ``README.md`` and ``LICENSE`` say
+    which commit and what each exercises).
+
+    Returns
+    -------
+    tuple of str
+        Valid ``name`` arguments of :func:`petab_problem`, sorted.
+    """
+    folder = _petab_folder()
+    return tuple(sorted(d.name for d in folder.iterdir() if (d / f"{d.name}.yaml").is_file()))
+
+
+def petab_problem(name):
+    """The YAML file of a bundled PEtab problem, to pass to :func:`odeinfer.petab.load`.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`petab_problems`, e.g. ``"Boehm_JProteomeRes2014"``.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    DataError
+        If ``name`` is not a bundled problem (the message lists them).
+
+    >>> import odeinfer as oi
+    >>> pp = oi.petab.load(oi.datasets.petab_problem("Boehm_JProteomeRes2014"))  # doctest: +SKIP
+    """
+    names = petab_problems()
+    if name not in names:
+        raise DataError(
+            f"unknown PEtab problem `name` {name!r}; the bundled problems are {list(names)}."
+            f"{close_matches(name, names) if isinstance(name, str) else ''}"
+        )
+    return _petab_folder() / name / f"{name}.yaml"
 
 
 def load_frame(name):

@@ -12,6 +12,7 @@ Matplotlib is imported on first use.
 - :func:`forest`: every estimator's interval next to the posterior's (from
   :func:`odeinfer.compare_intervals`);
 - :func:`study`: Monte Carlo study plots (estimates vs truth, coverage);
+- :func:`waterfall`: every start's final objective of a multistart fit, best first;
 - :func:`to_png_base64`: a figure as base64 PNG text for HTML reports.
 """
 
@@ -21,5 +22,7 @@ from odeinfer.plots.observables import observables
 from odeinfer.plots.regions import ellipse, regions
 from odeinfer.plots.study import study
 from odeinfer.plots.trajectories import residual_lines, residuals, trajectories
+from odeinfer.plots.waterfall import waterfall
 
-__all__ = ["trajectories", "observables", "residuals", "residual_lines", "regions", "forest", "study", "to_png_base64", "ellipse"]
+__all__ = ["trajectories", "observables", "residuals", "residual_lines", "regions", "forest", "study", "waterfall",
+           "to_png_base64", "ellipse"]
