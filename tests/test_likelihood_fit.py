@@ -40,10 +40,10 @@ def two_conditions(rng):
     return oi.Experiments(data, conditions=conds)
 
 
-def problem(exps):
+def problem(exps, **changed):
     params = {"k1": oi.Param(1.0, 1e-3, 1e2, "log10"), "k2_A": oi.Param(0.3, 1e-3, 1e2, "log10"),
               "k2_B": oi.Param(0.5, 1e-3, 1e2, "log10"), "s": oi.Param(2.0, 1e-2, 1e2, "log10"),
-              "sd": oi.Param(0.1, 1e-4, 10, "log10")}
+              "sd": oi.Param(0.1, 1e-4, 10, "log10"), **changed}
     return oi.FitProblem(OBS, exps, params, x0={"a": 1.0, "b": 0.0})
 
 
@@ -459,6 +459,27 @@ def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_toleranc
     assert tight.nll == pytest.approx(exact, abs=1e-5) and tight.params["k"] == pytest.approx(100.0, rel=1e-5)
     assert resolved.params["k"] == pytest.approx(10.0, rel=1e-5)
     assert not any("does not resolve" in w for w in tight.warnings + resolved.warnings)
+
+
+def test_a_parameter_on_an_active_bound_is_held_in_the_wald_covariance():
+    """k2_A's upper bound 0.2 lies below its truth 0.25: the fit ends on it with the likelihood still rising beyond.
+    Its Wald interval is NaN, a warning names it, and the other parameters' covariance is the one of the fit with
+    k2_A fixed at 0.2 (an independent path: a fixed parameter is not estimated at all)."""
+    exps = two_conditions(np.random.default_rng(3))
+    prob = problem(exps, k2_A=oi.Param(0.15, 1e-3, 0.2, "log10"))
+    with pytest.warns(oi.IdentifiabilityWarning, match=r"k2_A = 0\.2 \(its upper bound\) ended on a bound with the "
+                      r"likelihood still increasing beyond it: no Wald interval"):
+        fit = oi.Embedding().fit(prob)
+    assert fit.converged and fit.params["k2_A"] == pytest.approx(0.2, rel=1e-8)
+    held = problem(exps, k2_A=oi.Param(0.2, 1e-3, 0.2, "log10", estimate=False))
+    ref = oi.Embedding().fit(held)
+    others = list(ref.names)
+    assert others == [n for n in fit.names if n != "k2_A"]
+    i = [fit.names.index(n) for n in others]
+    np.testing.assert_allclose(fit.cov[np.ix_(i, i)], ref.cov, rtol=1e-4)
+    k = fit.names.index("k2_A")
+    assert np.isnan(fit.cov[k]).all() and np.isnan(fit.cov[:, k]).all()
+    assert np.isnan(fit.conf_int().loc["k2_A"]).all()
 
 
 @oi.model(states=["x", "v"], params=["w"])

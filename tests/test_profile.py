@@ -1,6 +1,7 @@
 """odeinfer.inference.profile.ProfileLikelihood on problems with closed-form profiles."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -57,6 +58,27 @@ def test_asymmetric_profile_analytic_and_warned():
         ci = prof.conf_int(0.05)
     assert ci.loc["v", "lower"] == pytest.approx(math.log(1 - s * math.sqrt(thr)), rel=1e-6)
     assert ci.loc["v", "upper"] == pytest.approx(math.log(1 + s * math.sqrt(thr)), rel=1e-6)
+
+
+@pytest.mark.parametrize("wald_se, ratio", [(3.0, 1 / 3), (0.5, 2.0), (1.2, None)])
+def test_a_profile_much_wider_or_narrower_than_its_wald_interval_is_warned(wald_se, ratio):
+    """C(v) = 0.5 v^2 (standard error 1): the profile interval is +-z whatever se is given; a Wald se of 3 or
+    0.5 makes the profile 1/3 or 2 times the Wald interval's width (warned), 1.2 gives 0.83 (within 1.5)."""
+    reopt = lambda u, i: (0.5 * u[0] ** 2, u.copy())  # noqa: E731
+    prof = ProfileLikelihood(["v"], np.zeros(1), 0.0, np.array([wald_se]), np.full(1, -np.inf), np.full(1, np.inf),
+                             reopt, lambda i, v: v)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ci = prof.conf_int(0.05)
+    z = math.sqrt(chi2.ppf(0.95, 1))
+    assert ci.loc["v", "upper"] == pytest.approx(z, rel=1e-6) and ci.loc["v", "lower"] == pytest.approx(-z, rel=1e-6)
+    texts = [str(w.message) for w in seen if issubclass(w.category, ProfileWarning)]
+    if ratio is None:
+        assert texts == []
+    else:
+        why = "it covers less than it claims" if ratio > 1 else "the curvature behind it"
+        assert len(texts) == 1 and texts[0].startswith(f"profile interval of 'v' is {ratio:.3g} times as wide as its "
+                                                       "Wald interval") and why in texts[0]
 
 
 def test_flat_profile_gives_infinite_bounds_with_warning():

@@ -410,6 +410,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     """The Estimate of a likelihood fit; ``unresolved`` (:meth:`~odeinfer.Objective.unresolved` at the optimum) is
     warned (ResolutionWarning) and kept in its warnings."""
     from odeinfer.errors import ResolutionWarning
+    from odeinfer.estimators.base import IdentifiabilityWarning
     from odeinfer.results import Estimate
 
     names = problem.estimated
@@ -427,7 +428,12 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
         cov = cov_u = None
         if ev.ok:
             what = "the Fisher information" + (" plus the priors' curvature" if priors else "")
-            cov, cov_u, fisher_rank = wald_covariance(ev.fim, values, obj.scales, warns, what)
+            held = on_active_bounds(u, ev.grad, obj.lower, obj.upper)
+            if held.any():
+                note = _bound_note(names, values, held, u, obj.lower, obj.upper)
+                warnings.warn(note, IdentifiabilityWarning, stacklevel=4)
+                warns.append(note)
+            cov, cov_u, fisher_rank = wald_covariance(ev.fim, values, obj.scales, warns, what, held)
         small = _small_sample_note(problem, obj.n_data)
         if small:
             warns.append(small)
@@ -480,20 +486,45 @@ def _with_priors(build, priors):
     return simulate, data, {**kwargs, "priors": priors}
 
 
-def wald_covariance(fim, values, scales, warns, what="the Fisher information"):
+def wald_covariance(fim, values, scales, warns, what="the Fisher information", held=None):
     """``(cov, cov_scaled, rank)``: the inverse Fisher information on the estimation scale and mapped to
     natural units (delta method), and the information's rank; a rank deficiency is warned
-    (IdentifiabilityWarning) and noted in ``warns``."""
+    (IdentifiabilityWarning) and noted in ``warns``. The parameters of the mask ``held`` (on an active bound,
+    :func:`on_active_bounds`) get NaN rows and columns and the others the inverse of their own block: their
+    covariance with those held where the fit left them."""
     from odeinfer.estimators.base import IdentifiabilityWarning
 
-    cov_u, rank = _inverse(fim)
-    if rank < len(values):
-        msg = (f"{what} has rank {rank} < {len(values)}: some parameters are not identifiable from these data (NaN "
-               "standard errors); fix some of them or add data")
+    n = len(values)
+    free = np.ones(n, bool) if held is None else ~np.asarray(held, bool)
+    cov_u = np.full((n, n), np.nan)
+    cov_u[np.ix_(free, free)], rank = _inverse(np.asarray(fim)[np.ix_(free, free)])
+    if rank < free.sum():
+        held_note = "" if free.all() else " (of the parameters not on a bound)"
+        msg = (f"{what}{held_note} has rank {rank} < {free.sum()}: some parameters are not identifiable from these "
+               "data (NaN standard errors); fix some of them or add data")
         warnings.warn(msg, IdentifiabilityWarning, stacklevel=5)
         warns.append(msg)
     d = dnatural_dscaled(values, scales)
     return cov_u * np.outer(d, d), cov_u, rank
+
+
+def on_active_bounds(u, grad, lower, upper, rel=1e-6):
+    """Mask of the parameters that ended on a bound of their box (within ``rel`` of its width, on the estimation
+    scale) with the objective still decreasing beyond it: a likelihood maximised on a constraint, where the
+    quadratic approximation behind Wald intervals does not hold for that parameter."""
+    u, g, lo, hi = (np.asarray(a, float) for a in (u, grad, lower, upper))
+    tol = rel * np.where(np.isfinite(hi - lo), hi - lo, 1.0)
+    return ((u - lo <= tol) & (g > 0)) | ((hi - u <= tol) & (g < 0))
+
+
+def _bound_note(names, values, held, u, lower, upper):
+    """The warning that names the parameters on an active bound."""
+    which = [f"{n} = {v:.6g} (its {'lower' if x - lo <= hi - x else 'upper'} bound)"
+             for n, v, h, x, lo, hi in zip(names, values, held, u, lower, upper) if h]
+    return (f"{' and '.join(which) if len(which) < 3 else ', '.join(which)} ended on a bound with the likelihood "
+            "still increasing beyond it: no Wald interval is defined there (NaN), and the other parameters' Wald "
+            "intervals hold them at that value; conf_int(method='profile') gives their one-sided intervals; widen "
+            "the bounds if they are not physical limits")
 
 
 def _attach_profiler(obj, estimate, u_hat, nll, cov_u, max_iter, priors=None):
