@@ -27,7 +27,7 @@ __all__ = [
     "OrthogonalConditions", "GradientMatching", "confidence_ellipsoid",
     "NewtonRaphson", "GradientDescent", "StochasticNewton", "StochasticGradient",
     "Embedding", "Simultaneous", "AdjointDDE",
-    "IdentifiabilityWarning", "CoverageWarning", "MultistartWarning", "Estimate",
+    "IdentifiabilityWarning", "CoverageWarning", "MultistartWarning", "ProfileWarning", "Estimate",
     # Bayesian stage and views
     "bayes", "diagnostics", "compare_intervals", "plots", "widgets", "report",
     # the standard analysis in one call
@@ -49,6 +49,7 @@ _LAZY = {
     "IdentifiabilityWarning": ("odeinfer.estimators", "IdentifiabilityWarning"),
     "CoverageWarning": ("odeinfer.estimators._coverage", "CoverageWarning"),
     "MultistartWarning": ("odeinfer.inference.multistart", "MultistartWarning"),
+    "ProfileWarning": ("odeinfer.inference.profile", "ProfileWarning"),
     "Embedding": ("odeinfer.estimators.embedding", "Embedding"),
     "Simultaneous": ("odeinfer.estimators.simultaneous", "Simultaneous"),
     "AdjointDDE": ("odeinfer.estimators.adjoint_dde", "AdjointDDE"),

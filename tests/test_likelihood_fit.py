@@ -480,6 +480,11 @@ def test_a_parameter_on_an_active_bound_is_held_in_the_wald_covariance():
     k = fit.names.index("k2_A")
     assert np.isnan(fit.cov[k]).all() and np.isnan(fit.cov[:, k]).all()
     assert np.isnan(fit.conf_int().loc["k2_A"]).all()
+    # the observables' bands hold it too: those of the fit with k2_A fixed
+    assert fit.extras["on_bounds"] == ("k2_A",)
+    band, band_ref = fit.predict(T, experiment="A"), ref.predict(T, experiment="A")
+    assert np.all(np.isfinite(band.se)) and np.all(band.se > 0)
+    np.testing.assert_allclose(band.se, band_ref.se, rtol=1e-4)
 
 
 @oi.model(states=["x", "v"], params=["w"])

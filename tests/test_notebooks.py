@@ -13,8 +13,9 @@ The kernels run with ``ODEINFER_NOTEBOOK_FAST=1``: every notebook reads it in it
 and then uses small replicate counts, short NUTS chains and few epochs (the same code as the
 full setting, which runs when the variable is unset). Cost in the fast setting (2 shared
 cores, warm numba cache, measured with ``--durations``): 01 22 s (oi.analyze samples), 02-03
-11-13 s each, 04 22 s, 05 19 s, 06 18 s, 07 15 s, 08 22 s, 09 19 s, 10 15 s (kernel start-up and
-imports are about 5 s of each); together 180 s, all in the default run (up to twice that when the machine is loaded). Run one with
+11-13 s each, 04 22 s, 05 19 s, 06 18 s, 07 15 s, 08 22 s, 09 19 s, 10 15 s, 12 about 70 s (NUTS on
+Boehm's nine parameters: 2 chains of 200 iterations, 30 s) (kernel start-up and imports are about 5 s of each);
+together about 250 s, all in the default run (up to twice that when the machine is loaded). Run one with
 ``python -m pytest tests/test_notebooks.py -n 0 -k 08``. On a cold cache the first run adds the
 one-off compilation of each model's kernels (10-20 s per model) and of the PyMC graphs.
 

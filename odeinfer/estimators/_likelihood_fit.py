@@ -416,7 +416,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
     names = problem.estimated
     fixed = {n: problem.params[n].value for n in problem.names if n not in names}
     warns = []
-    prior_nll, fisher_rank = 0.0, None
+    prior_nll, fisher_rank, on_bounds = 0.0, None, ()
     if best is None:
         values, cov, cov_u, f, n_iter, u = np.full(len(names), np.nan), None, None, math.nan, 0, None
     else:
@@ -430,6 +430,7 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
             what = "the Fisher information" + (" plus the priors' curvature" if priors else "")
             held = on_active_bounds(u, ev.grad, obj.lower, obj.upper)
             if held.any():
+                on_bounds = tuple(n for n, h in zip(names, held) if h)
                 note = _bound_note(names, values, held, u, obj.lower, obj.upper)
                 warnings.warn(note, IdentifiabilityWarning, stacklevel=4)
                 warns.append(note)
@@ -449,7 +450,8 @@ def _estimate(est, problem, obj, best, status, message, table, t_start, n_starts
               "cov_scaled": cov_u, "u": u, "starts": table, "n_starts": n_starts,
               "n_failed_starts": sum(1 for s in table["status"] if s == "failed"),
               "n_within_0.1_of_best": sum(1 for v in f_ok if v <= min(f_ok) + NEAR_BEST) if f_ok else 0,
-              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank, "polish": polished, **getattr(obj, "last", {})}
+              "n_evaluations": obj.n_eval, "fisher_rank": fisher_rank, "on_bounds": on_bounds, "polish": polished,
+              **getattr(obj, "last", {})}
     once = best_reached_once(ranked, "negative log-posterior" if priors else "negative log-likelihood")
     if once:
         warnings.warn(once, MultistartWarning, stacklevel=4)

@@ -78,6 +78,8 @@ def waterfall(fit, *, reference=None, within=0.1, ax=None):
         ax.axhline(reference - f[ok][order[0]], color=COLORS[3], lw=1.2, ls="--",
                    label=f"reference {reference:.6g}")
     ax.set_yscale("symlog", linthresh=within)
+    below = 0.0 if reference is None else min(0.0, reference - f[ok][order[0]])
+    ax.set_ylim(bottom=below - 0.5 * within)
     ax.set_xlabel("start, sorted by its final objective")
     ax.set_ylabel(("negative log-posterior" if key == "objective" else "NLL") + " - best")
     ax.legend(fontsize="small", loc="upper left")

@@ -112,7 +112,8 @@ def predict(estimate, t, *, x0=None, t0=None, history=None, alpha=0.05, solver=N
 
 def predict_observables(estimate, t, *, experiment=None, alpha=0.05) -> Prediction:
     """The observables of one experiment of a likelihood fit, with delta-method bands on each
-    observable's noise scale (see :meth:`Estimate.predict`)."""
+    observable's noise scale (see :meth:`Estimate.predict`). Parameters that ended on a bound
+    (``extras["on_bounds"]``) are held there, as in the other parameters' Wald intervals."""
     from odeinfer.errors import InputError
 
     obj = estimate._objective
@@ -127,6 +128,10 @@ def predict_observables(estimate, t, *, experiment=None, alpha=0.05) -> Predicti
     u = np.asarray(estimate.extras["u"], float)
     h, dh = obj.observe_at(u, experiment, t)
     cov = estimate.extras.get("cov_scaled")
+    held = [estimate.names.index(n) for n in estimate.extras.get("on_bounds", ())]
+    if cov is not None and held:
+        cov = np.array(cov, float)
+        cov[held, :], cov[:, held] = 0.0, 0.0
     if cov is None:
         se = np.full(h.shape, np.nan)
     else:
