@@ -2014,12 +2014,8 @@ assert decades["posterior upper"] - decades["posterior lower"] < 0.5 * (decades[
 side_by_side
 """),
     code("""
-forest_fig = oi.plots.forest([fit], idata)
-forest_fig
-"""),
-    code("""
 side_by_side.attrs["title"] = "Wald, profile-likelihood and posterior 95% intervals"
-path = oi.report.export_html([pp.name, fit, waterfall_fig, observables_fig, side_by_side, report, forest_fig],
+path = oi.report.export_html([pp.name, fit, waterfall_fig, observables_fig, side_by_side, report],
                              "12_petab_boehm.html", title="Boehm et al. (2014) from PEtab")
 print("wrote", path)
 """),
