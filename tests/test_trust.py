@@ -221,8 +221,9 @@ def test_tolerance_settings_are_used():
                                              r"\(str\), got tuple of length 2"),
     ({"fun": lambda x: (1.0, np.zeros(3), np.eye(2))}, r"fun: expected a gradient of shape \(2,\) and H of shape "
                                                         r"\(2, 2\), got \(3,\) and \(2, 2\)"),
-    ({"curvature": "sr1"}, r"curvature: expected 'given' \(fun returns H\) or 'bfgs' \(fun returns \(f, g\)\), got "
-                           r"'sr1'"),
+    ({"curvature": "sr1"}, r"curvature: expected 'given' or 'hybrid' \(fun returns H\) or 'bfgs' \(fun returns "
+                           r"\(f, g\)\), got 'sr1'"),
+    ({"curvature": "hybrid", "switch": 0}, r"switch: expected a positive integer .*, got 0"),
     ({"curvature": "bfgs"}, r"fun: expected fun\(x\) to return \(f, g\), None or a reason \(str\), got tuple of "
                             r"length 3"),
 ])

@@ -24,7 +24,7 @@ def _rosenbrock(x):
     return f, g, H
 
 
-def _fides_path(fun, x0, lo, hi, bfgs=False):
+def _fides_path(fun, x0, lo, hi, bfgs=False, hybrid=False):
     """The trial points of fides' own optimiser (options as trust_region's defaults)."""
     import fides
 
@@ -39,7 +39,7 @@ def _fides_path(fun, x0, lo, hi, bfgs=False):
                           options={fides.Options.MAXITER: 1000, fides.Options.FATOL: 1e-10,
                                    fides.Options.FRTOL: 1e-12, fides.Options.XTOL: 1e-10,
                                    fides.Options.GATOL: 1e-8, fides.Options.GRTOL: 0.0},
-                          hessian_update=fides.BFGS() if bfgs else None)
+                          hessian_update=fides.BFGS() if bfgs else fides.HybridFixed() if hybrid else None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         opt.minimize(np.array(x0, float))
@@ -120,6 +120,38 @@ def test_bfgs_path_is_fides_path_until_the_restart(seed):
 
     trust_region(fun, x0, lo, hi, curvature="bfgs")
     np.testing.assert_allclose(np.array(seen)[:len(ref)], ref, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hybrid_path_is_fides_hybrid_fixed_path(seed):
+    """``curvature="hybrid"`` against fides' ``HybridFixed`` (pyPESTO's default): a given curvature 100 times the
+    Hessian makes the steps short and interior, the radius stays put, and after 20 such iterations both switch to
+    their BFGS matrices. fides' trial points up to and including the first step after the switch (found as where the
+    path leaves the one that never switches) to 1e-10 relative; then rounding grows along the BFGS updates (to
+    2e-5 near the optimum), so the rest is compared by its length, stopping test and end point."""
+    lo, hi = _BOXES[1]
+    x0 = np.random.default_rng(seed).uniform(lo, hi)
+
+    def too_curved(x):
+        f, g, H = _rosenbrock(x)
+        return f, g, 100 * H
+
+    ref, opt = _fides_path(too_curved, x0, lo, hi, hybrid=True)
+    assert opt.hessian_update._switched
+    paths = {}
+    for switch in (20, 10**9):
+        seen = paths[switch] = []
+        res = trust_region(lambda x: (seen.append(np.array(x)), too_curved(x))[1], x0, lo, hi, curvature="hybrid",
+                           switch=switch)
+        if switch == 20:
+            hybrid = res
+    seen, never = np.array(paths[20]), np.array(paths[10**9])
+    k = int(np.argmax(np.any(seen[:len(never)] != never[:len(seen)], axis=1)))
+    assert 20 < k < len(ref) - 1, k
+    np.testing.assert_allclose(seen[:k + 1], ref[:k + 1], rtol=1e-10, atol=1e-12)
+    assert hybrid.stop == opt.exitflag.name and seen.shape == ref.shape
+    np.testing.assert_allclose(hybrid.x, opt.x, rtol=1e-6)
+    assert len(never) > len(seen)  # the too-large curvature, kept, needs more iterations
 
 
 def _fides_step(x, g, H, lb, ub, delta):

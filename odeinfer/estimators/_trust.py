@@ -127,7 +127,12 @@ class _Run:
         self.x = np.array(x0, dtype=float)
         self._non_degenerate()
         self.f, self.g, H = obj(self.x)
-        self.H = np.eye(self.x.size) if obj.bfgs else H.copy()
+        # fides' HybridFixed (pyPESTO's default with a Fisher information): a BFGS matrix from the identity, updated
+        # on every accepted step, replaces the given curvature for good once ``opts["switch"]`` iterations in a row
+        # have left the radius unchanged. As in fides, its first step uses that identity.
+        self.B = np.eye(self.x.size) if opts.get("switch") else None
+        self.switched, self.since_radius_change = False, 0
+        self.H = np.eye(self.x.size) if obj.bfgs or self.B is not None else H.copy()
         self.f_trace = list(f_trace)
         self.iteration = 0
         self.delta = opts["delta_init"]
@@ -164,6 +169,10 @@ class _Run:
             if accepted:
                 if self.obj.bfgs:
                     _bfgs_update(self.H, s + s0, g_new - self.g)
+                elif self.B is not None:
+                    _bfgs_update(self.B, s + s0, g_new - self.g)
+                    self.H = (self.B if self.switched else H_new).copy()
+                    self.switched = self.switched or self.since_radius_change >= opts["switch"]
                 else:
                     self.H = H_new.copy()
                 if np.any(x_new < self.lo) or np.any(x_new > self.hi):
@@ -174,9 +183,11 @@ class _Run:
     def _update_radius(self, f_new, g_new, ss, qpval, dv, delta_iter):
         """fides' ``update_tr_radius``: whether the step is accepted."""
         nsx = float(np.linalg.norm(ss))
+        self.since_radius_change += 1
         if not math.isfinite(f_new):
             self.tr_ratio = 0.0
             self.delta = float(np.nanmin([self.delta * _GAMMA1, nsx / 4]))
+            self.since_radius_change = 0
             return False
         aug = 0.5 * ss.dot(dv * np.abs(g_new) * ss)
         actual = self.f - f_new - aug
@@ -185,8 +196,10 @@ class _Run:
         interior = nsx < delta_iter * 0.9
         if self.tr_ratio >= _ETA and not interior:
             self.delta = _GAMMA2 * self.delta
+            self.since_radius_change = 0
         elif self.tr_ratio <= _MU:
             self.delta = float(np.nanmin([self.delta * _GAMMA1, nsx / 4]))
+            self.since_radius_change = 0
         return self.tr_ratio > 0.0
 
     def _converged(self, f_new, g_new, ss):
@@ -223,7 +236,7 @@ def _bfgs_update(H, s, y):
     c, b = u.dot(s), y.dot(s)
     if b <= 0:
         return
-    H += np.outer(y, y) / b - np.outer(u, u) / c
+    H += (np.outer(y, y) / b - np.outer(u, u) / c)  # fides adds the whole update: the same rounding
 
 
 def _failure(out, n, with_h=True):
@@ -324,7 +337,7 @@ def _check_tol(name, v):
 
 
 def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-12, xtol=1e-10, gatol=1e-8,
-                 grtol=0.0, delta_init=1.0, stall_decrease=1e-6, curvature="given") -> TrustResult:
+                 grtol=0.0, delta_init=1.0, stall_decrease=1e-6, curvature="given", switch=20) -> TrustResult:
     """Minimise ``f(x)`` over ``lower <= x <= upper`` with fides' trust-region reflective method.
 
     Parameters
@@ -355,11 +368,18 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
         quadratic model promises at most this decrease of ``f`` (see :func:`predicted_decrease`;
         for a negative log-likelihood, 1e-6 is far below any statistical resolution); else the
         status is ``"failed"``.
-    curvature : {"given", "bfgs"}, default "given"
+    curvature : {"given", "bfgs", "hybrid"}, default "given"
         ``"given"``: ``fun`` returns ``H``. ``"bfgs"``: ``fun`` returns ``(f, g)``; the curvature is
         fides' BFGS update from the identity (updates that break the curvature condition ``s.y > 0``
         are skipped, so the matrix stays positive definite). The result's ``H`` is then that
-        approximation, not a Hessian: no covariance should be read from it.
+        approximation, not a Hessian: no covariance should be read from it. ``"hybrid"``: fides'
+        ``HybridFixed``, pyPESTO's default with a Fisher information: ``fun`` returns ``H``, used until
+        ``switch`` iterations in a row leave the radius unchanged; from then on the BFGS approximation,
+        updated from the identity on every accepted step since the start (the first step, as in fides,
+        uses the identity). It repairs a Gauss-Newton curvature that is wrong where the residuals are not
+        small; the result's ``H`` is then the BFGS approximation.
+    switch : int, default 20
+        ``"hybrid"`` only: fides' ``switch_iteration``.
 
     Returns
     -------
@@ -380,12 +400,15 @@ def trust_region(fun, x0, lower, upper, *, max_iter=1000, fatol=1e-10, frtol=1e-
             (("fatol", fatol), ("frtol", frtol), ("xtol", xtol), ("gatol", gatol), ("grtol", grtol))}
     if not _check_tol("delta_init", delta_init) > 0:
         raise InputError(f"delta_init: expected a positive number, got {delta_init!r}")
-    if curvature not in ("given", "bfgs"):
-        raise InputError(f"curvature: expected 'given' (fun returns H) or 'bfgs' (fun returns (f, g)), got "
-                         f"{curvature!r}")
+    if curvature not in ("given", "bfgs", "hybrid"):
+        raise InputError(f"curvature: expected 'given' or 'hybrid' (fun returns H) or 'bfgs' (fun returns (f, g)), "
+                         f"got {curvature!r}")
+    if curvature == "hybrid" and (isinstance(switch, bool) or not isinstance(switch, (int, np.integer)) or switch < 1):
+        raise InputError(f"switch: expected a positive integer (iterations without a radius change), got {switch!r}")
     n = x.size
-    obj = _Objective(fun, n, with_h=curvature == "given")
-    opts = dict(tols, max_iter=int(max_iter), delta_init=float(delta_init))
+    obj = _Objective(fun, n, with_h=curvature != "bfgs")
+    opts = dict(tols, max_iter=int(max_iter), delta_init=float(delta_init),
+                switch=int(switch) if curvature == "hybrid" else None)
     x_start = _nudge_inward(x, lo, hi)
     trace, n_iter = [], 0
     while True:
