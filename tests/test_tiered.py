@@ -454,9 +454,12 @@ def test_dde_adjoints_answer_from_the_shared_kernels(monkeypatch):
     assert not module.dde_adjoint_gradient.overloads  # nothing compiled for the model itself
 
 
+@pytest.mark.slow
 def test_model_kernel_bits_do_not_depend_on_what_compiled_before():
     """A fresh model compiled in a fresh process, Rodas (the stiff solver) first: its Dormand-Prince
-    kernel still gives the shared kernel's bits (a fast-math Rodas used to change them)."""
+    kernel still gives the shared kernel's bits (a fast-math Rodas used to change them). ``slow``: two model
+    kernels compiled in a new process (100-150 s on an empty cache); the in-process fast-math case below stays in
+    the default suite."""
     import os
     import subprocess
     import textwrap
