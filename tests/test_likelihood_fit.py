@@ -461,18 +461,20 @@ def test_a_fit_whose_solver_does_not_resolve_the_data_warns_and_names_a_toleranc
     assert not any("does not resolve" in w for w in tight.warnings + resolved.warnings)
 
 
-def test_a_parameter_on_an_active_bound_is_held_in_the_wald_covariance():
+@pytest.mark.parametrize("estimator", [oi.Embedding, oi.Simultaneous])
+def test_a_parameter_on_an_active_bound_is_held_in_the_wald_covariance(estimator):
     """k2_A's upper bound 0.2 lies below its truth 0.25: the fit ends on it with the likelihood still rising beyond.
     Its Wald interval is NaN, a warning names it, and the other parameters' covariance is the one of the fit with
-    k2_A fixed at 0.2 (an independent path: a fixed parameter is not estimated at all)."""
+    k2_A fixed at 0.2 (an independent path: a fixed parameter is not estimated at all). Simultaneous decides by the
+    gradient of the exact ODE likelihood at its estimate."""
     exps = two_conditions(np.random.default_rng(3))
     prob = problem(exps, k2_A=oi.Param(0.15, 1e-3, 0.2, "log10"))
     with pytest.warns(oi.IdentifiabilityWarning, match=r"k2_A = 0\.2 \(its upper bound\) ended on a bound with the "
                       r"likelihood still increasing beyond it: no Wald interval"):
-        fit = oi.Embedding().fit(prob)
+        fit = estimator().fit(prob)
     assert fit.converged and fit.params["k2_A"] == pytest.approx(0.2, rel=1e-8)
     held = problem(exps, k2_A=oi.Param(0.2, 1e-3, 0.2, "log10", estimate=False))
-    ref = oi.Embedding().fit(held)
+    ref = estimator().fit(held)
     others = list(ref.names)
     assert others == [n for n in fit.names if n != "k2_A"]
     i = [fit.names.index(n) for n in others]

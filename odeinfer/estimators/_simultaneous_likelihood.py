@@ -31,13 +31,16 @@ last feasibility step restores the constraints (raising the NLL by at most 1e-3)
 
 Covariance: the inverse of the Fisher information reduced to the constraint manifold,
 ``Z^T F Z`` with ``Z = dz/du`` (``C_x Z_x = -C_u``), on the estimation scale, mapped to natural
-units by the delta method.
+units by the delta method. A parameter that ends on a bound with the exact ODE likelihood's gradient
+pointing out of the box gets no Wald interval, and the others' covariance holds it there (as the
+trajectory fits do: :func:`odeinfer.estimators._likelihood_fit.on_active_bounds`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sps
@@ -425,7 +428,8 @@ def _start(problem, start):
 
 def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
     """Fit ``problem`` with the settings of Simultaneous ``est``; returns an :class:`~odeinfer.results.Estimate`."""
-    from odeinfer.estimators._likelihood_fit import _small_sample_note, wald_covariance
+    from odeinfer.estimators._likelihood_fit import _bound_note, _small_sample_note, on_active_bounds, wald_covariance
+    from odeinfer.estimators.base import IdentifiabilityWarning
     from odeinfer.estimators.simultaneous import _SCHEMES
     from odeinfer.likelihood import Objective
     from odeinfer.results import Estimate
@@ -446,24 +450,35 @@ def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
     cov = cov_u = None
     nll = prob.value(z)
     ev = Constraints(prob, prob.kernel, scheme)
-    if math.isfinite(nll) and ev.constraints(z, True):
-        cov, cov_u, _ = wald_covariance(prob.reduced_fisher(z, ev), values, prob.scales, warns,
-                                     "the Fisher information on the collocation manifold")
-        small = _small_sample_note(problem, prob.n_data)
-        if small:
-            warns.append(small)
-    # the observables' predictions (oi.Estimate.predict, plots) and the NLL of the exact ODE solution (by
-    # the trajectory fits' solver: the likelihood default, rtol 1e-6, leaves NLL errors of about 1e-5)
+    # the observables' predictions (oi.Estimate.predict, plots), the NLL of the exact ODE solution (by the trajectory
+    # fits' solver: the likelihood default, rtol 1e-6, leaves NLL errors of about 1e-5) and its gradient, which says
+    # whether a parameter on a bound would move beyond it
     from odeinfer.solve.config import default_solver
 
     obj = Objective(problem, solver=default_solver("fit"))
-    shoot = obj(u, grad=False) if math.isfinite(nll) else None
+    shoot = obj(u) if math.isfinite(nll) else None
+    on_bounds = ()
+    if math.isfinite(nll) and ev.constraints(z, True):
+        held = None
+        if prob.bounds is not None and shoot is not None and shoot.ok:
+            held = on_active_bounds(u, shoot.grad, *prob.bounds)
+            if held.any():
+                on_bounds = tuple(n for n, h in zip(names, held) if h)
+                note = _bound_note(names, values, held, u, *prob.bounds)
+                warnings.warn(note, IdentifiabilityWarning, stacklevel=4)
+                warns.append(note)
+        cov, cov_u, _ = wald_covariance(prob.reduced_fisher(z, ev), values, prob.scales, warns,
+                                     "the Fisher information on the collocation manifold", held)
+        small = _small_sample_note(problem, prob.n_data)
+        if small:
+            warns.append(small)
     fixed = {k: problem.params[k].value for k in problem.names if k not in names}
     extras = {"nll": nll, "loglik": -nll, "scales": dict(zip(names, prob.scales)), "cov_scaled": cov_u, "u": u,
               "nll_ode": shoot.nll if shoot is not None and shoot.ok else math.nan,
               "scheme": est.scheme, "grid": {e.name: e.t.copy() for e in prob.exps},
               "states": {e.name: prob.X(z, e).copy() for e in prob.exps},
-              "n_nodes": {e.name: int(e.t.size) for e in prob.exps}, "multiplier_max": out.lam_max, "mu": out.mu}
+              "n_nodes": {e.name: int(e.t.size) for e in prob.exps}, "multiplier_max": out.lam_max, "mu": out.mu,
+              "on_bounds": on_bounds}
     prov = {"odeinfer_version": __import__("odeinfer").__version__, "estimator": type(est).__name__,
             "method": "maximum likelihood under collocation constraints: Bock iteration (generalised Gauss-Newton on "
                       "the KKT system, the Fisher information as Hessian), Osborne (2008) ANZIAM J. 50 C107 "
