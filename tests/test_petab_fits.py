@@ -36,7 +36,8 @@ def fits(name, n, seed=0, jobs=1):
     U = sample_starts(obj.lower, obj.upper, n, rng=seed)
     est = oi.Embedding()
     t = time.perf_counter()
-    res = run_starts(_chunk, (pp.problem, est.solver, est.max_iter, None, None), U, n_jobs=jobs)
+    res = run_starts(_chunk, (pp.problem, est.solver, est.iterations("likelihood"), None, None, est.gradient), U,
+                     n_jobs=jobs)
     return res, time.perf_counter() - t
 
 
