@@ -335,8 +335,7 @@ BOOTSTRAP_RECORDED = {
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.826, 0.92, 0.77, 500, 200, 0, "not met"),
     },
     # NewtonRaphson: R = 500 at code version 0.1.0-75f493558a0d (commit 2cb8d2e), FitzHugh-Nagumo R = 500 at
-    # 0.1.0-3166efb42eed (commit 564bf2f); StochasticNewton: R = 100 at 2cb8d2e, equal to NewtonRaphson's former R = 100
-    # cells, FitzHugh-Nagumo R = 500 at 564bf2f
+    # 0.1.0-3166efb42eed (commit 564bf2f); StochasticNewton: every cell R = 500 at 564bf2f
     ("NewtonRaphson", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.232, 0.834, 0.632, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.032, 0.88, 0.59, 500, 200, 0, "not met"),
@@ -373,18 +372,16 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.838, 0.966, 0.974, 500, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
-    # StochasticGradient: alpha-pinene n = 50 and 200, sigma = 3 R = 100 at code version 0.1.0-ef78be41f9dc (commit
-    # 03546d3); FitzHugh-Nagumo, alpha-pinene (50, 8) and (GradientDescent) every cell R = 500 at 0.1.0-3166efb42eed
-    # (commit 564bf2f)
+    # StochasticGradient and GradientDescent: every cell R = 500 at code version 0.1.0-3166efb42eed (commit 564bf2f)
     ("StochasticGradient", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.232, 0.834, 0.626, 500, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.05, 0.88, 0.61, 100, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.032, 0.88, 0.59, 500, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.264, 0.77, 0.322, 500, 200, 3, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("StochasticGradient", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.816, 0.936, 0.96, 500, 200, 0, "not met"),
-        "alpha-pinene n = 200, sigma = 3": (0.86, 0.94, 0.98, 100, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.872, 0.948, 0.98, 500, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.606, 0.892, 0.782, 500, 200, 3, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
