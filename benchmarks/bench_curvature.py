@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
-
-PETAB = Path(__file__).resolve().parent.parent / "tests" / "data" / "petab"
 
 
 def run(name, starts, seed, curvatures):
@@ -31,7 +28,7 @@ def run(name, starts, seed, curvatures):
     from odeinfer.inference.multistart import sample_starts
 
     est = oi.Embedding()
-    pp = oi.petab.load(PETAB / name / f"{name}.yaml")
+    pp = oi.petab.load(oi.datasets.petab_problem(name))
     obj = make_objective(pp.problem, likelihood_solver(est))
     nominal = obj(pp.u_nominal).nll
     U = sample_starts(obj.lower, obj.upper, starts, rng=seed)

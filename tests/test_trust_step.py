@@ -138,14 +138,10 @@ def test_hybrid_path_is_fides_hybrid_fixed_path(seed):
 
     ref, opt = _fides_path(too_curved, x0, lo, hi, hybrid=True)
     assert opt.hessian_update._switched
-    paths = {}
-    for switch in (20, 10**9):
-        seen = paths[switch] = []
-        res = trust_region(lambda x: (seen.append(np.array(x)), too_curved(x))[1], x0, lo, hi, curvature="hybrid",
-                           switch=switch)
-        if switch == 20:
-            hybrid = res
-    seen, never = np.array(paths[20]), np.array(paths[10**9])
+    seen, never = [], []
+    hybrid = trust_region(lambda x: (seen.append(np.array(x)), too_curved(x))[1], x0, lo, hi, curvature="hybrid")
+    trust_region(lambda x: (never.append(np.array(x)), too_curved(x))[1], x0, lo, hi, curvature="hybrid", switch=10**9)
+    seen, never = np.array(seen), np.array(never)
     k = int(np.argmax(np.any(seen[:len(never)] != never[:len(seen)], axis=1)))
     assert 20 < k < len(ref) - 1, k
     np.testing.assert_allclose(seen[:k + 1], ref[:k + 1], rtol=1e-10, atol=1e-12)

@@ -451,12 +451,12 @@ def fit_simultaneous_likelihood(est, problem, start, start_states, t_start):
     nll = prob.value(z)
     ev = Constraints(prob, prob.kernel, scheme)
     # the observables' predictions (oi.Estimate.predict, plots), the NLL of the exact ODE solution (by the trajectory
-    # fits' solver: the likelihood default, rtol 1e-6, leaves NLL errors of about 1e-5) and its gradient, which says
-    # whether a parameter on a bound would move beyond it
+    # fits' solver: the likelihood default, rtol 1e-6, leaves NLL errors of about 1e-5) and, with bounds, its
+    # gradient, which says whether a parameter on a bound would move beyond it
     from odeinfer.solve.config import default_solver
 
     obj = Objective(problem, solver=default_solver("fit"))
-    shoot = obj(u) if math.isfinite(nll) else None
+    shoot = obj(u, grad=prob.bounds is not None) if math.isfinite(nll) else None
     on_bounds = ()
     if math.isfinite(nll) and ev.constraints(z, True):
         held = None

@@ -130,7 +130,7 @@ class _Run:
         # fides' HybridFixed (pyPESTO's default with a Fisher information): a BFGS matrix from the identity, updated
         # on every accepted step, replaces the given curvature for good once ``opts["switch"]`` iterations in a row
         # have left the radius unchanged. As in fides, its first step uses that identity.
-        self.B = np.eye(self.x.size) if opts.get("switch") else None
+        self.B = np.eye(self.x.size) if opts["switch"] else None
         self.switched, self.since_radius_change = False, 0
         self.H = np.eye(self.x.size) if obj.bfgs or self.B is not None else H.copy()
         self.f_trace = list(f_trace)
