@@ -201,8 +201,13 @@ def test_vjp_op_nan_on_failure_and_bad_options():
 def _ops(pm_model):
     from odeinfer.bayes.op import ODEOp
 
+    try:  # newer PyTensor (its old location warns that it will go)
+        from pytensor.graph.traversal import ancestors
+    except ImportError:
+        from pytensor.graph.basic import ancestors
+
     y = pm_model["y_hat"]
-    return [v.owner.op for v in pytensor.graph.basic.ancestors([y]) if v.owner and isinstance(v.owner.op, ODEOp)]
+    return [v.owner.op for v in ancestors([y]) if v.owner and isinstance(v.owner.op, ODEOp)]
 
 
 def test_build_model_gradient_option():
