@@ -419,6 +419,6 @@ def test_the_bootstrap_note_says_when_the_configuration_was_not_run():
            "sigma = 3" in note
     assert bootstrap_coverage_note("Embedding", "percentile") is None  # covered in all ten settings
     assert bootstrap_coverage_note("Simultaneous", "profile") is None  # not run: no claim
-    assert "in 3 of 3 settings" in bootstrap_coverage_note("GradientDescent", "studentized")  # the 3 run so far
+    assert "in 6 of 7 settings" in bootstrap_coverage_note("GradientDescent", "studentized")
     assert "in 6 of 7 settings" in bootstrap_coverage_note("StochasticNewton", "studentized")
     assert "in 7 of 7 settings" in bootstrap_coverage_note("NewtonRaphson", "percentile")

@@ -372,27 +372,42 @@ BOOTSTRAP_RECORDED = {
         "alpha-pinene n = 400, sigma = 8": (0.838, 0.966, 0.974, 500, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
-    # StochasticGradient and GradientDescent: every cell R = 500 at code version 0.1.0-3166efb42eed (commit 564bf2f)
+    # StochasticGradient and GradientDescent: code version 0.1.0-3166efb42eed (commit 564bf2f), R = 500 but where
+    # a cell says R = 100 (the cells first run in session 40)
     ("StochasticGradient", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.232, 0.834, 0.626, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.032, 0.88, 0.59, 500, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 3": (0.0, 0.82, 0.56, 100, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.264, 0.77, 0.322, 500, 200, 3, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.14, 0.85, 0.51, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.2, 0.82, 0.61, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("StochasticGradient", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.816, 0.936, 0.96, 500, 200, 0, "not met"),
         "alpha-pinene n = 200, sigma = 3": (0.872, 0.948, 0.98, 500, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 3": (0.89, 0.97, 1.0, 100, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.606, 0.892, 0.782, 500, 200, 3, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.72, 0.97, 0.95, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.78, 0.96, 1.0, 100, 200, 0, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     ("GradientDescent", "percentile"): {
         "alpha-pinene n = 50, sigma = 3": (0.232, 0.836, 0.618, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.05, 0.88, 0.61, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 3": (0.0, 0.82, 0.56, 100, 200, 0, "not met"),
         "alpha-pinene n = 50, sigma = 8": (0.258, 0.75, 0.304, 500, 200, 12, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.15, 0.85, 0.45, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.19, 0.81, 0.59, 100, 200, 1, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.0, 0.888, 0.128, 500, 200, 0, "not met"),
     },
     ("GradientDescent", "studentized"): {
         "alpha-pinene n = 50, sigma = 3": (0.81, 0.936, 0.96, 500, 200, 0, "not met"),
+        "alpha-pinene n = 200, sigma = 3": (0.86, 0.94, 0.98, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 3": (0.89, 0.97, 1.0, 100, 200, 0, "met"),
         "alpha-pinene n = 50, sigma = 8": (0.59, 0.87, 0.762, 500, 200, 12, "not met"),
+        "alpha-pinene n = 200, sigma = 8": (0.68, 0.97, 0.95, 100, 200, 0, "not met"),
+        "alpha-pinene n = 400, sigma = 8": (0.78, 0.95, 0.99, 100, 200, 1, "not met"),
         "FitzHugh-Nagumo n = 401, sigma = 0.5": (0.856, 0.976, 0.828, 500, 200, 0, "not met"),
     },
     # code version 0.1.0-e4d8d0c6514b (commit 71ea616)
